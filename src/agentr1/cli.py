@@ -1,0 +1,77 @@
+"""Command line: one subcommand per DVC stage (``agentr1 <stage> [--params params.yaml]``).
+
+Stage implementations are imported lazily so that ``agentr1 --help`` and light stages never pay
+for torch, great_expectations or mlflow imports they do not use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import Any
+
+from agentr1.config import ConfigError, load_config
+from agentr1.errors import StageError
+
+# subcommand -> ("module:function", help). Each function takes (cfg, args) and returns None.
+STAGES: dict[str, tuple[str, str]] = {
+    "prepare": ("agentr1.data.prepare:run_prepare", "build the unified dataset (data/processed)"),
+    "validate": ("agentr1.data.validation:run_validate", "validate the dataset with Great Expectations"),
+    "index": ("agentr1.retrieval.stage:run_index", "build the retrieval index and its recall report"),
+    "serve-retriever": ("agentr1.retrieval.server:run_server", "serve the index over HTTP (POST /retrieve)"),
+}
+
+
+def _parse_override(text: str) -> tuple[str, Any]:
+    import yaml
+
+    if "=" not in text:
+        raise ConfigError(f"--set expects key.path=value, got {text!r}")
+    key, value = text.split("=", 1)
+    return key.strip(), yaml.safe_load(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentr1", description=__doc__.splitlines()[0])
+    parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="override one param by dotted key path, e.g. --set env.max_turns=3 (repeatable)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (_, help_text) in STAGES.items():
+        sp = sub.add_parser(name, help=help_text)
+        if name == "serve-retriever":
+            sp.add_argument("--host", default=None, help="bind address (default from params: 127.0.0.1)")
+            sp.add_argument("--port", type=int, default=None)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        overrides = dict(_parse_override(s) for s in args.set)
+        cfg = load_config(args.params, overrides)
+    except ConfigError as exc:
+        print(f"agentr1: {exc}", file=sys.stderr)
+        return 2
+    target, _ = STAGES[args.command]
+    module_name, func_name = target.split(":")
+    func = getattr(importlib.import_module(module_name), func_name)
+    try:
+        func(cfg, args)
+    except (ConfigError, StageError) as exc:
+        print(f"agentr1 {args.command}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

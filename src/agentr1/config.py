@@ -1,0 +1,316 @@
+"""Typed configuration: ``params.yaml`` -> validated pydantic objects.
+
+This module and ``params.yaml`` are the only places where defaults live. Every stage reads its
+section through :func:`load_config`. Unknown keys, wrong types and impossible values fail *before
+any work* with a :class:`ConfigError` whose message names the key path (``data.synthetic.
+questions.train``) and what is allowed there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+DEFAULT_PARAMS = Path("params.yaml")
+
+SPLITS = ("train", "dev", "test", "ood")
+
+
+class ConfigError(ValueError):
+    """A params file that cannot be used; the message names each bad key path and the fix."""
+
+
+class _Section(BaseModel):
+    """Base for every section: unknown keys are errors, values are validated on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+
+# --------------------------------------------------------------------------------------- data
+class SplitCounts(_Section):
+    train: int = Field(4000, ge=0)
+    dev: int = Field(200, ge=0)
+    test: int = Field(200, ge=0)
+    ood: int = Field(200, ge=0)
+
+
+class TypeMix(_Section):
+    """Fractions of in-domain (train/dev/test) questions per type; they must sum to 1."""
+
+    bridge: float = Field(0.3, ge=0, le=1)
+    comparison: float = Field(0.25, ge=0, le=1)
+    compositional: float = Field(0.25, ge=0, le=1)
+    inference: float = Field(0.2, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _sums_to_one(self) -> "TypeMix":
+        total = self.bridge + self.comparison + self.compositional + self.inference
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"type fractions must sum to 1 (got {total:.4f})")
+        return self
+
+
+class SyntheticConfig(_Section):
+    """The contamination-free synthetic world (see ``agentr1.data.synthetic``).
+
+    ``families`` is the number of independent entity clusters (a family tree plus the cities,
+    companies and films around it) generated for each split; clusters of different splits share
+    no entity, so dev/test/ood questions are about entities no training question mentions.
+    """
+
+    families: SplitCounts = SplitCounts(train=600, dev=60, test=60, ood=60)
+    questions: SplitCounts = SplitCounts()
+    types: TypeMix = TypeMix()
+    ood_hops: list[int] = Field(default_factory=lambda: [3, 4])
+    distractor_sentences: int = Field(2, ge=0, le=10)
+    yes_no_fraction: float = Field(0.3, ge=0, le=1)
+
+    @field_validator("ood_hops")
+    @classmethod
+    def _ood_hops(cls, v: list[int]) -> list[int]:
+        if not v or any(h not in (3, 4) for h in v):
+            raise ValueError("ood_hops must be a non-empty subset of [3, 4]")
+        return v
+
+
+class HopRange(_Section):
+    min: int = Field(1, ge=1)
+    max: int = Field(4, ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "HopRange":
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) must be <= max ({self.max})")
+        return self
+
+
+class SplitRatios(_Section):
+    train: float = Field(0.8, ge=0, le=1)
+    dev: float = Field(0.1, ge=0, le=1)
+    test: float = Field(0.1, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _sums_to_one(self) -> "SplitRatios":
+        total = self.train + self.dev + self.test
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"split ratios must sum to 1 (got {total:.4f})")
+        return self
+
+
+DatasetName = Literal["hotpotqa", "2wiki", "musique", "flashrag"]
+
+
+class RealSource(_Section):
+    """One real dataset to load. ``path`` = a local file in the dataset's original format;
+    without it the dataset is read from the hub through ``datasets`` (``hub_id``/``hub_config``/
+    ``hub_split``). ``split: auto`` divides it by ``data.real.ratios``."""
+
+    dataset: DatasetName
+    split: Literal["train", "dev", "test", "ood", "auto"] = "auto"
+    path: str | None = None
+    hub_id: str | None = None
+    hub_config: str | None = None
+    hub_split: str = "validation"
+    limit: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _has_location(self) -> "RealSource":
+        if self.path is None and self.hub_id is None:
+            raise ValueError("set either path (local file) or hub_id (dataset hub id)")
+        return self
+
+
+class RealConfig(_Section):
+    sources: list[RealSource] = Field(default_factory=list)
+    ratios: SplitRatios = SplitRatios()
+    corpus: str | None = None  # FlashRAG/Search-R1 corpus jsonl; else built from the contexts
+
+
+class DataConfig(_Section):
+    source: Literal["synthetic", "real"] = "synthetic"
+    processed_dir: str = "data/processed"
+    hops: HopRange = HopRange()
+    synthetic: SyntheticConfig = SyntheticConfig()
+    real: RealConfig = RealConfig()
+
+    @model_validator(mode="after")
+    def _real_has_sources(self) -> "DataConfig":
+        if self.source == "real" and not self.real.sources:
+            raise ValueError("source is 'real' but data.real.sources is empty: add at least one")
+        return self
+
+
+class ValidateConfig(_Section):
+    report_dir: str = "data/validation"
+    leak_allowed_types: list[str] = Field(default_factory=lambda: ["comparison"])
+    max_examples: int = Field(5, ge=1, le=100)
+
+
+# --------------------------------------------------------------------------------- retrieval
+class BM25Config(_Section):
+    method: Literal["lucene", "robertson", "atire", "bm25l", "bm25+"] = "lucene"
+    k1: float = Field(1.2, gt=0)
+    b: float = Field(0.75, ge=0, le=1)
+    stopwords: str | None = "en"
+    stemmer: Literal["english", "none"] = "english"
+
+
+class DenseConfig(_Section):
+    model: str = "all-MiniLM-L6-v2"
+    index: Literal["flat", "hnsw", "ivfpq"] = "flat"
+    hnsw_m: int = Field(32, ge=4)
+    hnsw_ef_search: int = Field(64, ge=1)
+    ivf_nlist: int = Field(64, ge=1)
+    ivf_nprobe: int = Field(8, ge=1)
+    pq_m: int = Field(8, ge=1)
+    batch_size: int = Field(64, ge=1)
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    device: str = "cpu"
+
+
+class RetrievalReportConfig(_Section):
+    ks: list[int] = Field(default_factory=lambda: [1, 3, 5])
+    max_queries_per_split: int | None = Field(None, ge=1)
+
+    @field_validator("ks")
+    @classmethod
+    def _positive(cls, v: list[int]) -> list[int]:
+        if not v or any(k < 1 for k in v):
+            raise ValueError("ks must be a non-empty list of integers >= 1")
+        return sorted(set(v))
+
+
+class ServerConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8765, ge=0, le=65535)
+    timeout_s: float = Field(10.0, gt=0)
+    retries: int = Field(2, ge=0, le=10)
+    backoff_s: float = Field(0.2, ge=0)
+    max_queries: int = Field(512, ge=1)
+    max_topk: int = Field(50, ge=1)
+
+
+class RetrievalConfig(_Section):
+    backend: Literal["bm25", "dense"] = "bm25"
+    index_dir: str = "data/index"
+    report_dir: str = "data/retrieval"
+    url: str | None = None  # http://host:port of a retrieval server; None = in-process
+    bm25: BM25Config = BM25Config()
+    dense: DenseConfig = DenseConfig()
+    report: RetrievalReportConfig = RetrievalReportConfig()
+    server: ServerConfig = ServerConfig()
+
+
+# --------------------------------------------------------------------------------------- env
+class SearchToolConfig(_Section):
+    topk: int = Field(3, ge=1, le=50)
+    max_query_chars: int = Field(256, ge=1)
+    passage_max_chars: int = Field(400, ge=16)
+
+
+class EnvConfig(_Section):
+    format: Literal["tags", "hermes"] = "tags"
+    max_turns: int = Field(4, ge=1, le=32)
+    multi_call: Literal["first", "all"] = "first"
+    max_calls_per_turn: int = Field(3, ge=1, le=16)
+    observation_max_chars: int = Field(1600, ge=64)
+    think: bool = False
+    tools: list[str] = Field(default_factory=lambda: ["search"])
+    search: SearchToolConfig = SearchToolConfig()
+
+
+class ProcessRewardConfig(_Section):
+    enabled: bool = False
+    invalid_call: float = -0.1
+    failed_call: float = -0.05
+    successful_search: float = 0.1
+
+
+class RewardConfig(_Section):
+    """Outcome reward (paper Eq. 6) and optional per-call process rewards."""
+
+    metric: Literal["em", "subem", "f1"] = "em"
+    format_score: float = Field(0.0, ge=0, le=1)
+    process: ProcessRewardConfig = ProcessRewardConfig()
+
+
+# ----------------------------------------------------------------------------------- project
+class Config(_Section):
+    seed: int = Field(0, ge=0)
+    profile: Literal["nano", "smol", "paper"] = "nano"
+    data: DataConfig = DataConfig()
+    validate_: ValidateConfig = Field(ValidateConfig(), alias="validate")
+    retrieval: RetrievalConfig = RetrievalConfig()
+    env: EnvConfig = EnvConfig()
+    reward: RewardConfig = RewardConfig()
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+    def section_hash(self, *names: str) -> str:
+        """Stable hash of the named sections (all when none), for tags and cache keys."""
+        dump = self.model_dump(mode="json", by_alias=True)
+        picked = {n: dump[n] for n in names} if names else dump
+        return hashlib.sha256(json.dumps(picked, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _allowed(err: dict[str, Any]) -> str:
+    """A short 'allowed' hint for a pydantic error."""
+    etype, ctx = err.get("type", ""), err.get("ctx") or {}
+    if etype == "extra_forbidden":
+        return "remove it (unknown key) or fix its spelling"
+    if etype == "literal_error" and "expected" in ctx:
+        return f"allowed: {ctx['expected']}"
+    for key, word in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+        if key in ctx:
+            return f"allowed: a value {word} {ctx[key]}"
+    if etype.endswith("_type") or etype.endswith("_parsing"):
+        return f"allowed: {etype.split('_')[0]}"
+    return ""
+
+
+def _format_errors(exc: ValidationError, source: str) -> str:
+    lines = [f"invalid params in {source}:"]
+    for err in exc.errors():
+        path = ".".join(str(p) for p in err["loc"]) or "<root>"
+        hint = _allowed(err)
+        got = err.get("input")
+        got_s = "" if isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"  - {path}: {err['msg']}{got_s}" + (f"; {hint}" if hint else ""))
+    return "\n".join(lines)
+
+
+def config_from_dict(raw: dict[str, Any] | None, source: str = "<dict>") -> Config:
+    """Validate a plain mapping; raises :class:`ConfigError` naming each bad key path."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"invalid params in {source}: the top level must be a mapping")
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, source)) from None
+
+
+def load_config(path: str | Path = DEFAULT_PARAMS, overrides: dict[str, Any] | None = None) -> Config:
+    """Load and validate ``params.yaml`` (plus dotted-key ``overrides`` such as
+    ``{"env.max_turns": 3}``)."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"params file not found: {path} (run from the project root or pass --params)")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"params file {path} is not valid YAML: {exc}") from None
+    for dotted, value in (overrides or {}).items():
+        node = raw
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return config_from_dict(raw, str(path))

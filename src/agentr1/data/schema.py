@@ -1,0 +1,114 @@
+"""The unified dataset schema shared by every source (synthetic world, HotpotQA, 2Wiki, MuSiQue).
+
+Questions: ``id, question, answers[list], type, hops, supporting_ids[list], source, split``.
+Corpus:    ``id, title, text``.
+
+On disk (``data.processed_dir``): ``<split>.parquet`` for each of train/dev/test/ood (a split with
+no questions is written empty) and ``corpus.parquet``. Writes are deterministic (fixed schema, row
+order as given, no timestamps) so re-running a stage gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from agentr1.config import SPLITS
+
+QUESTION_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("question", pa.string()),
+        ("answers", pa.list_(pa.string())),
+        ("type", pa.string()),
+        ("hops", pa.int32()),
+        ("supporting_ids", pa.list_(pa.string())),
+        ("source", pa.string()),
+        ("split", pa.string()),
+    ]
+)
+CORPUS_SCHEMA = pa.schema([("id", pa.string()), ("title", pa.string()), ("text", pa.string())])
+
+QUESTION_FIELDS = tuple(QUESTION_SCHEMA.names)
+CORPUS_FIELDS = tuple(CORPUS_SCHEMA.names)
+CORPUS_FILE = "corpus.parquet"
+
+
+@dataclass
+class Question:
+    id: str
+    question: str
+    answers: list[str]
+    type: str
+    hops: int
+    supporting_ids: list[str]
+    source: str
+    split: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in QUESTION_FIELDS}
+
+
+@dataclass
+class Passage:
+    id: str
+    title: str
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "title": self.title, "text": self.text}
+
+
+@dataclass
+class Dataset:
+    """All splits plus the corpus, in memory."""
+
+    questions: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    corpus: list[dict[str, Any]] = field(default_factory=list)
+
+    def split(self, name: str) -> list[dict[str, Any]]:
+        return self.questions.get(name, [])
+
+
+def _rows(items: Iterable[Mapping[str, Any] | Question | Passage]) -> list[dict[str, Any]]:
+    return [it.to_dict() if hasattr(it, "to_dict") else dict(it) for it in items]
+
+
+def _write(rows: list[dict[str, Any]], schema: pa.Schema, path: Path) -> None:
+    table = pa.Table.from_pylist([{k: r[k] for k in schema.names} for r in rows], schema=schema)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, compression="zstd", write_statistics=False)
+
+
+def write_questions(items: Iterable[Mapping[str, Any] | Question], path: str | Path) -> None:
+    _write(_rows(items), QUESTION_SCHEMA, Path(path))
+
+
+def write_corpus(items: Iterable[Mapping[str, Any] | Passage], path: str | Path) -> None:
+    _write(_rows(items), CORPUS_SCHEMA, Path(path))
+
+
+def read_table(path: str | Path) -> list[dict[str, Any]]:
+    return pq.read_table(path).to_pylist()
+
+
+def write_dataset(ds: Dataset, out_dir: str | Path) -> None:
+    out_dir = Path(out_dir)
+    for split in SPLITS:
+        write_questions(ds.split(split), out_dir / f"{split}.parquet")
+    write_corpus(ds.corpus, out_dir / CORPUS_FILE)
+
+
+def read_dataset(processed_dir: str | Path) -> Dataset:
+    d = Path(processed_dir)
+    if not (d / CORPUS_FILE).exists():
+        raise FileNotFoundError(f"{d / CORPUS_FILE} not found: run `agentr1 prepare` (or `dvc repro prepare`) first")
+    return Dataset(
+        questions={s: read_table(d / f"{s}.parquet") for s in SPLITS if (d / f"{s}.parquet").exists()},
+        corpus=read_table(d / CORPUS_FILE),
+    )
