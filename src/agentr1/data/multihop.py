@@ -1,0 +1,179 @@
+"""Real multi-hop QA datasets -> the unified schema (entry point of the real-data loaders).
+
+``data.real.sources`` in ``params.yaml`` lists what to load; each source is a local file in the
+dataset's original format (``path``) or a dataset on the hub (``hub_id``/``hub_config``/
+``hub_split``, read through ``datasets.load_dataset``; users online only). Known hub copies
+(``hub_id`` / ``hub_config`` / ``hub_split``):
+
+* hotpotqa: ``hotpotqa/hotpot_qa`` / ``distractor`` or ``fullwiki`` / ``train``, ``validation``
+* 2wiki: ``framolfese/2WikiMultihopQA`` / none / ``train``, ``validation``
+* musique: ``dgslibisey/MuSiQue`` / none / ``train``, ``validation``
+* flashrag: ``RUC-NLPIR/FlashRAG_datasets`` / ``hotpotqa``, ``nq``, ... / ``train``, ``dev``, ``test``
+
+Per-dataset mapping rules live in :mod:`.hotpotqa`, :mod:`.twowiki`, :mod:`.musique` and
+:mod:`.flashrag`; file reading, passage ids and errors in :mod:`.realformat`.
+
+:func:`load_sources` loads every source (``limit`` = at most that many questions), assigns splits
+(``split: auto`` = a seeded shuffle cut by ``data.real.ratios``; other values put the whole source
+in that split, e.g. MuSiQue as ``ood``), merges the corpora built from the records' own context
+paragraphs (deduplicated by passage id) and adds ``data.real.corpus`` (a FlashRAG/Search-R1 corpus
+jsonl) when set. Bad input raises :class:`RealDataError` (a ``ValueError``) naming the source
+(``data.real.sources[1].path``), the file, the record and the field.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentr1.config import SPLITS, RealConfig, RealSource, SplitRatios
+from agentr1.data.flashrag import (
+    export_flashrag,
+    import_flashrag,
+    load_flashrag,
+    read_flashrag_corpus,
+)
+from agentr1.data.hotpotqa import load_hotpotqa
+from agentr1.data.musique import load_musique
+from agentr1.data.realformat import CorpusBuilder, Loaded, Record, RealDataError, read_records
+from agentr1.data.schema import Dataset
+from agentr1.data.twowiki import load_twowiki
+
+__all__ = [
+    "LOADERS",
+    "RealDataError",
+    "Loaded",
+    "assign_splits",
+    "export_flashrag",
+    "hub_rows",
+    "import_flashrag",
+    "load_file",
+    "load_source",
+    "load_sources",
+    "read_flashrag_corpus",
+    "read_records",
+    "split_counts",
+]
+
+LOADERS: dict[str, Callable[..., Loaded]] = {
+    "hotpotqa": load_hotpotqa,
+    "2wiki": load_twowiki,
+    "musique": load_musique,
+    "flashrag": load_flashrag,
+}
+
+
+def hub_rows(hub_id: str, hub_config: str | None, hub_split: str) -> Iterator[Record]:
+    """Rows of a hub dataset as ``(where, row)`` pairs (the only place that touches the hub).
+
+    Calls ``datasets.load_dataset(hub_id, hub_config, split=hub_split)`` right away; any failure
+    (offline, unknown id/config/split) becomes a :class:`RealDataError` naming all three.
+    """
+    import datasets
+
+    try:
+        rows = datasets.load_dataset(hub_id, hub_config, split=hub_split)
+    except Exception as exc:  # noqa: BLE001 - any hub failure is reported with its cause
+        raise RealDataError(
+            f"could not load {hub_id!r} (config {hub_config!r}, split {hub_split!r}) from the hub: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    label = f"{hub_id}[{hub_config or 'default'}:{hub_split}]"
+    return ((f"{label} row {i}", row) for i, row in enumerate(rows))
+
+
+def load_file(dataset: str, path: str | Path, limit: int | None = None) -> Loaded:
+    """Load one local file of ``dataset`` (``hotpotqa``, ``2wiki``, ``musique``, ``flashrag``)."""
+    if dataset not in LOADERS:
+        raise RealDataError(f"unknown dataset {dataset!r}; known: {sorted(LOADERS)}")
+    path = Path(path)
+    extra: dict[str, Any] = {"namespace": path.stem} if dataset == "flashrag" else {}
+    return LOADERS[dataset](read_records(path), limit=limit, origin=str(path), **extra)
+
+
+def load_source(src: RealSource) -> Loaded:
+    """Load one configured source from its ``path`` or, without one, from the hub."""
+    if src.path is not None:
+        return load_file(src.dataset, src.path, src.limit)
+    assert src.hub_id is not None  # RealSource guarantees path or hub_id
+    extra: dict[str, Any] = {}
+    if src.dataset == "flashrag":
+        extra["namespace"] = src.hub_config or src.hub_id.rsplit("/", 1)[-1]
+    rows = hub_rows(src.hub_id, src.hub_config, src.hub_split)
+    return LOADERS[src.dataset](rows, limit=src.limit, origin=src.hub_id, **extra)
+
+
+def split_counts(n: int, ratios: SplitRatios) -> dict[str, int]:
+    """Questions per split for ``n`` questions: floors of ``n * ratio``, the remainder going to
+    the largest fractional parts (ties: train, dev, test). Sums to ``n`` exactly."""
+    shares = {"train": n * ratios.train, "dev": n * ratios.dev, "test": n * ratios.test}
+    counts = {k: int(v) for k, v in shares.items()}
+    by_fraction = sorted(shares, key=lambda k: -(shares[k] - counts[k]))  # stable: ties keep order
+    for k in by_fraction[: n - sum(counts.values())]:
+        counts[k] += 1
+    return counts
+
+
+def assign_splits(
+    questions: Sequence[dict[str, Any]], split: str, ratios: SplitRatios, seed: str
+) -> list[dict[str, Any]]:
+    """Copies of ``questions`` with ``split`` set; ``auto`` = shuffle with ``random.Random(seed)``
+    and cut by :func:`split_counts`. Questions keep their file order within each split."""
+    if split != "auto":
+        return [{**q, "split": split} for q in questions]
+    order = list(range(len(questions)))
+    random.Random(seed).shuffle(order)
+    counts = split_counts(len(questions), ratios)
+    labels: list[str] = [""] * len(questions)
+    rank = 0
+    for name in ("train", "dev", "test"):
+        for i in order[rank : rank + counts[name]]:
+            labels[i] = name
+        rank += counts[name]
+    return [{**q, "split": label} for q, label in zip(questions, labels)]
+
+
+def _source_label(i: int, src: RealSource) -> str:
+    where = f"path {src.path}" if src.path is not None else f"hub_id {src.hub_id}"
+    field = "path" if src.path is not None else "hub_id"
+    return f"data.real.sources[{i}].{field} ({src.dataset}, {where})"
+
+
+def load_sources(real_cfg: RealConfig, seed: int) -> Dataset:
+    """Load, split and merge every source in ``real_cfg`` into one :class:`Dataset`.
+
+    The shuffle of source ``i`` is seeded with ``"<seed>:<i>:<dataset>"`` (deterministic across
+    runs and processes). A question id seen in two sources, a source that yields no question, and
+    any bad file or record raise :class:`RealDataError` naming the source.
+    """
+    questions: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
+    corpus = CorpusBuilder()
+    owner: dict[str, int] = {}
+    for i, src in enumerate(real_cfg.sources):
+        label = _source_label(i, src)
+        try:
+            loaded = load_source(src)
+        except RealDataError as exc:
+            raise RealDataError(f"{label}: {exc}") from None
+        if not loaded.questions:
+            skipped = ", ".join(f"{n} {why}" for why, n in sorted(loaded.skipped.items())) or "none"
+            raise RealDataError(f"{label}: no usable question (skipped: {skipped})")
+        for q in assign_splits(loaded.questions, src.split, real_cfg.ratios, f"{seed}:{i}:{src.dataset}"):
+            if q["id"] in owner:
+                raise RealDataError(
+                    f"{label}: question id {q['id']!r} was already loaded by data.real.sources[{owner[q['id']]}]"
+                )
+            owner[q["id"]] = i
+            questions[q["split"]].append(q)
+        try:
+            corpus.extend(loaded.passages, label)
+        except RealDataError as exc:
+            raise RealDataError(f"{label}: {exc}") from None
+    if real_cfg.corpus is not None:
+        try:
+            corpus.extend(read_flashrag_corpus(real_cfg.corpus), "data.real.corpus")
+        except RealDataError as exc:
+            raise RealDataError(f"data.real.corpus ({real_cfg.corpus}): {exc}") from None
+    return Dataset(questions=questions, corpus=corpus.passages())

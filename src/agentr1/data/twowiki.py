@@ -1,0 +1,73 @@
+"""2WikiMultihopQA -> unified schema.
+
+Reads the official layout (``_id``, ``type``, ``question``, ``context`` = ``[[title,
+[sentences]]]``, ``supporting_facts`` = ``[[title, sent_idx]]``, ``answer``; ``evidences`` and
+``answer_id`` are ignored) as a JSON array *or* JSON Lines whatever the suffix (detected by
+``read_records``), and the Hugging Face column layout (``id``, ``context`` = ``{title, sentences}``)
+used by hub copies.
+
+Mapping: id ``2wiki:<_id|id>``; answers ``[answer]``; type as given; hops by type —
+``bridge_comparison`` 4 (two bridges, then a comparison: four supporting paragraphs), and 2 for
+``comparison``, ``compositional`` and ``inference``; ``supporting_ids`` = the supporting paragraphs
+in order of first appearance in ``supporting_facts`` (hop order). Context paragraphs become
+passages ``2wiki:<sha1(title, text)[:16]>``.
+
+Records without ``context`` (some derived files carry ``qa_pairs``/``explanation`` instead) give no
+corpus to answer from: they are skipped and counted, and a warning with the count is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from agentr1.data.realformat import (
+    CorpusBuilder,
+    RealDataError,
+    Loaded,
+    Record,
+    add_context_question,
+    log_skipped,
+    parse_context,
+    record_id,
+    require,
+    require_text,
+    supporting_titles,
+    where_id,
+)
+
+SOURCE = "2wiki"
+HOPS = {"comparison": 2, "compositional": 2, "inference": 2, "bridge_comparison": 4}
+NO_CONTEXT = "no 'context' (missing or empty)"
+log = logging.getLogger(__name__)
+
+
+def load_twowiki(records: Iterable[Record], limit: int | None = None, origin: str = SOURCE) -> Loaded:
+    """Map 2WikiMultihopQA records (``(where, record)`` pairs); stop after ``limit`` questions."""
+    loaded, corpus = Loaded(), CorpusBuilder()
+    for where, rec in records:
+        if limit is not None and len(loaded.questions) >= limit:
+            break
+        where = where_id(where, rec, "_id", "id")
+        if not rec.get("context"):
+            loaded.skipped[NO_CONTEXT] += 1
+            continue
+        qtype = require_text(rec, "type", where)
+        if qtype not in HOPS:
+            raise RealDataError(f"{where}: field 'type' is {qtype!r}; 2Wiki types are {sorted(HOPS)}")
+        add_context_question(
+            loaded,
+            corpus,
+            source=SOURCE,
+            qid=f"{SOURCE}:{record_id(rec, where, '_id', 'id')}",
+            text=require_text(rec, "question", where),
+            answers=[require_text(rec, "answer", where)],
+            qtype=qtype,
+            hops=HOPS[qtype],
+            context=parse_context(require(rec, "context", (list, dict, str), where), where),
+            titles=supporting_titles(require(rec, "supporting_facts", (list, dict, str), where), where),
+            where=where,
+        )
+    loaded.passages = corpus.passages()
+    log_skipped(log, origin, loaded)
+    return loaded

@@ -1,0 +1,130 @@
+"""Fuzz: thousands of random / garbled turns through ToolEnv — nothing escapes, every result is a
+parsed call, an answer, an error observation, or a documented episode end (no_call, max_turns)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentr1.env import SearchTool, StepResult, ToolEnv, select_calls
+from agentr1.retrieval.base import Hit, Retriever, RetrieverError
+
+N_TURNS_PER_CASE = 400  # 4 cases (2 formats x 2 policies) = 1,600 generated turns
+BATCH = 16
+MAX_TURNS = 3
+OBS_MAX = 200
+
+
+class FlakyRetriever(Retriever):
+    """Deterministic passages; every 7th batch raises (alternating RetrieverError/TimeoutError)."""
+
+    def __init__(self):
+        self.n = 0
+
+    def search(self, queries, k):
+        self.n += 1
+        if self.n % 7 == 0:
+            raise (RetrieverError("index offline") if self.n % 2 else TimeoutError("no answer in 10 s"))
+        return [
+            [Hit(f"p{(len(q) + j) % 5}", f"Title {j}", f"passage {j} about {q[:20]} " * 3, 1.0 / (j + 1)) for j in range(k)]
+            for q in queries
+        ]
+
+
+FRAGMENTS = [
+    "<search>", "</search>", "<answer>", "</answer>", "<think>", "</think>", "<information>",
+    "</information>", "<tool_call>", "</tool_call>", "<tool_response>", "{", "}", "[", "]", '"', ":", ",",
+    '"name"', '"arguments"', '"search"', '"query"', "null", "true", "1e999", "\\", "\\u00e9", "\n", " ",
+    "Ada Vell", "Korvash", "北京", "Zoë", "🙂", "\x00", "\u202e", "\ud800", "<", ">", "/", "</", "x" * 300,
+    '{"name": "search", "arguments": {"query": "Ada"}}', '{"name": "search", "arguments": {}}',
+    '{"name": "calc", "arguments": {"q": 1}}', '{"name": "search", "arguments": "{\\"query\\": \\"x\\"}"}',
+]
+
+
+def random_turn(rng: random.Random, env: ToolEnv) -> str:
+    """Mix of valid calls/answers, tag and JSON fragments, unicode and random characters."""
+    parts = []
+    for _ in range(rng.randint(0, 8)):
+        r = rng.random()
+        if r < 0.2:
+            q = rng.choice(["Ada", "", " ", "Korvash river", "x" * 300, "Zoë 北京 🙂", "a\"b"])
+            parts.append(env.fmt.render_call("search", {"query": q}))
+        elif r < 0.3:
+            parts.append(env.fmt.render_answer(rng.choice(["Korvash", "", "  ", "yes"])))
+        elif r < 0.8:
+            parts.append(rng.choice(FRAGMENTS))
+        else:
+            parts.append("".join(chr(rng.randint(0, 0x2FFF)) for _ in range(rng.randint(1, 12))))
+    text = "".join(parts)
+    if parts and rng.random() < 0.3:  # cut anywhere, like a max-token truncation
+        text = text[: rng.randint(0, len(text))]
+    return text
+
+
+def check_result(env: ToolEnv, text: str, turn_index: int, res: StepResult) -> str:
+    """Classify one result and check its invariants; returns the category."""
+    assert isinstance(res, StepResult)
+    for o in res.outcomes:
+        assert 0 <= o.end <= len(text)
+        assert o.success <= o.valid  # success implies valid
+        assert o.success or (isinstance(o.error, str) and o.error)
+        assert o.found_support <= o.success
+    if res.reason == "answer":
+        assert res.done and res.observation == "" and isinstance(res.answer, str) and res.answer.strip()
+        return "answer"
+    assert res.answer is None
+    if res.reason == "max_turns":
+        assert res.done and res.observation == "" and turn_index >= MAX_TURNS - 1
+        assert not any(o.success for o in res.outcomes)
+        return "max_turns"
+    if res.reason == "no_call":
+        assert res.done and res.observation == "" and res.outcomes == []
+        return "no_call"
+    assert res.reason == "continue" and not res.done
+    assert res.outcomes and 0 < len(res.observation) <= OBS_MAX
+    if any(o.success for o in res.outcomes):
+        return "call"
+    assert "Error" in res.observation
+    return "error"
+
+
+@pytest.mark.parametrize("fmt", ["tags", "hermes"])
+@pytest.mark.parametrize("multi_call", ["first", "all"])
+def test_fuzz_generated_turns(fmt, multi_call):
+    rng = random.Random(f"{fmt}-{multi_call}-1234")
+    env = ToolEnv([SearchTool(FlakyRetriever(), topk=2, max_query_chars=64)], fmt, max_turns=MAX_TURNS,
+                  multi_call=multi_call, max_calls_per_turn=3, observation_max_chars=OBS_MAX)
+    seen: dict[str, int] = {}
+    for _ in range(N_TURNS_PER_CASE // BATCH):
+        texts = [random_turn(rng, env) for _ in range(BATCH)]
+        idx = [rng.choice([0, 0, 0, 1, 1, MAX_TURNS - 1, MAX_TURNS]) for _ in texts]
+        support = [[f"p{rng.randrange(5)}"] for _ in texts]
+        results = env.step_batch(texts, idx, support)
+        assert len(results) == BATCH
+        for text, i, res in zip(texts, idx, results):
+            cat = check_result(env, text, i, res)
+            seen[cat] = seen.get(cat, 0) + 1
+            if multi_call == "first":
+                assert len(res.outcomes) <= 1
+                # parsing is unchanged when the text is cut right after its first stop string
+                ends = [text.find(s) + len(s) for s in env.stop_strings if s in text]
+                cut = text[: min(ends)] if ends else text
+                assert select_calls(env.fmt.parse(cut), "first", 3) == select_calls(env.fmt.parse(text), "first", 3)
+            for c in env.fmt.parse(text).calls:
+                assert text[c.start : c.end] == c.raw and any(c.raw.endswith(s) for s in env.fmt.call_stop_strings)
+    assert sum(seen.values()) == N_TURNS_PER_CASE
+    assert set(seen) == {"answer", "max_turns", "no_call", "call", "error"}, seen  # every path exercised
+
+
+@settings(max_examples=300, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    text=st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=6), max_size=12).map("".join),
+    turn_index=st.integers(0, MAX_TURNS),
+    fmt=st.sampled_from(["tags", "hermes"]),
+)
+def test_fuzz_hypothesis(text, turn_index, fmt):
+    env = ToolEnv([SearchTool(FlakyRetriever(), topk=2)], fmt, max_turns=MAX_TURNS, observation_max_chars=OBS_MAX)
+    check_result(env, text, turn_index, env.step(text, turn_index, ["p1"]))
