@@ -147,7 +147,8 @@ class DataConfig(_Section):
 
 class ValidateConfig(_Section):
     report_dir: str = "data/validation"
-    leak_allowed_types: list[str] = Field(default_factory=lambda: ["comparison"])
+    # question types whose answer may appear in the question (it is one of the compared names)
+    leak_allowed_types: list[str] = Field(default_factory=lambda: ["comparison", "bridge_comparison"])
     max_examples: int = Field(5, ge=1, le=100)
 
 
@@ -194,6 +195,7 @@ class ServerConfig(_Section):
     backoff_s: float = Field(0.2, ge=0)
     max_queries: int = Field(512, ge=1)
     max_topk: int = Field(50, ge=1)
+    default_topk: int = Field(3, ge=1)  # /retrieve requests that omit topk
 
 
 class RetrievalConfig(_Section):
@@ -315,6 +317,35 @@ class RolloutConfig(_Section):
     vllm: VLLMConfig = VLLMConfig()
 
 
+# --------------------------------------------------------------------------------------- sft
+class SFTConfig(_Section):
+    """The supervised cold start on oracle trajectories (stage ``sft``, ``agentr1.rl.sft``).
+
+    ``oracle_noise``: share of oracle episodes made imperfect (a wrong or redundant query, or an
+    early answer with a bridge entity) so the cold start leaves room for RL;
+    ``oracle_lead_space``: write queries and answers with a space before the name (``<search>
+    Ada Vell</search>``) so a name is tokenized exactly as in passage text, which makes copying
+    it from an observation easier; ``train_examples``: oracle episodes built from the train split
+    (null = all); ``steps``/``batch_size``/``lr``/``warmup_steps``/``weight_decay``/``grad_clip``
+    (0 = off): AdamW on the action-token NLL; ``eval_examples``: dev questions evaluated (null =
+    the full dev split). ``enabled: false`` skips training and saves the base policy as is."""
+
+    enabled: bool = True
+    oracle_noise: float = Field(0.2, ge=0, le=1)
+    oracle_lead_space: bool = True
+    train_examples: int | None = Field(2000, ge=1)
+    steps: int = Field(60, ge=0)
+    batch_size: int = Field(16, ge=1)
+    lr: float = Field(3e-3, gt=0)
+    warmup_steps: int = Field(10, ge=0)
+    weight_decay: float = Field(0.01, ge=0)
+    grad_clip: float = Field(1.0, ge=0)
+    log_every: int = Field(10, ge=1)
+    out_dir: str = "data/models/sft"
+    report_dir: str = "data/sft"
+    eval_examples: int | None = Field(None, ge=1)
+
+
 # ----------------------------------------------------------------------------------- project
 class Config(_Section):
     seed: int = Field(0, ge=0)
@@ -326,6 +357,7 @@ class Config(_Section):
     reward: RewardConfig = RewardConfig()
     model: ModelConfig = ModelConfig()
     rollout: RolloutConfig = RolloutConfig()
+    sft: SFTConfig = SFTConfig()
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
 

@@ -1,0 +1,312 @@
+"""Stage ``validate``: GX checks on tiny processed datasets, the success marker, and the CLI."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agentr1.cli import main
+from agentr1.config import config_from_dict, load_config
+from agentr1.data.schema import Dataset, write_dataset
+from agentr1.data.validation import (
+    GX_RESULT_FILE,
+    MARKER_FILE,
+    SUMMARY_FILE,
+    build_checks,
+    leaked_answer,
+    normalize_text,
+    require_validated,
+    run_validate,
+)
+from agentr1.errors import StageError
+
+
+def _q(
+    id_: str, question: str, answers: list[str], type_: str, hops: int, sup: list[str], split: str
+) -> dict[str, Any]:
+    return {
+        "id": id_, "question": question, "answers": answers, "type": type_, "hops": hops,
+        "supporting_ids": sup, "source": "synthetic", "split": split,
+    }
+
+
+def clean_dataset() -> Dataset:
+    """A small dataset that passes every check (incl. an allowed leak in a comparison question)."""
+    titles = ["Alva Brenn", "Kostrava", "Miro Tesk", "Velun Dor", "Orsk", "Tamiq Ral", "Zerav"]
+    corpus = [
+        {"id": f"p{i}", "title": title, "text": f"{title} is a made-up entity number {i}."}
+        for i, title in enumerate(titles, 1)
+    ]
+    questions = {
+        "train": [
+            _q("t1", "Where was Alva Brenn born?", ["Kostrava"], "bridge", 2, ["p1", "p2"], "train"),
+            _q("t2", "Who was born first, Alva Brenn or Miro Tesk?", ["Alva Brenn"], "comparison", 2,
+               ["p1", "p3"], "train"),
+        ],
+        "dev": [_q("d1", "Which city is Velun Dor from?", ["Orsk", "Orsk City"], "bridge", 2, ["p4", "p5"], "dev")],
+        "test": [_q("e1", "Who founded the company of Tamiq Ral?", ["Zerav"], "compositional", 2,
+                    ["p6", "p7"], "test")],
+        "ood": [_q("o1", "In which city was the founder of Velun Dor's studio born?", ["Kostrava"], "chain", 3,
+                   ["p4", "p6", "p2"], "ood")],
+    }
+    return Dataset(questions=questions, corpus=corpus)
+
+
+def make_cfg(tmp_path: Path, **validate: Any):
+    raw = {
+        "data": {"processed_dir": str(tmp_path / "processed"), "hops": {"min": 1, "max": 4}},
+        "validate": {"report_dir": str(tmp_path / "validation"), **validate},
+    }
+    return config_from_dict(raw)
+
+
+def write(cfg, ds: Dataset) -> None:
+    write_dataset(ds, cfg.data.processed_dir)
+
+
+def marker(cfg) -> Path:
+    return Path(cfg.validate_.report_dir) / MARKER_FILE
+
+
+def summary(cfg) -> dict[str, Any]:
+    return json.loads((Path(cfg.validate_.report_dir) / SUMMARY_FILE).read_text())
+
+
+# ------------------------------------------------------------------------------- unit pieces
+def test_leak_detection_is_normalized_and_word_bounded():
+    assert normalize_text("  Is PARIS,  in France? ") == "is paris in france"
+    assert leaked_answer("Is paris in France?", ["Paris"]) == "Paris"
+    assert leaked_answer("Where was X born in 1990?", ["1"]) is None
+    assert leaked_answer("Who directed Kostrava-Nights?", ["kostrava nights"]) == "kostrava nights"
+    assert leaked_answer("Who is Alvar?", ["Alva"]) is None
+    assert leaked_answer(None, ["x"]) is None
+
+
+def test_check_names_unique_and_hop_range_from_params(tmp_path):
+    checks = build_checks(make_cfg(tmp_path))
+    assert len({c.name for c in checks}) == len(checks)
+    hops = next(c for c in checks if c.name == "questions.hops_in_range")
+    assert (hops.kwargs["min_value"], hops.kwargs["max_value"]) == (1, 4)
+
+
+# ----------------------------------------------------------------------------------- passing
+def test_clean_dataset_passes_writes_reports_and_marker(tmp_path):
+    cfg = make_cfg(tmp_path)
+    write(cfg, clean_dataset())
+    with pytest.raises(StageError, match="run `agentr1 validate`"):
+        require_validated(cfg)
+
+    report = run_validate(cfg, None)
+    assert report.success
+    s = summary(cfg)
+    assert s["success"] is True and s["n_failed"] == 0
+    assert s["rows"] == {"corpus": 7, "questions": 5, "train": 2, "dev": 1, "test": 1, "ood": 1}
+    assert all(e["success"] for e in s["expectations"].values())
+    assert s["expectations"]["questions.id_unique"]["unexpected_count"] == 0
+    assert s["expectations"]["questions.id_unique"]["expectation"] == "expect_column_values_to_be_unique"
+    assert marker(cfg).exists()
+    require_validated(cfg)  # passes
+
+    # the comparison question leaks its answer, allowed by leak_allowed_types=[comparison]
+    assert leaked_answer("Who was born first, Alva Brenn or Miro Tesk?", ["Alva Brenn"]) == "Alva Brenn"
+
+    gx_text = (Path(cfg.validate_.report_dir) / GX_RESULT_FILE).read_text()
+    gx = json.loads(gx_text)
+    assert set(gx) == {"questions", "corpus"} and gx["questions"]["success"] is True
+    for volatile in ("validation_time", "run_id", "ge_load_time", "validation_id"):
+        assert volatile not in gx_text
+
+    # deterministic: a second run writes byte-identical reports
+    first = {n: (Path(cfg.validate_.report_dir) / n).read_bytes() for n in (SUMMARY_FILE, GX_RESULT_FILE, MARKER_FILE)}
+    run_validate(cfg, None)
+    second = {n: (Path(cfg.validate_.report_dir) / n).read_bytes() for n in first}
+    assert first == second
+
+
+# -------------------------------------------------------------------------------- corruptions
+def _dup_id(ds: Dataset) -> None:
+    ds.questions["train"].append(dict(ds.questions["train"][0], question="Where did Alva Brenn study?"))
+
+
+def _missing_passage(ds: Dataset) -> None:
+    ds.questions["train"][0]["supporting_ids"] = ["p1", "p404"]
+
+
+def _empty_answer(ds: Dataset) -> None:
+    ds.questions["dev"][0]["answers"] = ["Orsk", " "]
+
+
+def _no_answers(ds: Dataset) -> None:
+    ds.questions["test"][0]["answers"] = []
+
+
+def _hops_out_of_range(ds: Dataset) -> None:
+    ds.questions["ood"][0]["hops"] = 7
+
+
+def _leak(ds: Dataset) -> None:
+    ds.questions["dev"][0]["question"] = "Velun Dor is from Orsk; which city is Velun Dor from?"
+
+
+def _question_in_two_splits(ds: Dataset) -> None:
+    ds.questions["test"][0]["question"] = "where was alva brenn born"  # = train t1 after normalization
+
+
+def _id_in_two_splits(ds: Dataset) -> None:
+    ds.questions["dev"][0]["id"] = "t2"
+
+
+def _blank_question(ds: Dataset) -> None:
+    ds.questions["train"][1]["question"] = "   "
+
+
+def _wrong_split(ds: Dataset) -> None:
+    ds.questions["test"][0]["split"] = "dev"
+
+
+def _dup_passage(ds: Dataset) -> None:
+    ds.corpus.append(dict(ds.corpus[2], text="A second passage with the same id."))
+
+
+CORRUPTIONS: list[tuple[str, Callable[[Dataset], None], str, str, str]] = [
+    # (name, mutate, failed check, offending id, offending value in the message)
+    ("duplicate_id", _dup_id, "questions.id_unique", "t1", "'t1'"),
+    ("missing_supporting_passage", _missing_passage, "questions.supporting_ids_in_corpus", "t1", "'p404'"),
+    ("empty_answer", _empty_answer, "questions.answers_not_blank", "d1", "0"),
+    ("no_answers", _no_answers, "questions.answers_not_empty", "e1", "0"),
+    ("hops_out_of_range", _hops_out_of_range, "questions.hops_in_range", "o1", "7"),
+    ("answer_leak", _leak, "questions.no_answer_leak", "d1", "'Orsk'"),
+    ("question_in_two_splits", _question_in_two_splits, "questions.splits_disjoint_questions", "e1", "'test,train'"),
+    ("id_in_two_splits", _id_in_two_splits, "questions.splits_disjoint_ids", "t2", "'dev,train'"),
+    ("blank_question", _blank_question, "questions.question_not_blank", "t2", "'   '"),
+    ("wrong_split_value", _wrong_split, "questions.split_matches_file", "e1", "dev"),
+    ("duplicate_passage_id", _dup_passage, "corpus.id_unique", "p3", "'p3'"),
+]
+
+
+@pytest.mark.parametrize(("mutate", "check", "bad_id", "bad_value"),
+                         [c[1:] for c in CORRUPTIONS], ids=[c[0] for c in CORRUPTIONS])
+def test_corruption_fails_with_message_and_no_marker(tmp_path, mutate, check, bad_id, bad_value):
+    cfg = make_cfg(tmp_path)
+    ds = clean_dataset()
+    marker(cfg).parent.mkdir(parents=True)
+    marker(cfg).write_text("{}")  # a marker left by an earlier run ...
+
+    bad = copy.deepcopy(ds)
+    mutate(bad)
+    write(cfg, bad)
+    with pytest.raises(StageError) as info:
+        run_validate(cfg, None)
+    msg = str(info.value)
+    assert "dataset validation failed" in msg
+    line = next(ln for ln in msg.splitlines() if ln.strip().startswith(f"- {check} "))
+    assert "unexpected" in line and not line.split("]: ")[1].startswith("0 ")
+    assert f"id={bad_id!r}" in msg and bad_value in msg
+    assert not marker(cfg).exists()  # ... is gone, so later stages refuse to run
+    with pytest.raises(StageError, match="not passed validation"):
+        require_validated(cfg)
+    s = summary(cfg)  # reports are still written for inspection
+    assert s["success"] is False and s["expectations"][check]["success"] is False
+    assert s["expectations"][check]["unexpected_count"] >= 1
+    assert json.loads((Path(cfg.validate_.report_dir) / GX_RESULT_FILE).read_text())["questions"]
+
+
+def test_leak_in_comparison_fails_when_type_not_allowed(tmp_path):
+    cfg = make_cfg(tmp_path, leak_allowed_types=[])
+    write(cfg, clean_dataset())
+    with pytest.raises(StageError, match=r"questions\.no_answer_leak") as info:
+        run_validate(cfg, None)
+    assert "id='t2' value='Alva Brenn'" in str(info.value)
+
+
+def test_nulls_and_empty_corpus_fail_with_readable_examples(tmp_path):
+    cfg = make_cfg(tmp_path)
+    ds = clean_dataset()
+    ds.questions["dev"][0]["hops"] = None
+    ds.questions["test"][0]["id"] = None
+    ds.corpus = []
+    write(cfg, ds)
+    with pytest.raises(StageError) as info:
+        run_validate(cfg, None)
+    msg = str(info.value)
+    assert "questions.hops_not_null" in msg and "id='d1' value=None" in msg
+    assert "questions.id_not_null" in msg and "id=None value=None" in msg
+    assert "corpus.not_empty [expect_table_row_count_to_be_between]: failed" in msg and "observed value=0" in msg
+    assert "questions.supporting_ids_in_corpus [expect_column_values_to_be_null column 'missing_supporting_ids']" in msg
+    assert summary(cfg)["expectations"]["questions.supporting_ids_in_corpus"]["unexpected_count"] == 5
+    gx_text = (Path(cfg.validate_.report_dir) / GX_RESULT_FILE).read_text()
+    assert "NaN" not in gx_text and json.loads(gx_text)["corpus"]["success"] is False
+    assert not marker(cfg).exists()
+
+
+def test_examples_limited_by_max_examples(tmp_path):
+    cfg = make_cfg(tmp_path, max_examples=2)
+    ds = clean_dataset()
+    for split in ("train", "dev", "test", "ood"):
+        for q in ds.questions[split]:
+            q["hops"] = 9
+    write(cfg, ds)
+    with pytest.raises(StageError) as info:
+        run_validate(cfg, None)
+    msg = str(info.value)
+    assert "questions.hops_in_range [expect_column_values_to_be_between column 'hops']: 5 unexpected" in msg
+    assert msg.count("value=9") == 2
+
+
+# ------------------------------------------------------------------------------ the marker
+def test_require_validated_refuses_changed_data_and_params(tmp_path):
+    cfg = make_cfg(tmp_path)
+    ds = clean_dataset()
+    write(cfg, ds)
+    run_validate(cfg, None)
+    require_validated(cfg)
+
+    changed = copy.deepcopy(ds)
+    changed.questions["dev"][0]["answers"] = ["Orsk", "Orsk town"]
+    write(cfg, changed)
+    with pytest.raises(StageError, match=r"changed since it was validated \(changed: dev.parquet\).*agentr1 validate"):
+        require_validated(cfg)
+
+    write(cfg, ds)  # identical bytes again -> accepted
+    require_validated(cfg)
+    narrower = make_cfg(tmp_path)
+    narrower.data.hops.max = 2
+    with pytest.raises(StageError, match="different data.hops"):
+        require_validated(narrower)
+
+
+def test_missing_processed_data_is_a_stage_error(tmp_path):
+    cfg = make_cfg(tmp_path)
+    with pytest.raises(StageError, match="agentr1 prepare"):
+        run_validate(cfg, None)
+    assert not marker(cfg).exists()
+
+
+# ----------------------------------------------------------------------------------- the CLI
+def test_cli_validate_exit_codes_and_stderr(tmp_path, capsys):
+    raw = {
+        "data": {"processed_dir": str(tmp_path / "processed"), "hops": {"min": 1, "max": 4}},
+        "validate": {"report_dir": str(tmp_path / "validation"), "max_examples": 3},
+    }
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(raw))
+    cfg = load_config(params)
+    ds = clean_dataset()
+    write(cfg, ds)
+    assert main(["--params", str(params), "validate"]) == 0
+    assert marker(cfg).exists()
+
+    _missing_passage(ds)
+    write(cfg, ds)
+    capsys.readouterr()
+    assert main(["--params", str(params), "validate"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("agentr1 validate: dataset validation failed")
+    assert "questions.supporting_ids_in_corpus" in err and "id='t1' value='p404'" in err
+    assert not marker(cfg).exists()
