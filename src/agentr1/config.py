@@ -248,9 +248,11 @@ class RewardConfig(_Section):
 # ------------------------------------------------------------------------------------- model
 class ScratchModelConfig(_Section):
     """A small Llama-architecture causal LM trained from scratch, with its own byte-level BPE
-    tokenizer (``agentr1.models.scratch``)."""
+    tokenizer (``agentr1.models.scratch``). ``vocab_size`` 8192 on the nano world's corpus gives
+    ~1.07 tokens per name part of unseen (dev) entities (4096: 1.5, 2048: 2.2) - near word-level
+    pieces, which small models copy far more easily."""
 
-    vocab_size: int = Field(4096, ge=512, le=262144)
+    vocab_size: int = Field(8192, ge=512, le=262144)
     hidden_size: int = Field(128, ge=8)
     num_layers: int = Field(4, ge=1, le=128)
     num_heads: int = Field(4, ge=1)
@@ -346,6 +348,28 @@ class SFTConfig(_Section):
     eval_examples: int | None = Field(None, ge=1)
 
 
+# ---------------------------------------------------------------------------------- tracking
+class TrackingConfig(_Section):
+    """MLflow (``agentr1.tracking``). ``uri``: the tracking store (env ``MLFLOW_TRACKING_URI``
+    wins); a ``sqlite:///`` path is relative to the working directory, its artifacts go under
+    ``artifact_root``; an ``http(s)://`` server is checked at stage start (``connect_timeout_s``)
+    and a stage fails naming it when unreachable. The experiment is ``<experiment_prefix>-<profile>``;
+    ``parent_run`` nests the stage runs of one pipeline (tag ``agentr1.pipeline_id``) under a
+    parent run. ``trace_sample``: episodes logged as traces per evaluation. ``registered_model``
+    and ``gate_metric`` (with ``<metric>_ci_lower``/``_ci_upper``) drive the registry and
+    ``agentr1 promote``. ``enabled: false`` runs stages without MLflow (no-op logger)."""
+
+    enabled: bool = True
+    uri: str = "sqlite:///mlflow/mlflow.db"
+    artifact_root: str = "mlflow/artifacts"
+    experiment_prefix: str = "agentr1"
+    parent_run: bool = True
+    connect_timeout_s: float = Field(5.0, gt=0)
+    trace_sample: int = Field(16, ge=0)
+    registered_model: str = "agentr1-policy"
+    gate_metric: str = "test/em"
+
+
 # ----------------------------------------------------------------------------------- project
 class Config(_Section):
     seed: int = Field(0, ge=0)
@@ -358,6 +382,7 @@ class Config(_Section):
     model: ModelConfig = ModelConfig()
     rollout: RolloutConfig = RolloutConfig()
     sft: SFTConfig = SFTConfig()
+    tracking: TrackingConfig = TrackingConfig()
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
 

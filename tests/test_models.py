@@ -1,0 +1,137 @@
+"""Policy loading: the scratch tokenizer is lossless and knows the tool tags, the scratch model is
+a seeded standard Llama, checkpoints round-trip exactly, GGUF discovery errors are clear."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentr1.config import ModelConfig, ScratchModelConfig
+from agentr1.errors import StageError
+from agentr1.models import (
+    TOOL_TAGS,
+    build_scratch_model,
+    find_gguf_file,
+    load_checkpoint,
+    load_policy,
+    save_checkpoint,
+    train_tokenizer,
+)
+
+torch.set_num_threads(1)
+
+CORPUS = [
+    "Zorvath Quellin was born in Brindlemoor and founded Vantrix Holdings in 1931.",
+    "The film Ombrel Dusk was directed by Kael Veshtar; it premiered in Trelloway.",
+    "Question: Who founded the company that produced Ombrel Dusk?",
+    "<search> Vantrix Holdings founder </search>\n<information>Doc 1 (Vantrix): ...</information>",
+] * 20
+
+TINY = ScratchModelConfig(
+    vocab_size=600, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64, max_position=256
+)
+
+TRICKY = [
+    "  leading spaces and trailing  ",
+    "line one\nline two\r\n\ttabbed\n\n",
+    "unicode: Zürich, naïve, 東京, Ωμέγα, emoji 🚀👩‍🔬, combining e\u0301",
+    "<search> Zorvath  Quellin </search>\n<information>Doc 1: x</information>\n<answer>yes</answer>",
+    "<|im_start|>assistant\n<think>hmm</think><tool_call>{\"name\": \"search\"}</tool_call><|im_end|>",
+    "no-space<answer>tight</answer>after",
+    "",
+]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return train_tokenizer(CORPUS, TINY.vocab_size)
+
+
+@pytest.mark.parametrize("text", TRICKY)
+def test_tokenizer_round_trip_is_exact(tok, text):
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False) == text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=80))
+def test_tokenizer_round_trip_any_text(tok, text):
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False) == text
+
+
+def test_tokenizer_special_tokens_and_template(tok):
+    for tag in (*TOOL_TAGS, "<|im_start|>", "<|im_end|>"):
+        assert len(tok(tag, add_special_tokens=False)["input_ids"]) == 1, tag
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|pad|>"
+    assert tok.pad_token_id != tok.eos_token_id
+    # tool tags are not "special": they survive a human-readable decode
+    ids = tok("<search> q </search><|im_end|>", add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids, skip_special_tokens=True) == "<search> q </search>"
+    text = tok.apply_chat_template(
+        [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}], tokenize=False, add_generation_prompt=True
+    )
+    assert text == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"
+    # invented names learned from the corpus are one or two tokens
+    assert len(tok(" Zorvath", add_special_tokens=False)["input_ids"]) <= 2
+
+
+def test_tokenizer_training_is_deterministic(tok):
+    again = train_tokenizer(CORPUS, TINY.vocab_size)
+    assert again.get_vocab() == tok.get_vocab()
+
+
+def test_scratch_model_is_seeded_llama(tok):
+    a = build_scratch_model(TINY, tok, seed=3)
+    b = build_scratch_model(TINY, tok, seed=3)
+    c = build_scratch_model(TINY, tok, seed=4)
+    assert a.config.model_type == "llama" and a.config.vocab_size == len(tok)
+    assert a.config.num_key_value_heads == 1 and a.config.tie_word_embeddings
+    sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert not all(torch.equal(sa[k], sc[k]) for k in sa)
+
+
+def test_load_policy_scratch_needs_texts():
+    cfg = ModelConfig(kind="scratch", scratch=TINY)
+    with pytest.raises(ValueError, match="tokenizer"):
+        load_policy(cfg)
+    model, tok = load_policy(cfg, tokenizer_texts=CORPUS, seed=1)
+    assert model.config.vocab_size == len(tok) and not model.training
+
+
+def test_checkpoint_round_trip_gives_identical_logits(tok, tmp_path):
+    model = build_scratch_model(TINY, tok, seed=0)
+    path = save_checkpoint(model, tok, tmp_path / "ckpt")
+    assert (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file()
+    assert not any(p.name.startswith(".") for p in tmp_path.iterdir()), "temporary dir left behind"
+    loaded, tok2 = load_checkpoint(path)
+    ids = torch.tensor([tok(TRICKY[3], add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, loaded(ids).logits)
+    assert tok2(TRICKY[4], add_special_tokens=False)["input_ids"] == tok(TRICKY[4], add_special_tokens=False)["input_ids"]
+    assert tok2.chat_template == tok.chat_template and tok2.pad_token_id == tok.pad_token_id
+
+
+def test_checkpoint_overwrite_is_atomic(tok, tmp_path):
+    target = tmp_path / "ckpt"
+    save_checkpoint(build_scratch_model(TINY, tok, seed=0), tok, target)
+    second = build_scratch_model(TINY, tok, seed=1)
+    save_checkpoint(second, tok, target)
+    loaded, _ = load_checkpoint(target)
+    assert torch.equal(loaded.model.embed_tokens.weight, second.model.embed_tokens.weight)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_find_gguf_file_errors():
+    with pytest.raises(StageError, match="not installed"):
+        find_gguf_file("agentr1_no_such_package_xyz")
+    with pytest.raises(StageError, match="holds 0 GGUF"):
+        find_gguf_file("agentr1")
+
+
+def test_hf_kind_requires_a_path():
+    with pytest.raises(ValueError, match="name_or_path"):
+        ModelConfig(kind="hf")
