@@ -1,0 +1,315 @@
+"""Advantage estimators, registered by name (verl ``core_algos`` style, multi-turn-correct).
+
+Every estimator is a pure function of padded ``[B, T]`` tensors (conventions in
+:mod:`agentr1.rl.masks`) and returns ``(advantages [B, T], returns [B, T])``, both exactly 0
+outside ``mask``. ``mask`` is the *recursion mask*: ``action_mask`` with the advantage mask on
+(Agent-R1), ``response_mask`` with it off (the ablation); see :func:`agentr1.rl.masks.select_masks`.
+
+Multi-turn semantics of the mask. The tokens where ``mask = 1`` form the chain the estimator sees,
+in order; a token with ``mask = 0`` (an observation, the prompt, padding) is *not a time step*:
+its reward and value are ignored, nothing is written there, and the running return / GAE / "next
+value" carry across it unchanged. (verl 0.7.0's GAE multiplied the running GAE by the mask and so
+reset it at every observation, cutting credit between turns.) Hence, with the mask on,
+inserting observation tokens anywhere leaves every action token's advantage and return unchanged.
+Rewards belong on mask tokens (:func:`agentr1.rl.masks.build_token_rewards` enforces that for
+action tokens). The last mask token of a sequence is terminal (its next value is 0; truncated
+episodes are not bootstrapped).
+
+Outcome estimators (``grpo``, ``rloo``, ``reinforce_pp_baseline``) reduce each sequence to a
+score ``s_b = sum_t mask[b,t] * r[b,t]`` (outcome + process rewards + any KL penalty) and
+broadcast a per-sequence advantage onto its mask tokens. For them ``returns = advantages``.
+
+Groups. ``index`` ``[B]`` (an int tensor or a list of hashables, e.g. question ids) says which
+samples answer the same prompt. For group ``g`` with ``n_g`` members: ``mean_g`` is the plain
+mean and ``std_g`` the **unbiased** (Bessel, ``n - 1``) standard deviation, as ``torch.std`` in
+verl. A **singleton group** (``n_g = 1``) has no baseline to compare against: its advantage is
+**0** in every group estimator (verl instead passes the raw score through with mean 0 / std 1).
+
+Registry: :func:`register_advantage`, :func:`get_advantage`, :func:`available_advantages`,
+:func:`advantage_requires`, and the dispatcher :func:`compute_advantage` that a trainer calls
+with the run's config.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import torch
+
+from agentr1.rl.masks import WHITEN_EPS, as_bool, masked_sum, masked_whiten
+
+AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+_ADVANTAGES: dict[str, AdvantageFn] = {}
+
+# Shared knobs a trainer may pass to any estimator; each is forwarded only to estimators that
+# take it. Anything else unknown to the chosen estimator is a TypeError (a typo, not a knob).
+SHARED_OPTIONS = frozenset({"values", "index", "gamma", "lam", "whiten", "norm_by_std", "eps"})
+
+
+def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Decorator: register an estimator ``fn(token_rewards, mask, ...) -> (adv, returns)``."""
+
+    def deco(fn: AdvantageFn) -> AdvantageFn:
+        if name in _ADVANTAGES and _ADVANTAGES[name] is not fn:
+            raise ValueError(f"advantage estimator {name!r} already registered")
+        _ADVANTAGES[name] = fn
+        return fn
+
+    return deco
+
+
+def get_advantage(name: str) -> AdvantageFn:
+    try:
+        return _ADVANTAGES[name]
+    except KeyError:
+        raise KeyError(f"unknown advantage estimator {name!r}; known: {available_advantages()}") from None
+
+
+def available_advantages() -> list[str]:
+    return sorted(_ADVANTAGES)
+
+
+def advantage_requires(name: str) -> set[str]:
+    """Which batch inputs the estimator needs beyond rewards and mask: a subset of
+    ``{"values", "index"}`` (``"values"`` = needs a critic)."""
+    params = inspect.signature(get_advantage(name)).parameters
+    return {p for p in ("values", "index") if p in params}
+
+
+def compute_advantage(
+    name: str, token_rewards: torch.Tensor, mask: torch.Tensor, **kwargs: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run estimator ``name``. Keyword arguments in :data:`SHARED_OPTIONS` (``values``,
+    ``index``, ``gamma``, ``lam``, ``whiten``, ``norm_by_std``, ``eps``) are passed only where the
+    estimator accepts them, so one config serves every estimator; a required one that is missing
+    or ``None`` raises ``ValueError``; any other keyword goes through as is."""
+    fn = get_advantage(name)
+    params = inspect.signature(fn).parameters
+    call: dict[str, Any] = {}
+    for k, v in kwargs.items():
+        if k in params:
+            call[k] = v
+        elif k not in SHARED_OPTIONS:
+            raise TypeError(f"advantage estimator {name!r} takes no option {k!r}")
+    for need in advantage_requires(name):
+        if call.get(need) is None:
+            raise ValueError(f"advantage estimator {name!r} needs {need!r}")
+    return fn(token_rewards=token_rewards, mask=mask, **call)
+
+
+# ----------------------------------------------------------------------------- helpers
+def _zero(x: torch.Tensor) -> torch.Tensor:
+    return torch.zeros((), dtype=x.dtype, device=x.device)
+
+
+def _float(x: torch.Tensor) -> torch.Tensor:
+    return x if x.is_floating_point() else x.float()
+
+
+def _check(token_rewards: torch.Tensor, mask: torch.Tensor, *others: torch.Tensor) -> None:
+    if token_rewards.dim() != 2:
+        raise ValueError(f"token_rewards must be [B, T], got {tuple(token_rewards.shape)}")
+    for t in (mask, *others):
+        if t.shape != token_rewards.shape:
+            raise ValueError(f"shape {tuple(t.shape)} != token_rewards {tuple(token_rewards.shape)}")
+    if not bool(as_bool(mask).any()):
+        raise ValueError("the advantage mask selects no token in the batch")
+
+
+def group_ids(index: torch.Tensor | Sequence[Hashable], batch_size: int, device: torch.device | None = None) -> tuple[torch.Tensor, int]:
+    """Dense group ids ``[B]`` (0..G-1, in order of first appearance) and ``G``."""
+    if isinstance(index, torch.Tensor):
+        keys: list[Hashable] = index.reshape(-1).tolist()
+    else:
+        keys = list(index)
+    if len(keys) != batch_size:
+        raise ValueError(f"index has {len(keys)} entries for a batch of {batch_size}")
+    ids: dict[Hashable, int] = {}
+    dense = [ids.setdefault(k, len(ids)) for k in keys]
+    return torch.tensor(dense, dtype=torch.long, device=device), len(ids)
+
+
+def group_stats(scores: torch.Tensor, gid: torch.Tensor, n_groups: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-sample ``(count, mean, unbiased std)`` of its group; std is 0 for singletons."""
+    count = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(0, gid, torch.ones_like(scores))
+    total = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(0, gid, scores)
+    mean = total / count
+    sq = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(0, gid, (scores - mean[gid]) ** 2)
+    var = torch.where(count > 1, sq / (count - 1).clamp(min=1), torch.zeros_like(sq))
+    return count[gid], mean[gid], var.sqrt()[gid]
+
+
+def sequence_scores(token_rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``s_b = sum_t mask[b,t] * r[b,t]`` ``[B]``."""
+    return masked_sum(_float(token_rewards), mask, dim=-1)
+
+
+def _broadcast(per_seq: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    m = as_bool(mask)
+    return torch.where(m, per_seq.unsqueeze(-1).expand(m.shape), _zero(per_seq))
+
+
+# ----------------------------------------------------------------------------- estimators
+@register_advantage("gae")
+@torch.no_grad()
+def gae(
+    token_rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    whiten: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized Advantage Estimation over the mask tokens only (PPO with a critic).
+
+    Let ``t_1 < t_2 < ... < t_K`` be the positions of sequence ``b`` with ``mask = 1``
+    (``V(t_{K+1}) = 0``: the last one is terminal). For ``k = K .. 1``::
+
+        delta_k = r[t_k] + gamma * V[t_{k+1}] - V[t_k]
+        A[t_k]  = delta_k + gamma * lam * A[t_{k+1}]        (A[t_{K+1}] = 0)
+        R[t_k]  = A[t_k] + V[t_k]                            (the critic's target)
+
+    i.e. the usual recursion with the mask-0 tokens deleted: there the running GAE and the "next
+    value" carry across untouched and A = R = 0. With ``whiten`` the advantages are then
+    whitened with mean / unbiased std over all mask tokens of the batch (returns are not).
+    """
+    _check(token_rewards, mask, values)
+    r, v = _float(token_rewards), _float(values).to(_float(token_rewards).dtype)
+    m = as_bool(mask)
+    B, T = r.shape
+    zero = _zero(r)
+    r, v = torch.where(m, r, zero), torch.where(m, v, zero)
+    next_value = torch.zeros(B, dtype=r.dtype, device=r.device)
+    running = torch.zeros(B, dtype=r.dtype, device=r.device)
+    adv = torch.zeros_like(r)
+    for t in reversed(range(T)):
+        mt = m[:, t]
+        delta = r[:, t] + gamma * next_value - v[:, t]
+        running = torch.where(mt, delta + gamma * lam * running, running)
+        next_value = torch.where(mt, v[:, t], next_value)
+        adv[:, t] = torch.where(mt, running, zero)
+    returns = torch.where(m, adv + v, zero)
+    if whiten:
+        adv = masked_whiten(adv, m)
+    return adv, returns
+
+
+@register_advantage("reinforce_pp")
+@torch.no_grad()
+def reinforce_pp(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++: discounted return-to-go over the mask tokens, then global whitening.
+
+    With ``t_1 < ... < t_K`` the mask positions of a sequence::
+
+        G[t_k] = r[t_k] + gamma * G[t_{k+1}]        (G[t_{K+1}] = 0)
+        A      = (G - mean_{mask}(G)) / sqrt(var_{mask}(G) + 1e-8)
+
+    mean and unbiased variance over every mask token of the batch. Mask-0 tokens are skipped
+    (the running return carries across them). Returns ``(A, G)``.
+    """
+    _check(token_rewards, mask)
+    r = _float(token_rewards)
+    m = as_bool(mask)
+    B, T = r.shape
+    zero = _zero(r)
+    r = torch.where(m, r, zero)
+    running = torch.zeros(B, dtype=r.dtype, device=r.device)
+    returns = torch.zeros_like(r)
+    for t in reversed(range(T)):
+        mt = m[:, t]
+        running = torch.where(mt, r[:, t] + gamma * running, running)
+        returns[:, t] = torch.where(mt, running, zero)
+    return masked_whiten(returns, m), returns
+
+
+@register_advantage("reinforce_pp_baseline")
+@torch.no_grad()
+def reinforce_pp_baseline(
+    token_rewards: torch.Tensor, mask: torch.Tensor, index: torch.Tensor | Sequence[Hashable]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++ with a group-mean baseline::
+
+        a_b   = s_b - mean_{g(b)}(s)                 (0 for a singleton group)
+        A_bt  = mask_bt * a_b, then whitened with mean / unbiased std over all mask tokens
+
+    (so a sequence weighs in the whitening statistics by its number of mask tokens, as in verl).
+    Returns ``(A, A)``.
+    """
+    _check(token_rewards, mask)
+    s = sequence_scores(token_rewards, mask)
+    gid, G = group_ids(index, s.shape[0], s.device)
+    count, mean, _ = group_stats(s, gid, G)
+    a = torch.where(count > 1, s - mean, torch.zeros_like(s))
+    adv = masked_whiten(_broadcast(a, mask), mask)
+    return adv, adv
+
+
+@register_advantage("grpo")
+@torch.no_grad()
+def grpo(
+    token_rewards: torch.Tensor,
+    mask: torch.Tensor,
+    index: torch.Tensor | Sequence[Hashable],
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO group-normalized outcome advantage, broadcast onto the mask tokens::
+
+        a_b  = (s_b - mean_g(s)) / (std_g(s) + eps)      norm_by_std=True  (GRPO)
+        a_b  =  s_b - mean_g(s)                          norm_by_std=False (Dr. GRPO)
+        A_bt = mask_bt * a_b
+
+    ``std_g`` unbiased; a group whose scores are all equal gets 0; a singleton group gets 0.
+    Returns ``(A, A)``.
+    """
+    _check(token_rewards, mask)
+    s = sequence_scores(token_rewards, mask)
+    gid, G = group_ids(index, s.shape[0], s.device)
+    count, mean, std = group_stats(s, gid, G)
+    a = s - mean
+    if norm_by_std:
+        a = a / (std + eps)
+    a = torch.where(count > 1, a, torch.zeros_like(a))
+    adv = _broadcast(a, mask)
+    return adv, adv
+
+
+@register_advantage("rloo")
+@torch.no_grad()
+def rloo(token_rewards: torch.Tensor, mask: torch.Tensor, index: torch.Tensor | Sequence[Hashable]) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE leave-one-out: each score minus the mean of the *other* members of its group::
+
+        a_b  = s_b - (sum_{j in g, j != b} s_j) / (n_g - 1) = n_g / (n_g - 1) * (s_b - mean_g(s))
+        A_bt = mask_bt * a_b                          (0 for a singleton group)
+
+    Returns ``(A, A)``.
+    """
+    _check(token_rewards, mask)
+    s = sequence_scores(token_rewards, mask)
+    gid, G = group_ids(index, s.shape[0], s.device)
+    count, mean, _ = group_stats(s, gid, G)
+    others = (mean * count - s) / (count - 1).clamp(min=1)
+    a = torch.where(count > 1, s - others, torch.zeros_like(s))
+    adv = _broadcast(a, mask)
+    return adv, adv
+
+
+__all__ = [
+    "SHARED_OPTIONS",
+    "WHITEN_EPS",
+    "advantage_requires",
+    "available_advantages",
+    "compute_advantage",
+    "gae",
+    "get_advantage",
+    "group_ids",
+    "group_stats",
+    "grpo",
+    "register_advantage",
+    "reinforce_pp",
+    "reinforce_pp_baseline",
+    "rloo",
+    "sequence_scores",
+]
