@@ -1,0 +1,109 @@
+"""HTTP client for a retrieval server speaking the Search-R1 ``POST /retrieve`` API.
+
+It works against ``agentr1 serve-retriever`` and against Search-R1/verl retrieval servers (it
+always asks for scores and reads the ``document`` fields ``id``, ``title``, ``text``, falling back
+to splitting Search-R1's ``contents`` = ``"Title"`` newline text when ``title``/``text`` are
+absent). Connection failures, timeouts and 5xx answers are retried ``retries`` times with
+exponential backoff (``backoff_s``, 2x, 4x ...); a 4xx answer is not retried. What finally fails is
+a :class:`RetrieverError` naming the URL and the fix.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import requests
+
+from agentr1.retrieval.base import Hit, Retriever, RetrieverError
+
+
+def _split_contents(contents: str) -> tuple[str, str]:
+    title, _, text = contents.partition("\n")
+    return title.strip().strip('"'), text
+
+
+def hit_from_item(item: Any) -> Hit:
+    """One result entry (``{"document": {...}, "score": s}`` or a bare document) -> :class:`Hit`."""
+    doc, score = (item["document"], item.get("score", 0.0)) if isinstance(item, dict) and "document" in item else (item, 0.0)
+    if not isinstance(doc, dict):
+        raise RetrieverError(f"unexpected document in the server's answer: {doc!r:.200}")
+    title, text = doc.get("title"), doc.get("text")
+    if title is None or text is None:
+        title, text = _split_contents(str(doc.get("contents", "")))
+    return Hit(id=str(doc.get("id", "")), title=str(title), text=str(text), score=float(score or 0.0))
+
+
+class HTTPRetriever(Retriever):
+    """:class:`Retriever` over ``POST {url}/retrieve`` with timeouts and bounded retries."""
+
+    def __init__(self, url: str, timeout_s: float = 10.0, retries: int = 2, backoff_s: float = 0.2,
+                 max_batch: int = 512) -> None:
+        if retries < 0 or timeout_s <= 0 or backoff_s < 0 or max_batch < 1:
+            raise ValueError("need timeout_s > 0, retries >= 0, backoff_s >= 0, max_batch >= 1")
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.max_batch = max_batch
+        self._local = threading.local()  # one requests.Session (keep-alive pool) per thread
+
+    def _session(self) -> requests.Session:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = requests.Session()
+        return session
+
+    def _down(self, attempts: int, why: str) -> RetrieverError:
+        return RetrieverError(
+            f"retrieval server at {self.url} is not answering ({why}; {attempts} attempt(s)): start it with "
+            "`agentr1 serve-retriever` or unset retrieval.url to search in-process"
+        )
+
+    def _request(self, method: str, path: str, body: dict | None = None) -> Any:
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                resp = self._session().request(method, self.url + path, json=body, timeout=self.timeout_s)
+            except requests.Timeout:
+                last = f"timed out after {self.timeout_s}s"
+                continue
+            except requests.RequestException as exc:
+                last = f"{type(exc).__name__}: {exc}"
+                continue
+            if resp.status_code >= 500:
+                last = f"HTTP {resp.status_code}: {resp.text[:200]}"
+                continue
+            if resp.status_code >= 400:
+                raise RetrieverError(f"retrieval server at {self.url} rejected the request "
+                                     f"(HTTP {resp.status_code}): {resp.text[:500]}")
+            try:
+                return resp.json()
+            except ValueError:
+                raise RetrieverError(f"retrieval server at {self.url} answered non-JSON: {resp.text[:200]!r}") from None
+        raise self._down(self.retries + 1, last)
+
+    def health(self) -> dict:
+        """``GET /health`` (raises :class:`RetrieverError` when the server is down)."""
+        return self._request("GET", "/health")
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
+        """Top-``k`` hits per query from the server (in batches of at most ``max_batch`` queries)."""
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        if isinstance(queries, str):
+            raise TypeError("search expects a sequence of query strings, not one string")
+        out: list[list[Hit]] = []
+        for i in range(0, len(queries), self.max_batch):
+            batch = list(queries[i:i + self.max_batch])
+            answer = self._request("POST", "/retrieve", {"queries": batch, "topk": k, "return_scores": True})
+            result = answer.get("result") if isinstance(answer, dict) else None
+            if not isinstance(result, list) or len(result) != len(batch):
+                raise RetrieverError(f"retrieval server at {self.url} answered {len(batch)} queries with "
+                                     f"an unexpected body: {str(answer)[:200]}")
+            out.extend([hit_from_item(item) for item in per_query] for per_query in result)
+        return out
