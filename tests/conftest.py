@@ -31,3 +31,17 @@ def shared_fixtures() -> Path:
     if not SHARED_FIXTURES.is_dir():
         pytest.skip(f"real-format fixtures not present at {SHARED_FIXTURES}")
     return SHARED_FIXTURES
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_mlflow_store(tmp_path_factory: pytest.TempPathFactory):
+    """Stages run by tests log to a throwaway SQLite store, never to the repo's mlflow/."""
+    if "MLFLOW_TRACKING_URI" in os.environ:
+        yield
+        return
+    store = tmp_path_factory.mktemp("mlflow")
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{store / 'mlflow.db'}"
+    try:
+        yield
+    finally:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)

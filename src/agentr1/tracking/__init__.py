@@ -1,1 +1,44 @@
-"""agentr1.tracking"""
+"""agentr1.tracking: the MLflow adapter (runs, traces, models, registry) at the edge of the system.
+
+Core modules never import MLflow: a trainer gets a :class:`MetricsLogger` handed to it
+(:class:`NullLogger`/:class:`InMemoryLogger` without MLflow, :class:`MLflowLogger` inside a
+:func:`stage_run`). The MLflow-backed names below are imported lazily, so importing this package
+does not import ``mlflow``. The gate itself is ``agentr1.tracking.gate.gate`` (a pure function;
+``agentr1.tracking.gate`` is its module).
+
+- :mod:`.logger`: ``MetricsLogger`` protocol, ``NullLogger``, ``InMemoryLogger`` (no MLflow);
+- :mod:`.provenance`: git sha/dirty flag, ``dvc.lock`` hashes, pipeline id, flat params (no MLflow);
+- :mod:`.mlflow_adapter`: tracking URI, reachability check, experiment per profile, ``stage_run``;
+- :mod:`.traces`: trajectories as MLflow traces (AGENT/LLM/RETRIEVER/TOOL spans) and a table;
+- :mod:`.registry`: policy checkpoints as pyfunc models, versions, aliases, the promotion gate;
+- :mod:`.compare`: ``agentr1 compare`` / ``agentr1 promote``;
+- :mod:`.storage`: S3 sync of plain files and folders (boto3; independent of MLflow).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from agentr1.tracking.logger import InMemoryLogger, MetricsLogger, NullLogger, TrajectoryLogger
+
+_LAZY = {
+    "MLflowLogger": "agentr1.tracking.mlflow_adapter",
+    "StageRun": "agentr1.tracking.mlflow_adapter",
+    "stage_run": "agentr1.tracking.mlflow_adapter",
+    "resolve_tracking_uri": "agentr1.tracking.mlflow_adapter",
+    "check_reachable": "agentr1.tracking.mlflow_adapter",
+    "log_trajectory_traces": "agentr1.tracking.traces",
+    "log_trajectory_table": "agentr1.tracking.traces",
+    "log_policy_model": "agentr1.tracking.registry",
+    "promote": "agentr1.tracking.registry",
+    "GateStats": "agentr1.tracking.gate",
+}
+
+__all__ = ["InMemoryLogger", "MetricsLogger", "NullLogger", "TrajectoryLogger", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'agentr1.tracking' has no attribute {name!r}")

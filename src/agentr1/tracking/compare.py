@@ -1,0 +1,121 @@
+"""``agentr1 compare`` and ``agentr1 promote``: read runs or registry versions, print a table,
+draw a PNG; apply the promotion gate to the registry aliases.
+
+Rows come from runs (``--runs ID ...``: the run's metrics) or from registry aliases
+(``--aliases champion challenger``, the default: the metrics linked to each version's model).
+Each chosen metric is a column; when ``<metric>_ci_lower``/``_ci_upper`` exist the cell shows the
+interval and the PNG draws it as an error bar.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+
+from agentr1.errors import StageError
+from agentr1.tracking.mlflow_adapter import STAGE_TAG, connect
+from agentr1.tracking.registry import promote, version_by_alias, version_metrics
+
+Row = dict[str, Any]  # {"label": str, "source": str, "metrics": {name: value}}
+
+
+def rows_for_runs(client: MlflowClient, run_ids: Sequence[str]) -> list[Row]:
+    """One row per run id (label = run name and stage); :class:`StageError` for an unknown id."""
+    rows = []
+    for rid in run_ids:
+        try:
+            run = client.get_run(rid)
+        except MlflowException as exc:
+            raise StageError(f"no MLflow run {rid!r} in this tracking store: {exc.message}") from None
+        stage = run.data.tags.get(STAGE_TAG, "?")
+        rows.append({"label": f"{run.info.run_name} ({rid[:8]})", "source": f"run {rid} stage {stage}",
+                     "metrics": dict(run.data.metrics)})
+    return rows
+
+
+def rows_for_aliases(client: MlflowClient, name: str, aliases: Sequence[str]) -> list[Row]:
+    """One row per alias of registered model ``name``; :class:`StageError` for an unset alias."""
+    rows = []
+    for alias in aliases:
+        mv = version_by_alias(client, name, alias)
+        if mv is None:
+            raise StageError(f"registered model {name!r} has no alias {alias!r}: register/promote a policy first")
+        rows.append({"label": f"{alias} (v{mv.version})", "source": f"{name} v{mv.version} run {mv.run_id}",
+                     "metrics": version_metrics(client, mv)})
+    return rows
+
+
+def cell(metrics: dict[str, float], metric: str) -> str:
+    """``0.4200 [0.3800, 0.4600]`` / ``0.4200`` / ``-`` for a missing metric."""
+    if metric not in metrics:
+        return "-"
+    text = f"{metrics[metric]:.4f}"
+    lo, hi = metrics.get(f"{metric}_ci_lower"), metrics.get(f"{metric}_ci_upper")
+    return f"{text} [{lo:.4f}, {hi:.4f}]" if lo is not None and hi is not None else text
+
+
+def format_table(rows: Sequence[Row], metrics: Sequence[str]) -> str:
+    """A fixed-width text table: one line per row, one column per metric, plus the source."""
+    header = ["", *metrics, "source"]
+    body = [[r["label"], *(cell(r["metrics"], m) for m in metrics), r["source"]] for r in rows]
+    widths = [max(len(str(line[i])) for line in [header, *body]) for i in range(len(header))]
+    fmt = lambda line: "  ".join(str(v).ljust(w) for v, w in zip(line, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, body)])
+
+
+def plot(rows: Sequence[Row], metric: str, out: str | Path) -> Path:
+    """Bar chart of ``metric`` per row with CI error bars where present (matplotlib, Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    labels = [r["label"] for r in rows]
+    values = [r["metrics"].get(metric, math.nan) for r in rows]
+    err = [[0.0] * len(rows), [0.0] * len(rows)]
+    for i, r in enumerate(rows):
+        lo, hi = r["metrics"].get(f"{metric}_ci_lower"), r["metrics"].get(f"{metric}_ci_upper")
+        if lo is not None and hi is not None and not math.isnan(values[i]):
+            err[0][i], err[1][i] = values[i] - lo, hi - values[i]
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(rows) + 2), 3.5))
+    ax.bar(range(len(rows)), [0 if math.isnan(v) else v for v in values], yerr=err, capsize=4, color="#4c72b0")
+    ax.set_xticks(range(len(rows)), labels, rotation=20, ha="right")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric} (95% CI where logged)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def run_compare(cfg, args: argparse.Namespace) -> None:
+    """CLI ``agentr1 compare``: print the table and write the PNG (``--out``)."""
+    client, uri, _ = connect(cfg)
+    if args.runs:
+        rows = rows_for_runs(client, args.runs)
+    else:
+        rows = rows_for_aliases(client, args.model or cfg.tracking.registered_model, args.aliases)
+    metrics = args.metric or [cfg.tracking.gate_metric]
+    print(f"MLflow {uri}")
+    print(format_table(rows, metrics))
+    print(f"plot: {plot(rows, metrics[0], args.out)}")
+
+
+def run_promote(cfg, args: argparse.Namespace) -> None:
+    """CLI ``agentr1 promote``: apply the gate to the ``challenger``/``champion`` aliases; prints
+    the decision in words, then as one JSON line (read by ``flows/promote.py``)."""
+    client, _, _ = connect(cfg)
+    name = args.model or cfg.tracking.registered_model
+    result = promote(name, args.metric or cfg.tracking.gate_metric, dry_run=args.dry_run, client=client)
+    moved = " (dry run: aliases unchanged)" if args.dry_run else ""
+    print(f"{name} challenger v{result.challenger}: {result.decision}{moved} - {result.reason}")
+    print(json.dumps(result.to_dict(), sort_keys=True))
+

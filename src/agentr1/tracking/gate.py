@@ -1,0 +1,67 @@
+"""The promotion gate: does the challenger beat the champion beyond the confidence interval?
+
+A pure function over evaluation summaries, so the rule is tested on hand cases and the registry
+code (:mod:`agentr1.tracking.registry`) only gathers the inputs and moves the alias.
+
+Rule (higher metric = better, e.g. EM):
+
+1. no champion yet -> promote (the first evaluated policy becomes champion);
+2. challenger *is* the champion (same version) -> keep;
+3. different metrics or different evaluation data (``eval_data`` fingerprints) -> keep: scores
+   on different questions are not comparable;
+4. promote only when the intervals do not overlap: ``challenger.ci_lower > champion.ci_upper``
+   (conservative: two disjoint 95% bootstrap intervals); otherwise keep ("within the CI").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+Decision = Literal["promote", "keep"]
+
+
+@dataclass(frozen=True)
+class GateStats:
+    """One model's score on the gating metric: point estimate, 95% CI, and the fingerprint of
+    the evaluation data it was computed on; ``version`` is the registry version (optional)."""
+
+    metric: str
+    value: float
+    ci_lower: float
+    ci_upper: float
+    eval_data: str = ""
+    version: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("value", "ci_lower", "ci_upper"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{self.metric}: {name} must be finite, got {getattr(self, name)}")
+        if not self.ci_lower <= self.value <= self.ci_upper:
+            raise ValueError(
+                f"{self.metric}: CI [{self.ci_lower}, {self.ci_upper}] does not contain the value {self.value}"
+            )
+
+
+def gate(challenger: GateStats, champion: GateStats | None) -> tuple[Decision, str]:
+    """``("promote" | "keep", reason)`` for moving ``champion`` to ``challenger`` (module rule)."""
+    m = challenger.metric
+    if champion is None:
+        return "promote", f"no champion yet: challenger ({m} {challenger.value:.4f}) becomes the first champion"
+    if challenger.version is not None and challenger.version == champion.version:
+        return "keep", f"challenger is already the champion (version {champion.version})"
+    if champion.metric != m:
+        return "keep", f"metrics differ (challenger {m}, champion {champion.metric}): not comparable"
+    if challenger.eval_data != champion.eval_data:
+        return "keep", (
+            f"evaluation data differ (challenger {challenger.eval_data or '?'}, champion "
+            f"{champion.eval_data or '?'}): re-evaluate both on the same data"
+        )
+    summary = (
+        f"challenger {m} {challenger.value:.4f} [{challenger.ci_lower:.4f}, {challenger.ci_upper:.4f}] vs "
+        f"champion {champion.value:.4f} [{champion.ci_lower:.4f}, {champion.ci_upper:.4f}]"
+    )
+    if challenger.ci_lower > champion.ci_upper:
+        return "promote", f"beats the champion beyond the CI: {summary}"
+    return "keep", f"not beyond the CI (intervals overlap or challenger is worse): {summary}"

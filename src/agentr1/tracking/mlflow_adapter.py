@@ -1,0 +1,277 @@
+"""MLflow runs for pipeline stages: tracking URI, reachability, experiment per profile, one run
+per stage execution, flat params, provenance tags and a step-wise metrics logger.
+
+Usage in a stage::
+
+    with stage_run(cfg, "train@ppo") as run:
+        train(..., logger=run.logger)          # run.logger.log({"train/loss": x}, step=k)
+        run.log_traces(trajectories, split="dev")
+
+Tracking URI: env ``MLFLOW_TRACKING_URI``, else ``tracking.uri`` (default
+``sqlite:///mlflow/mlflow.db``, artifacts under ``tracking.artifact_root``). A server URI is
+probed at ``/health`` before anything else (``tracking.connect_timeout_s``); an unreachable one
+fails the stage with a :class:`StageError` naming the URI - never a silent fallback to a local
+store that would lose the run. ``tracking.enabled: false`` yields a run whose logger is a
+:class:`NullLogger` and whose logging methods do nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+
+import mlflow
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param
+from mlflow.exceptions import MlflowException
+
+from agentr1.errors import StageError
+from agentr1.tracking import provenance
+from agentr1.tracking.logger import MetricsLogger, NullLogger, check_metrics
+
+if TYPE_CHECKING:
+    from agentr1.config import Config
+    from agentr1.rollout.trajectory import Trajectory
+
+log = logging.getLogger(__name__)
+
+ROLE_TAG = "agentr1.role"
+PIPELINE_TAG = "agentr1.pipeline_id"
+STAGE_TAG = "agentr1.stage"
+_BATCH = 100  # MLflow's MAX_PARAMS_TAGS_PER_BATCH; metrics allow 1000, 100 keeps requests small
+
+
+def resolve_tracking_uri(cfg: "Config") -> str:
+    """``MLFLOW_TRACKING_URI`` when set, else ``tracking.uri`` from params."""
+    return os.environ.get("MLFLOW_TRACKING_URI", "").strip() or cfg.tracking.uri
+
+
+def _is_server(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
+def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
+    """Fail fast with a :class:`StageError` naming ``uri`` when the store cannot be used: a
+    server that does not answer ``GET /health`` with 200 within ``timeout_s``, or a SQLite file
+    whose directory cannot be created. Other schemes are left to MLflow."""
+    if _is_server(uri):
+        url = uri.rstrip("/") + "/health"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 (http(s) only)
+                if resp.status == 200:
+                    return
+                problem = f"HTTP {resp.status} from {url}"
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            problem = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
+        raise StageError(
+            f"MLflow tracking server {uri} is unreachable ({problem}). Start it (e.g. `mlflow server "
+            f"--host 127.0.0.1 --port 5000 --backend-store-uri sqlite:///mlflow/mlflow.db`) or point "
+            f"MLFLOW_TRACKING_URI / tracking.uri at a reachable server or a sqlite:/// store."
+        )
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///"):])
+        try:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StageError(f"MLflow tracking store {uri}: cannot create {db.parent} ({exc})") from None
+
+
+def experiment_name(cfg: "Config") -> str:
+    """``<tracking.experiment_prefix>-<profile>``, e.g. ``agentr1-nano``."""
+    return f"{cfg.tracking.experiment_prefix}-{cfg.profile}"
+
+
+def ensure_experiment(client: MlflowClient, name: str, artifact_location: str | None) -> str:
+    """Id of experiment ``name``, created (or restored when deleted) as needed."""
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        try:
+            return client.create_experiment(name, artifact_location=artifact_location)
+        except MlflowException:  # created concurrently by another stage process
+            exp = client.get_experiment_by_name(name)
+            if exp is None:
+                raise
+    if exp.lifecycle_stage == "deleted":
+        client.restore_experiment(exp.experiment_id)
+    return exp.experiment_id
+
+
+def connect(cfg: "Config") -> tuple[MlflowClient, str, str]:
+    """Check the store, point MLflow at it, ensure the profile's experiment.
+
+    Returns ``(client, tracking uri, experiment id)``; raises :class:`StageError` naming the URI
+    when the store is unreachable or refuses the setup calls."""
+    uri = resolve_tracking_uri(cfg)
+    check_reachable(uri, cfg.tracking.connect_timeout_s)
+    mlflow.set_tracking_uri(uri)
+    artifacts = None
+    if not _is_server(uri):  # a server decides where its artifacts go
+        artifacts = (Path(cfg.tracking.artifact_root).resolve() / experiment_name(cfg)).as_uri()
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        exp_id = ensure_experiment(client, experiment_name(cfg), artifacts)
+        mlflow.set_experiment(experiment_id=exp_id)  # fluent calls (tables, traces) default to it
+    except MlflowException as exc:
+        raise StageError(f"MLflow tracking store {uri} refused the experiment setup: {exc}") from None
+    return client, uri, exp_id
+
+
+class MLflowLogger:
+    """:class:`MetricsLogger` writing to one MLflow run (``log_batch``, explicit ``step``), so it
+    works from any thread and does not depend on the active-run stack; also a
+    :class:`TrajectoryLogger` (``trace_sample`` episodes per call as traces, seeded by step)."""
+
+    def __init__(self, run_id: str, client: MlflowClient | None = None, trace_sample: int = 16, seed: int = 0) -> None:
+        self.run_id = run_id
+        self.client = client or MlflowClient()
+        self.trace_sample = trace_sample
+        self.seed = seed
+
+    def log_trajectories(self, trajectories: Sequence["Trajectory"], step: int, split: str = "train") -> None:
+        from agentr1.tracking.traces import log_trajectory_traces
+
+        log_trajectory_traces(trajectories, self.trace_sample, run_id=self.run_id, seed=self.seed + step, split=split, step=step)
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        values = check_metrics(metrics, step)
+        now = int(time.time() * 1000)
+        items = [Metric(k, v, now, step) for k, v in values.items()]
+        for i in range(0, len(items), _BATCH):
+            self.client.log_batch(self.run_id, metrics=items[i : i + _BATCH])
+
+
+@dataclass
+class StageRun:
+    """What a stage gets inside :func:`stage_run`. ``run_id`` is ``None`` when tracking is
+    disabled; the ``log_*`` helpers are then no-ops and ``logger`` is a :class:`NullLogger`."""
+
+    cfg: "Config"
+    stage: str
+    run_id: str | None = None
+    experiment_id: str | None = None
+    tracking_uri: str | None = None
+    pipeline_id: str | None = None
+    logger: MetricsLogger = field(default_factory=NullLogger)
+
+    @property
+    def enabled(self) -> bool:
+        return self.run_id is not None
+
+    def log_traces(self, trajectories: Sequence["Trajectory"], sample_n: int | None = None, **kw: Any) -> list[str]:
+        """:func:`agentr1.tracking.traces.log_trajectory_traces` into this run
+        (``sample_n`` defaults to ``tracking.trace_sample``)."""
+        if not self.enabled:
+            return []
+        from agentr1.tracking.traces import log_trajectory_traces
+
+        n = self.cfg.tracking.trace_sample if sample_n is None else sample_n
+        return log_trajectory_traces(trajectories, n, run_id=self.run_id, seed=self.cfg.seed, **kw)
+
+    def log_table(self, trajectories: Sequence["Trajectory"], artifact_file: str, **kw: Any) -> None:
+        """:func:`agentr1.tracking.traces.log_trajectory_table` into this run."""
+        if self.enabled:
+            from agentr1.tracking.traces import log_trajectory_table
+
+            log_trajectory_table(trajectories, artifact_file, run_id=self.run_id, **kw)
+
+    def log_model(self, checkpoint_dir: str | Path, metrics: Mapping[str, float], **kw: Any) -> Any:
+        """:func:`agentr1.tracking.registry.log_policy_model` from this run (``None`` when disabled)."""
+        if not self.enabled:
+            return None
+        from agentr1.tracking.registry import log_policy_model
+
+        kw.setdefault("registered_name", self.cfg.tracking.registered_model)
+        return log_policy_model(checkpoint_dir, metrics, run_id=self.run_id, **kw)
+
+
+def run_tags(cfg: "Config", stage: str, run_name: str, lock_path: str | Path) -> dict[str, str]:
+    """Provenance tags of a stage run (see the module docstring of :mod:`.provenance`)."""
+    sha, dirty = provenance.git_state()  # the stage runs in the project root
+    params_hash = cfg.section_hash()
+    # the dvc.lock key is the stage name, or the run name for foreach stages (train@<run>)
+    deps = provenance.dvc_dep_hashes(stage, lock_path) or provenance.dvc_dep_hashes(run_name, lock_path)
+    tags = {
+        STAGE_TAG: stage,
+        ROLE_TAG: "stage",
+        PIPELINE_TAG: provenance.pipeline_id(params_hash, sha),
+        "agentr1.git_sha": sha,
+        "agentr1.git_dirty": "unknown" if dirty is None else str(dirty).lower(),
+        "agentr1.params_hash": params_hash,
+        "agentr1.profile": cfg.profile,
+        "agentr1.seed": str(cfg.seed),
+        "agentr1.run_name": run_name,
+        "agentr1.dvc.locked": str(bool(deps)).lower(),
+        "mlflow.source.git.commit": sha,
+    }
+    if deps:
+        tags["agentr1.dvc.deps"] = json.dumps(deps, sort_keys=True)[:8000]
+        for path, info in deps.items():
+            tags[f"dvc.dep.{path}"[:250]] = info["hash"]
+    return tags
+
+
+def _parent_run(client: MlflowClient, exp_id: str, tags: Mapping[str, str]) -> str:
+    """Id of the pipeline's parent run (tag ``agentr1.role=pipeline``), created FINISHED once."""
+    pid = tags[PIPELINE_TAG]
+    found = client.search_runs(
+        [exp_id], filter_string=f"tags.`{PIPELINE_TAG}` = '{pid}' and tags.`{ROLE_TAG}` = 'pipeline'", max_results=1
+    )
+    if found:
+        return found[0].info.run_id
+    keep = ("agentr1.git_sha", "agentr1.git_dirty", "agentr1.params_hash", "agentr1.profile", "agentr1.seed")
+    parent_tags = {k: tags[k] for k in keep} | {PIPELINE_TAG: pid, ROLE_TAG: "pipeline"}
+    run = client.create_run(exp_id, tags=parent_tags, run_name=f"pipeline {pid}")
+    client.set_terminated(run.info.run_id, "FINISHED")
+    return run.info.run_id
+
+
+def _log_params(client: MlflowClient, run_id: str, cfg: "Config") -> None:
+    params = provenance.flat_params(cfg.model_dump(mode="json", by_alias=True))
+    items = [Param(k, v) for k, v in sorted(params.items())]
+    for i in range(0, len(items), _BATCH):
+        client.log_batch(run_id, params=items[i : i + _BATCH])
+
+
+@contextlib.contextmanager
+def stage_run(cfg: "Config", stage: str, run_name: str | None = None, lock_path: str | Path = "dvc.lock") -> Iterator[StageRun]:
+    """One MLflow run for one execution of ``stage`` (the active run inside the block).
+
+    Logs the full config as flat params (and ``config.json``), tags it with provenance and the
+    pipeline id (nesting it under the pipeline's parent run with ``tracking.parent_run``), and
+    ends it FINISHED, FAILED (exception) or KILLED (interrupt). Raises :class:`StageError`
+    naming the URI before any work when the store is unreachable."""
+    name = run_name or stage
+    if not cfg.tracking.enabled:
+        log.info("tracking disabled (tracking.enabled: false): stage %s runs without MLflow", stage)
+        yield StageRun(cfg, stage)
+        return
+    client, uri, exp_id = connect(cfg)
+    tags = run_tags(cfg, stage, name, lock_path)
+    try:
+        parent = _parent_run(client, exp_id, tags) if cfg.tracking.parent_run else None
+        active = mlflow.start_run(experiment_id=exp_id, run_name=name, parent_run_id=parent, tags=tags)
+    except MlflowException as exc:
+        raise StageError(f"MLflow tracking store {uri}: cannot start a run for stage {stage}: {exc}") from None
+    run_id = active.info.run_id
+    status = "FAILED"
+    try:
+        _log_params(client, run_id, cfg)
+        mlflow.log_dict(cfg.model_dump(mode="json", by_alias=True), "config.json", run_id=run_id)
+        log.info("MLflow run %s (%s) for stage %s in %s", run_id, name, stage, uri)
+        logger = MLflowLogger(run_id, client, cfg.tracking.trace_sample, cfg.seed)
+        yield StageRun(cfg, stage, run_id, exp_id, uri, tags[PIPELINE_TAG], logger)
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        mlflow.flush_trace_async_logging()
+        mlflow.end_run(status)

@@ -1,0 +1,134 @@
+"""Where a run came from: git state, the stage's ``dvc.lock`` hashes, the pipeline id, flat params.
+
+Pure functions over files and subprocesses (no MLflow), so they are tested directly.
+
+``dvc.lock`` and timing: ``dvc repro`` writes a stage's lock entry *after* its command exits, so
+at stage start the lock holds the stage's previous entry (or none). :func:`dvc_dep_hashes`
+therefore takes each dependency's hash from the freshest place it can: the ``outs`` entry of the
+upstream stage that produced it (already re-locked in this repro), else the md5 of the file as
+it is now (DVC 3 hashes files as the plain md5 of their bytes), else the stage's own locked value
+(a directory that no stage produces, e.g. ``src/agentr1/rollout``), flagged as ``locked``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+PIPELINE_ENV = "AGENTR1_PIPELINE_ID"
+MAX_PARAM_KEY = 250
+MAX_PARAM_VALUE = 6000  # MLflow's MAX_PARAM_VAL_LENGTH (mlflow.utils.validation)
+TRUNCATED = "...[truncated]"
+
+
+def _git(args: list[str], cwd: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout
+
+
+def git_state(cwd: str | Path = ".") -> tuple[str, bool | None]:
+    """``(commit sha, dirty)`` of the repository holding ``cwd``; ``("unknown", None)`` outside
+    git. Dirty = any modified, staged or untracked (not ignored) file."""
+    cwd = Path(cwd)
+    sha = _git(["rev-parse", "HEAD"], cwd)
+    if sha is None:
+        return "unknown", None
+    status = _git(["status", "--porcelain"], cwd)
+    return sha.strip(), (bool(status.strip()) if status is not None else None)
+
+
+def pipeline_id(params_hash: str, sha: str) -> str:
+    """Id that groups the stage runs of one ``dvc repro``: env ``AGENTR1_PIPELINE_ID`` when set
+    (flows set one per pipeline run), else ``<sha[:12]>-<params_hash>`` - every stage of a repro
+    sees the same commit and params, so they share it (as do repeats of an identical repro). The
+    dirty flag is left out on purpose: ``dvc repro`` itself rewrites the tracked ``dvc.lock``
+    after the first stage, which would split one repro into two groups."""
+    env = os.environ.get(PIPELINE_ENV, "").strip()
+    if env:
+        return env
+    return f"{sha[:12]}-{params_hash}"
+
+
+def _md5_file(path: Path) -> str:
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _entry_hash(item: Mapping[str, Any]) -> str | None:
+    for key in ("md5", "etag", "checksum"):
+        if item.get(key):
+            return str(item[key])
+    return None
+
+
+def dvc_dep_hashes(stage: str, lock_path: str | Path = "dvc.lock", root: str | Path | None = None) -> dict[str, dict[str, str]]:
+    """``{dep path: {"hash": ..., "source": "upstream"|"file"|"locked"}}`` for ``stage``'s
+    dependencies in ``dvc.lock`` (see the module docstring); ``{}`` when the lock or the stage's
+    entry is missing (first run). ``stage`` is the lock key, e.g. ``train@ppo``."""
+    lock_path = Path(lock_path)
+    root = Path(root) if root is not None else lock_path.parent
+    if not lock_path.is_file():
+        return {}
+    lock = yaml.safe_load(lock_path.read_text()) or {}
+    stages = lock.get("stages") or {}
+    entry = stages.get(stage)
+    if not entry:
+        return {}
+    produced = {
+        out["path"]: _entry_hash(out)
+        for name, other in stages.items()
+        if name != stage
+        for out in (other or {}).get("outs") or []
+        if isinstance(out, dict) and "path" in out
+    }
+    result: dict[str, dict[str, str]] = {}
+    for dep in entry.get("deps") or []:
+        path = dep.get("path")
+        if not path:
+            continue
+        if produced.get(path):
+            result[path] = {"hash": produced[path], "source": "upstream"}
+        elif (root / path).is_file():
+            result[path] = {"hash": _md5_file(root / path), "source": "file"}
+        else:
+            result[path] = {"hash": _entry_hash(dep) or "", "source": "locked"}
+    return result
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mapping -> ``{"a.b.c": leaf}``; lists and ``None`` are leaves."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - len(TRUNCATED)] + TRUNCATED
+
+
+def flat_params(tree: Mapping[str, Any]) -> dict[str, str]:
+    """Flat, MLflow-safe params: dotted keys, JSON for lists/``None``/bools, values and keys
+    clipped to MLflow's limits with a visible ``...[truncated]`` marker (so logging never fails
+    on a long list such as ``data.real.sources``)."""
+    out = {}
+    for key, value in flatten(tree).items():
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        out[_clip(key, MAX_PARAM_KEY)] = _clip(text, MAX_PARAM_VALUE)
+    return out

@@ -1,0 +1,160 @@
+"""Trajectories as MLflow traces and as a logged table.
+
+One trace per sampled episode::
+
+    episode <qid>            AGENT      inputs {question, qid}  outputs {answer, reason}
+    ├── policy turn 0        LLM        inputs {context}        outputs {text}
+    ├── search               RETRIEVER  inputs {calls}          outputs {observation}
+    ├── policy turn 1        LLM        ...
+    └── ...
+
+``context`` of turn k is exactly the text the policy continued: the prompt, then every earlier
+turn followed by its observation. A turn's tool step is a RETRIEVER span when every call in it
+is a valid ``search`` call, else a TOOL span (named after the tool(s), ``invalid`` when none
+parsed). The AGENT span's attributes (and the trace's tags, searchable with
+``filter_string="tags.\\`agentr1.qid\\` = 'q1'"``) carry the question id, outcome reward, EM,
+split and step. Traces are attached to the run given (``mlflow.sourceRun``).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Sequence
+
+import mlflow
+from mlflow.entities import SpanType
+
+from agentr1.env.rewards import exact_match
+from agentr1.rollout.trajectory import Trajectory
+
+
+def sample_indices(n_total: int, sample_n: int, seed: int = 0) -> list[int]:
+    """``sample_n`` distinct indices of ``range(n_total)`` (all when fewer), sorted; the same
+    for the same seed, so the same episodes are traced in every run of an evaluation."""
+    if sample_n >= n_total:
+        return list(range(n_total))
+    return sorted(random.Random(seed).sample(range(n_total), max(sample_n, 0)))
+
+
+def episode_em(t: Trajectory) -> float:
+    """Exact match of the trajectory's final answer (0 when it gave none)."""
+    return exact_match(t.answer, t.golds) if t.answer is not None else 0.0
+
+
+def _call_segments(text: str, outcomes: Sequence[dict[str, Any]]) -> list[str]:
+    """The turn text cut at each call's end (``CallOutcome.end``): the text of every call."""
+    segments, start = [], 0
+    for o in outcomes:
+        end = int(o.get("end", len(text)))
+        segments.append(text[start:end].strip())
+        start = end
+    return segments
+
+
+def _tool_span_kind(outcomes: Sequence[dict[str, Any]]) -> tuple[str, str]:
+    names = sorted({o.get("name") or "invalid" for o in outcomes})
+    all_search = all(o.get("valid") and o.get("name") == "search" for o in outcomes)
+    return ("+".join(names), SpanType.RETRIEVER if all_search else SpanType.TOOL)
+
+
+def _trace_episode(t: Trajectory, run_id: str | None, tags: dict[str, str], attrs: dict[str, Any]) -> str:
+    """Write one episode as a trace; returns its trace id."""
+    with mlflow.start_span(f"episode {t.qid}", span_type=SpanType.AGENT, run_id=run_id) as root:
+        root.set_inputs({"qid": t.qid, "question": t.question})
+        root.set_attributes(attrs)
+        context = t.prompt_text
+        for k, turn in enumerate(t.turn_texts):
+            with mlflow.start_span(f"policy turn {k}", span_type=SpanType.LLM) as llm:
+                s, e = t.turn_spans[k] if k < len(t.turn_spans) else (0, 0)
+                llm.set_inputs({"context": context})
+                llm.set_outputs({"text": turn})
+                llm.set_attributes({"turn": k, "tokens": e - s})
+            outcomes = t.outcomes[k] if k < len(t.outcomes) else []
+            observation = t.observations[k] if k < len(t.observations) else ""
+            if outcomes:
+                name, kind = _tool_span_kind(outcomes)
+                with mlflow.start_span(name, span_type=kind) as tool:
+                    tool.set_inputs({"calls": _call_segments(turn, outcomes)})
+                    tool.set_outputs({"observation": observation})
+                    tool.set_attributes(
+                        {
+                            "turn": k,
+                            "valid": [bool(o.get("valid")) for o in outcomes],
+                            "success": [bool(o.get("success")) for o in outcomes],
+                            "found_support": [bool(o.get("found_support")) for o in outcomes],
+                        }
+                    )
+            context += turn + observation
+        root.set_outputs({"answer": t.answer, "reason": t.reason})
+        mlflow.update_current_trace(tags=tags)
+        return root.trace_id
+
+
+def log_trajectory_traces(
+    trajectories: Sequence[Trajectory],
+    sample_n: int,
+    *,
+    run_id: str | None = None,
+    seed: int = 0,
+    split: str | None = None,
+    step: int | None = None,
+) -> list[str]:
+    """Log a seeded sample of ``sample_n`` episodes as traces (see the module docstring) into
+    ``run_id`` (default: the active run). ``split``/``step`` go into attributes and tags so the
+    traces of one evaluation (or training step) are found together. Returns the trace ids,
+    after flushing MLflow's asynchronous trace export."""
+    ids = []
+    for i in sample_indices(len(trajectories), sample_n, seed):
+        t = trajectories[i]
+        em = episode_em(t)
+        attrs: dict[str, Any] = {
+            "agentr1.qid": t.qid,
+            "agentr1.em": em,
+            "agentr1.turns": t.num_turns,
+            "agentr1.reason": t.reason,
+            "agentr1.sample_index": t.sample_index,
+        }
+        if t.outcome_reward is not None:
+            attrs["agentr1.reward"] = float(t.outcome_reward)
+        tags = {"agentr1.qid": t.qid, "agentr1.em": str(em)}
+        if split is not None:
+            attrs["agentr1.split"] = tags["agentr1.split"] = split
+        if step is not None:
+            attrs["agentr1.step"] = step
+            tags["agentr1.step"] = str(step)
+        ids.append(_trace_episode(t, run_id, tags, attrs))
+    mlflow.flush_trace_async_logging()
+    return ids
+
+
+def trajectory_rows(trajectories: Sequence[Trajectory]) -> dict[str, list[Any]]:
+    """Column-wise summary of every trajectory (the logged table's content)."""
+    cols: dict[str, list[Any]] = {
+        k: []
+        for k in ("qid", "sample_index", "question", "golds", "answer", "em", "reward", "reason",
+                  "turns", "tool_calls", "action_tokens", "response_tokens", "response_text")
+    }
+    for t in trajectories:
+        cols["qid"].append(t.qid)
+        cols["sample_index"].append(t.sample_index)
+        cols["question"].append(t.question)
+        cols["golds"].append(" | ".join(t.golds))
+        cols["answer"].append(t.answer)
+        cols["em"].append(episode_em(t))
+        cols["reward"].append(t.outcome_reward)
+        cols["reason"].append(t.reason)
+        cols["turns"].append(t.num_turns)
+        cols["tool_calls"].append(sum(len(o) for o in t.outcomes))
+        cols["action_tokens"].append(t.num_action_tokens)
+        cols["response_tokens"].append(len(t.response_ids))
+        cols["response_text"].append(t.response_text)
+    return cols
+
+
+def log_trajectory_table(trajectories: Sequence[Trajectory], artifact_file: str, *, run_id: str | None = None) -> None:
+    """Every trajectory as one row of an MLflow table (``mlflow.log_table``; shown in the run's
+    artifacts and the evaluation view). ``artifact_file`` ends in ``.json``, e.g.
+    ``eval/dev_trajectories.json``."""
+    if not artifact_file.endswith(".json"):
+        raise ValueError(f"artifact_file must end with .json, got {artifact_file!r}")
+    mlflow.log_table(trajectory_rows(trajectories), artifact_file, run_id=run_id)

@@ -1,0 +1,221 @@
+"""MLflow adapter against the default SQLite store (plus its pure parts: logger, provenance,
+promotion gate). The same scenarios run against a real server in test_tracking_server.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentr1.errors import StageError
+from agentr1.tracking import InMemoryLogger, MetricsLogger, NullLogger, TrajectoryLogger
+from agentr1.tracking.gate import GateStats, gate
+from agentr1.tracking.provenance import dvc_dep_hashes, flat_params, pipeline_id
+from tracking_helpers import (
+    check_registry,
+    check_stage_run,
+    check_traces,
+    good_trajectory,
+    make_checkpoint,
+    tracking_cfg,
+    write_lock,
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_env_uri(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("AGENTR1_PIPELINE_ID", "test-pipeline")
+
+
+# ------------------------------------------------------------------------------- pure parts
+def test_core_does_not_import_mlflow() -> None:
+    code = "import agentr1.tracking, agentr1.tracking.gate, agentr1.tracking.provenance, sys; print('mlflow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_loggers_record_and_validate() -> None:
+    mem = InMemoryLogger()
+    for step in range(3):
+        mem.log({"train/loss": 1.0 / (step + 1)}, step=step)
+    assert mem.history["train/loss"] == [(0, 1.0), (1, 0.5), (2, 1 / 3)]
+    assert isinstance(mem, MetricsLogger) and isinstance(NullLogger(), MetricsLogger)
+    assert isinstance(mem, TrajectoryLogger) and isinstance(NullLogger(), TrajectoryLogger)
+    mem.log_trajectories([good_trajectory()], step=4)
+    assert mem.trajectories == [(4, "train", 1)]
+    with pytest.raises(TypeError, match="train/loss"):
+        mem.log({"train/loss": "high"}, step=3)
+    with pytest.raises(TypeError, match="step"):
+        NullLogger().log({"x": 1.0}, step=-1)
+
+
+def test_flat_params_dotted_and_truncated() -> None:
+    flat = flat_params({"a": {"b": {"c": 1}, "d": [1, 2]}, "e": None, "f": "x" * 7000, "g": True})
+    assert flat["a.b.c"] == "1" and flat["a.d"] == "[1, 2]" and flat["e"] == "null" and flat["g"] == "true"
+    assert len(flat["f"]) == 6000 and flat["f"].endswith("...[truncated]")
+
+
+def test_dvc_dep_hashes_prefers_fresh_values(tmp_path: Path) -> None:
+    src = tmp_path / "train.py"
+    src.write_text("print('hi')\n")
+    lock = write_lock(tmp_path / "dvc.lock", src)
+    deps = dvc_dep_hashes("sft", lock)
+    assert deps["data/processed"] == {"hash": "upstream123.dir", "source": "upstream"}
+    assert deps["train.py"] == {"hash": hashlib.md5(src.read_bytes()).hexdigest(), "source": "file"}
+    assert deps["src/somewhere"] == {"hash": "lockeddir.dir", "source": "locked"}
+    assert dvc_dep_hashes("evaluate", lock) == {} and dvc_dep_hashes("sft", tmp_path / "none.lock") == {}
+
+
+def test_pipeline_id_env_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert pipeline_id("ph", "abcdef1234567890") == "test-pipeline"
+    monkeypatch.delenv("AGENTR1_PIPELINE_ID")
+    assert pipeline_id("ph", "abcdef1234567890") == "abcdef123456-ph"
+
+
+def _stats(v: float, lo: float, hi: float, data: str = "test:abc", version: str | None = None) -> GateStats:
+    return GateStats("test/em", v, lo, hi, data, version)
+
+
+@pytest.mark.parametrize(
+    ("challenger", "champion", "decision", "words"),
+    [
+        (_stats(0.30, 0.20, 0.40), None, "promote", "no champion"),
+        (_stats(0.70, 0.62, 0.78), _stats(0.50, 0.42, 0.58), "promote", "beyond the CI"),
+        (_stats(0.60, 0.52, 0.68), _stats(0.50, 0.42, 0.58), "keep", "not beyond"),  # point above, CIs overlap
+        (_stats(0.40, 0.32, 0.48), _stats(0.50, 0.42, 0.58), "keep", "not beyond"),  # worse
+        (_stats(0.90, 0.85, 0.95), _stats(0.50, 0.42, 0.58, data="dev:xyz"), "keep", "evaluation data differ"),
+        (_stats(0.50, 0.42, 0.58, version="3"), _stats(0.50, 0.42, 0.58, version="3"), "keep", "already the champion"),
+    ],
+)
+def test_gate_hand_cases(challenger: GateStats, champion: GateStats | None, decision: str, words: str) -> None:
+    got, reason = gate(challenger, champion)
+    assert got == decision and words in reason
+
+
+def test_gate_rejects_inconsistent_stats() -> None:
+    with pytest.raises(ValueError, match="does not contain"):
+        GateStats("test/em", 0.9, 0.1, 0.5)
+
+
+def test_unreachable_server_fails_at_stage_start(tmp_path: Path) -> None:
+    from agentr1.tracking import stage_run
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    uri = f"http://127.0.0.1:{port}"
+    cfg = tracking_cfg(uri, tmp_path / "art", connect_timeout_s=1.0)
+    entered = False
+    with pytest.raises(StageError) as exc:
+        with stage_run(cfg, "sft"):
+            entered = True
+    assert uri in str(exc.value) and "unreachable" in str(exc.value) and not entered
+
+
+def test_tracking_disabled_runs_without_mlflow(tmp_path: Path) -> None:
+    from agentr1.tracking import stage_run
+
+    cfg = tracking_cfg("http://127.0.0.1:9", tmp_path / "art", enabled=False)
+    with stage_run(cfg, "sft") as run:
+        run.logger.log({"train/loss": 1.0}, step=0)
+        assert not run.enabled and run.log_traces([good_trajectory()]) == []
+
+
+# --------------------------------------------------------------------------- SQLite store
+@pytest.fixture(scope="module")
+def sqlite_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    root = tmp_path_factory.mktemp("mlflow_sqlite")
+    return f"sqlite:///{root / 'mlflow.db'}", root / "artifacts"
+
+
+def test_stage_run_sqlite(sqlite_store, tmp_path: Path) -> None:
+    uri, art = sqlite_store
+    src = tmp_path / "sft.py"
+    src.write_text("x = 1\n")
+    run_id = check_stage_run(tracking_cfg(uri, art), write_lock(tmp_path / "dvc.lock", src))
+    from mlflow import MlflowClient
+
+    run = MlflowClient(tracking_uri=uri).get_run(run_id)
+    assert run.data.tags["dvc.dep.sft.py"] == hashlib.md5(b"x = 1\n").hexdigest()
+    assert json.loads(run.data.tags["agentr1.dvc.deps"])["src/somewhere"]["source"] == "locked"
+    assert run.info.artifact_uri.startswith((art / "agentr1-nano").as_uri())
+
+
+def test_env_uri_overrides_params(sqlite_store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentr1.tracking import resolve_tracking_uri
+
+    uri, art = sqlite_store
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    assert resolve_tracking_uri(tracking_cfg("http://example.invalid", art)) == uri
+
+
+def test_failed_stage_marks_run_failed(sqlite_store) -> None:
+    from mlflow import MlflowClient
+
+    from agentr1.tracking import stage_run
+
+    uri, art = sqlite_store
+    with pytest.raises(RuntimeError, match="boom"):
+        with stage_run(tracking_cfg(uri, art, parent_run=False), "index") as run:
+            raise RuntimeError("boom")
+    got = MlflowClient(tracking_uri=uri).get_run(run.run_id)
+    assert got.info.status == "FAILED" and "mlflow.parentRunId" not in got.data.tags
+
+
+def test_traces_sqlite(sqlite_store) -> None:
+    check_traces(tracking_cfg(*sqlite_store))
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "policy")
+
+
+def test_registry_and_cli_sqlite(sqlite_store, checkpoint: Path, repo_root: Path, tmp_path: Path, capsys) -> None:
+    from agentr1.cli import main
+
+    uri, art = sqlite_store
+    check_registry(tracking_cfg(uri, art), checkpoint)
+
+    base = ["--params", str(repo_root / "params.yaml"), "--set", f"tracking.uri={uri}", "--set", f"tracking.artifact_root={art}"]
+    png = tmp_path / "cmp.png"
+    assert main([*base, "compare", "--out", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "champion (v3)" in out and "challenger (v3)" in out and "0.8000 [0.7000, 0.9000]" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    from mlflow import MlflowClient
+
+    champion = MlflowClient(tracking_uri=uri).get_model_version_by_alias("agentr1-policy", "champion")
+    assert main([*base, "compare", "--runs", champion.run_id, "--metric", "test/em", "--out", str(tmp_path / "runs.png")]) == 0
+    out = capsys.readouterr().out
+    assert "train@run2" in out and "0.8000 [0.7000, 0.9000]" in out and (tmp_path / "runs.png").is_file()
+
+    assert main([*base, "promote", "--dry-run"]) == 0
+    words, line = capsys.readouterr().out.strip().splitlines()[-2:]
+    assert "already the champion" in words
+    assert json.loads(line) | {"reason": ""} == {
+        "model": "agentr1-policy", "metric": "test/em", "decision": "keep", "reason": "", "challenger": "3",
+        "previous_champion": "3", "champion": "3", "dry_run": True,
+    }
+
+    assert main([*base, "promote", "--metric", "test/f1"]) == 1
+    assert "test/f1" in capsys.readouterr().err
+
+
+def test_foreach_stage_finds_its_lock_entry_by_run_name(tmp_path: Path) -> None:
+    from agentr1.tracking.mlflow_adapter import run_tags
+
+    src = tmp_path / "sft.py"
+    src.write_text("x = 1\n")
+    lock = write_lock(tmp_path / "dvc.lock", src)
+    cfg = tracking_cfg("sqlite:///unused.db", tmp_path / "art")
+    tags = run_tags(cfg, "train", "sft", lock)  # stage "train", lock key = run name (like train@ppo)
+    assert tags["dvc.dep.data/processed"] == "upstream123.dir" and tags["agentr1.dvc.locked"] == "true"
+    assert run_tags(cfg, "train", "train@none", lock)["agentr1.dvc.locked"] == "false"
