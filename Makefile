@@ -48,3 +48,45 @@ lock: | $(BIN)/uv
 
 clean-venv:
 	rm -rf $(VENV)
+
+# ---- Orchestration: the local topology (README "Orchestration and production topology") ----
+# Every server binds 127.0.0.1. `topology-up` starts S3 (moto, dev only), MLflow (SQLite backend,
+# S3 artifacts), the Prefect server, the `agentr1-process` work pool + a worker, and deploys
+# prefect.yaml; `topology-down` stops them. The single-server targets run in the foreground.
+S3_PORT ?= 9000
+MLFLOW_PORT ?= 5000
+PREFECT_PORT ?= 4200
+S3_BUCKET ?= agentr1
+
+.PHONY: topology-up topology-down topology-status s3-server mlflow-server prefect-server worker deploy
+
+topology-up: setup
+	BIN=$(CURDIR)/$(BIN) S3_PORT=$(S3_PORT) MLFLOW_PORT=$(MLFLOW_PORT) PREFECT_PORT=$(PREFECT_PORT) S3_BUCKET=$(S3_BUCKET) scripts/topology.sh up
+
+topology-down:
+	scripts/topology.sh down
+
+topology-status:
+	scripts/topology.sh status
+
+s3-server: setup
+	$(BIN)/moto_server -H 127.0.0.1 -p $(S3_PORT)
+
+mlflow-server: setup
+	mkdir -p mlflow
+	MLFLOW_S3_ENDPOINT_URL=$${MLFLOW_S3_ENDPOINT_URL:-http://127.0.0.1:$(S3_PORT)} \
+	$(BIN)/mlflow server --host 127.0.0.1 --port $(MLFLOW_PORT) --workers 1 \
+		--backend-store-uri sqlite:///$(CURDIR)/mlflow/mlflow.db \
+		--artifacts-destination s3://$(S3_BUCKET)/mlflow \
+		--allowed-hosts 127.0.0.1:$(MLFLOW_PORT),localhost:$(MLFLOW_PORT)
+
+prefect-server: setup
+	$(BIN)/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)
+
+worker: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH PREFECT_API_URL=$${PREFECT_API_URL:-http://127.0.0.1:$(PREFECT_PORT)/api} \
+	$(BIN)/prefect worker start --pool agentr1-process --limit 1
+
+deploy: setup
+	PREFECT_API_URL=$${PREFECT_API_URL:-http://127.0.0.1:$(PREFECT_PORT)/api} $(BIN)/prefect work-pool create agentr1-process --type process --overwrite
+	PREFECT_API_URL=$${PREFECT_API_URL:-http://127.0.0.1:$(PREFECT_PORT)/api} $(BIN)/prefect --no-prompt deploy --all

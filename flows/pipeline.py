@@ -1,0 +1,250 @@
+"""``pipeline`` flow: ``dvc repro`` the requested targets, optionally ``dvc push``, publish the
+results as Prefect artifacts (metrics from every DVC metrics file + links to the MLflow runs the
+stages logged), optionally sync report folders to S3.
+
+Run it locally::
+
+    python -m flows.pipeline                      # whole pipeline, from the repo root
+    python -m flows.pipeline --target validate --push
+
+or through the ``agentr1-pipeline-weekly`` deployment in ``prefect.yaml``.
+
+Retries: a repro/push task is retried (2x, after 30 s then 120 s) only when the failure is
+*transient* - DVC's repo lock held by another process, or a network / S3 error (see
+``flows.common.TRANSIENT_PATTERNS``). A deterministic failure (bad params, a failed validation,
+a bug) fails the flow run at once with the stage's stderr in the error message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from flows.common import (
+    fmt,
+    flatten,
+    md_link,
+    md_table,
+    metrics_table,
+    mlflow_runs_since,
+    read_dvc_metrics,
+    resolve_tracking_uri,
+    retry_if_transient,
+    run_command,
+    run_logger,
+)
+
+REPORT_KEY = "agentr1-pipeline-report"
+METRICS_KEY = "agentr1-pipeline-metrics"
+# Read directly when `dvc metrics show` cannot answer (the stages' metrics files so far).
+KNOWN_METRICS = ("data/validation/summary.json", "data/retrieval/report.json", "data/sft/metrics.json")
+# The markdown shows metric paths up to this depth; the table artifact has all of them.
+MD_DEPTH = 3
+MD_ROWS_PER_FILE = 40
+
+
+@task(
+    name="dvc-repro",
+    task_run_name="dvc repro {target}",
+    retries=2,
+    retry_delay_seconds=[30, 120],
+    retry_condition_fn=retry_if_transient,
+)
+def repro(project_dir: str, target: str | None, force: bool = False, timeout_s: float | None = None) -> dict[str, Any]:
+    cmd = ["dvc", "repro"] + (["--force"] if force else []) + ([target] if target else [])
+    res = run_command(cmd, project_dir, timeout_s=timeout_s)
+    return {"target": target or "(all)", "seconds": round(res.seconds, 1)}
+
+
+@task(
+    name="dvc-push",
+    retries=2,
+    retry_delay_seconds=[30, 120],
+    retry_condition_fn=retry_if_transient,
+)
+def dvc_push(project_dir: str, targets: list[str], remote: str | None = None) -> str:
+    # --with-deps: the targets' upstream outputs too (what `dvc repro <target>` produced)
+    cmd = ["dvc", "push"] + (["-r", remote] if remote else []) + (["--with-deps", *targets] if targets else [])
+    res = run_command(cmd, project_dir)
+    return (res.stdout.strip().splitlines() or ["pushed"])[-1]
+
+
+@task(name="s3-publish", retries=2, retry_delay_seconds=[30, 120], retry_condition_fn=retry_if_transient)
+def publish(project_dir: str, url: str, paths: list[str]) -> list[str]:
+    """Sync report folders/files to ``url`` (s3://bucket/prefix) with agentr1.tracking.storage."""
+    from agentr1.tracking.storage import S3Storage
+
+    storage = S3Storage.from_url(url)
+    storage.check()
+    uploaded: list[str] = []
+    for rel in paths:
+        p = Path(project_dir) / rel
+        if p.is_dir():
+            uploaded += storage.sync_up(p, rel).transferred
+        elif p.is_file():
+            uploaded += storage.upload(p, rel)
+        else:
+            run_logger().warning("publish: %s does not exist, skipped", p)
+    return uploaded
+
+
+def _git_sha(project_dir: str) -> str:
+    try:
+        sha = run_command(["git", "rev-parse", "--short", "HEAD"], project_dir, check=False, logger=_quiet()).stdout.strip()
+        dirty = run_command(["git", "status", "--porcelain"], project_dir, check=False, logger=_quiet()).stdout.strip()
+        return (sha or "unknown") + (" (dirty)" if dirty else "")
+    except OSError:
+        return "unknown"
+
+
+def _quiet():
+    import logging
+
+    return logging.getLogger("agentr1.flows.quiet")
+
+
+def build_report(
+    *,
+    status: str,
+    project_dir: str,
+    targets: list[str],
+    stages: list[dict[str, Any]],
+    metrics: dict[str, Any],
+    mlflow_rows: list[dict[str, str]],
+    mlflow_note: str | None,
+    error: str | None = None,
+    pushed: str | None = None,
+    published: list[str] | None = None,
+    report_md: str | None = None,
+) -> str:
+    """The markdown artifact: status, what ran, metrics per file, MLflow links, the error."""
+    lines = [
+        f"# agentr1 pipeline: {status}",
+        "",
+        f"- project: `{Path(project_dir).resolve()}`",
+        f"- git: `{_git_sha(project_dir)}`",
+        f"- targets: {', '.join(f'`{t}`' for t in targets) if targets else '`(all stages)`'}",
+    ]
+    if pushed:
+        lines.append(f"- dvc push: {pushed}")
+    if published:
+        lines.append(f"- published to S3: {len(published)} object(s)")
+    lines += ["", "## Stages run", "", md_table(stages, ["target", "seconds"]) if stages else "_none_\n"]
+    if error:
+        lines += ["## Error", "", "```", error.strip(), "```", ""]
+    lines += ["## Metrics", ""]
+    if not metrics:
+        lines.append("_no metrics files yet_\n")
+    for path, data in metrics.items():
+        flat: dict[str, Any] = {}
+        for depth in range(1, MD_DEPTH + 1):  # shallow metrics first (n_failed before per-check detail)
+            flat.update({k: v for k, v in flatten(data, max_depth=depth).items() if k not in flat})
+        rows = [{"metric": k, "value": fmt(v)} for k, v in flat.items()]
+        total = len(flatten(data))
+        lines += [f"### `{path}`", "", md_table(rows[:MD_ROWS_PER_FILE], ["metric", "value"])]
+        if total > min(len(rows), MD_ROWS_PER_FILE):
+            lines.append(f"_{total - min(len(rows), MD_ROWS_PER_FILE)} more values in the `{METRICS_KEY}` table artifact._\n")
+    lines += ["## MLflow runs", ""]
+    if mlflow_rows:
+        lines.append(md_table(
+            [{**r, "url": md_link(r["url"], "open")} for r in mlflow_rows],
+            ["run", "stage", "experiment", "status", "url"],
+        ))
+    else:
+        lines.append(f"_{mlflow_note}_\n")
+    if report_md:
+        lines += ["## Report", "", report_md]
+    return "\n".join(lines)
+
+
+@flow(name="pipeline", log_prints=True)
+def pipeline(
+    project_dir: str = ".",
+    targets: list[str] | None = None,
+    force: bool = False,
+    push: bool = False,
+    remote: str | None = None,
+    tracking_uri: str | None = None,
+    stage_timeout_s: float | None = None,
+    publish_to: str | None = None,
+    publish_paths: list[str] | None = None,
+    report_file: str | None = None,
+) -> dict[str, Any]:
+    """Reproduce the DVC pipeline and publish its results.
+
+    Args:
+        project_dir: the DVC project (repository root) to run in.
+        targets: DVC targets (stage names such as ``validate`` or ``train@grpo``), reproduced in
+            order with their upstream stages; empty = the whole pipeline.
+        force: ``dvc repro --force`` (rerun even if nothing changed).
+        push: ``dvc push`` the targets' outputs to the DVC remote afterwards.
+        remote: DVC remote name for the push (default: the project's default remote).
+        tracking_uri: MLflow tracking URI for the run links (default: ``MLFLOW_TRACKING_URI``,
+            else the project's ``mlflow/mlflow.db`` when present, else no links).
+        stage_timeout_s: kill a ``dvc repro`` that runs longer than this (None = no limit).
+        publish_to: ``s3://bucket/prefix`` to sync ``publish_paths`` to (agentr1.tracking.storage).
+        publish_paths: project-relative files/folders to publish (e.g. ``data/report``).
+        report_file: a markdown report (project-relative) to embed in the artifact if it exists.
+    """
+    logger = run_logger()
+    project_dir = str(Path(project_dir).resolve())
+    if not (Path(project_dir) / "dvc.yaml").is_file():
+        raise FileNotFoundError(f"{project_dir} has no dvc.yaml: set project_dir to the agentr1 repository root")
+    targets = list(targets or [])
+    started_ms = int(time.time() * 1000) - 1000
+    stages: list[dict[str, Any]] = []
+    error: str | None = None
+    pushed: str | None = None
+    published: list[str] = []
+    try:
+        for target in targets or [None]:
+            stages.append(repro(project_dir, target, force, stage_timeout_s))
+        if push:
+            pushed = dvc_push(project_dir, targets, remote)
+        if publish_to:
+            published = publish(project_dir, publish_to, list(publish_paths or []))
+    except Exception as exc:
+        error = str(exc)
+        raise
+    finally:
+        status = "Failed" if error else "Completed"
+        metrics = read_dvc_metrics(project_dir, KNOWN_METRICS)
+        uri = resolve_tracking_uri(project_dir, tracking_uri)
+        mlflow_rows, mlflow_note = mlflow_runs_since(uri, started_ms)
+        report_md = None
+        if report_file and (Path(project_dir) / report_file).is_file():
+            report_md = (Path(project_dir) / report_file).read_text()
+        markdown = build_report(
+            status=status, project_dir=project_dir, targets=targets, stages=stages,
+            metrics=metrics, mlflow_rows=mlflow_rows, mlflow_note=mlflow_note, error=error,
+            pushed=pushed, published=published, report_md=report_md,
+        )
+        create_markdown_artifact(markdown, key=REPORT_KEY, description=f"agentr1 pipeline {status.lower()}")
+        rows = metrics_table(metrics)
+        if rows:
+            create_table_artifact(rows, key=METRICS_KEY, description="every scalar in the DVC metrics files")
+        logger.info("pipeline %s: %d stage task(s), %d metrics file(s), %d MLflow run(s)",
+                    status.lower(), len(stages), len(metrics), len(mlflow_rows))
+    return {"stages": stages, "metrics": metrics, "mlflow_runs": mlflow_rows, "pushed": pushed, "published": published}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="run the agentr1 pipeline flow once (no deployment needed)")
+    ap.add_argument("--project-dir", default=".")
+    ap.add_argument("--target", action="append", default=[], help="DVC target (repeatable); default: all")
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--push", action="store_true", help="dvc push afterwards")
+    ap.add_argument("--remote", default=None)
+    ap.add_argument("--tracking-uri", default=None)
+    a = ap.parse_args(argv)
+    pipeline(project_dir=a.project_dir, targets=a.target, force=a.force, push=a.push,
+             remote=a.remote, tracking_uri=a.tracking_uri)
+
+
+if __name__ == "__main__":
+    main()

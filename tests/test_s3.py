@@ -1,0 +1,273 @@
+"""S3 integration against a real S3-compatible server on 127.0.0.1 (``moto_server``).
+
+The server runs with IAM authentication on (``INITIAL_NO_AUTH_ACTION_COUNT``): the first three
+unauthenticated requests create a user, its policy and its access key; from then on only that
+key pair is accepted, so "bad credentials" is a real rejection by the server.
+
+* ``dvc push`` / ``dvc pull`` round trip of the tiny project's ``prepare`` output: cache and
+  outputs deleted, pulled back, identical hashes; credentials live in ``.dvc/config.local``
+  (git-ignored), never in ``.dvc/config``;
+* an MLflow run (SQLite backend in tmp, artifact location ``s3://...``) whose artifacts land in
+  the bucket and load back;
+* ``agentr1.tracking.storage.S3Storage`` sync round trip and its errors: bad credentials,
+  missing credentials, missing bucket, unreachable endpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import _tiny_project as tiny
+
+boto3 = pytest.importorskip("boto3")
+BUCKET = "agentr1-test"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    moto = shutil.which("moto_server", path=str(Path(sys.executable).parent)) or shutil.which("moto_server")
+    if moto is None:
+        pytest.skip("moto_server not installed (pip install 'moto[server]')")
+    port = _free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
+    with log.open("w") as fh:
+        proc = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(port)], stdout=fh, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # a TCP probe: an HTTP request would use up an unauthenticated action
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto_server did not start: {log.read_text()}")
+                time.sleep(0.3)
+        boot = dict(endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="bootstrap",
+                    aws_secret_access_key="bootstrap")
+        iam = boto3.client("iam", **boot)
+        iam.create_user(UserName="agentr1")
+        iam.put_user_policy(UserName="agentr1", PolicyName="s3-all", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+        key = iam.create_access_key(UserName="agentr1")["AccessKey"]
+        creds = {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                              aws_access_key_id=creds["AWS_ACCESS_KEY_ID"], aws_secret_access_key=creds["AWS_SECRET_ACCESS_KEY"])
+        client.create_bucket(Bucket=BUCKET)
+        yield {"endpoint": endpoint, "creds": creds, "client": client}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture
+def aws_env(s3, monkeypatch, tmp_path):
+    """Credentials from the environment only; no ~/.aws files, no stray endpoint variables."""
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(var, raising=False)
+    for k, v in s3["creds"].items():
+        monkeypatch.setenv(k, v)
+    return s3
+
+
+def _keys(client, prefix: str) -> list[str]:
+    out = []
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+        out += [o["Key"] for o in page.get("Contents", [])]
+    return out
+
+
+def _hashes(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.md5(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# ----------------------------------------------------------------------------------- DVC
+@pytest.mark.slow
+def test_dvc_push_pull_round_trip(s3, tmp_path):
+    project = tiny.make_project(tmp_path / "proj")
+    creds = s3["creds"]
+    # The commands of the README section (remote URL + endpoint tracked; keys in config.local)
+    tiny.sh(["dvc", "remote", "add", "-d", "s3remote", f"s3://{BUCKET}/dvcstore"], project)
+    tiny.sh(["dvc", "remote", "modify", "s3remote", "endpointurl", s3["endpoint"]], project)
+    tiny.sh(["dvc", "remote", "modify", "--local", "s3remote", "access_key_id", creds["AWS_ACCESS_KEY_ID"]], project)
+    tiny.sh(["dvc", "remote", "modify", "--local", "s3remote", "secret_access_key", creds["AWS_SECRET_ACCESS_KEY"]], project)
+    tracked = (project / ".dvc" / "config").read_text()
+    assert s3["endpoint"] in tracked and creds["AWS_SECRET_ACCESS_KEY"] not in tracked
+    assert creds["AWS_ACCESS_KEY_ID"] not in tracked
+    assert tiny.sh(["git", "check-ignore", ".dvc/config.local"], project).returncode == 0
+
+    tiny.sh(["dvc", "repro", "prepare"], project)
+    before = _hashes(project / "data" / "processed")
+    assert before and "manifest.json" in before
+    push = tiny.sh(["dvc", "push", "prepare"], project)
+    assert "pushed" in push.stdout.lower() or "file" in push.stdout.lower(), push.stdout
+    assert _keys(s3["client"], "dvcstore/files/md5/"), "dvc push stored nothing in the bucket"
+
+    shutil.rmtree(project / ".dvc" / "cache")
+    shutil.rmtree(project / "data" / "processed")
+    tiny.sh(["dvc", "pull", "prepare"], project)
+    assert _hashes(project / "data" / "processed") == before
+    status = tiny.sh(["dvc", "status", "prepare"], project).stdout
+    assert "up to date" in status, status
+
+    # the same remote with credentials from the environment instead of config.local
+    (project / ".dvc" / "config.local").unlink()
+    shutil.rmtree(project / ".dvc" / "cache")
+    shutil.rmtree(project / "data" / "processed")
+    tiny.sh(["dvc", "pull", "prepare"], project, extra_env={**creds, "AWS_DEFAULT_REGION": "us-east-1"})
+    assert _hashes(project / "data" / "processed") == before
+
+    # and bad credentials are refused by the server, with DVC saying so
+    shutil.rmtree(project / ".dvc" / "cache")
+    bad = tiny.sh(["dvc", "pull", "prepare"], project, check=False,
+                  extra_env={"AWS_ACCESS_KEY_ID": "AKIAWRONG", "AWS_SECRET_ACCESS_KEY": "wrong", "AWS_DEFAULT_REGION": "us-east-1"})
+    assert bad.returncode != 0
+    assert "InvalidAccessKeyId" in bad.stdout + bad.stderr or "403" in bad.stdout + bad.stderr
+
+
+# ----------------------------------------------------------------------------------- MLflow
+@pytest.mark.slow
+def test_mlflow_artifacts_land_in_s3_and_load_back(aws_env, tmp_path, monkeypatch):
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_S3_ENDPOINT_URL", aws_env["endpoint"])
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    exp_id = client.create_experiment("agentr1-s3", artifact_location=f"s3://{BUCKET}/mlflow")
+    report = tmp_path / "report.md"
+    report.write_text("# results\n| run | EM |\n|---|---|\n| grpo | 0.41 |\n")
+    mlflow.set_tracking_uri(uri)
+    try:
+        with mlflow.start_run(experiment_id=exp_id, run_name="evaluate") as run:
+            mlflow.log_metric("eval/em", 0.41)
+            mlflow.log_artifact(str(report), artifact_path="report")
+            mlflow.log_dict({"em": 0.41, "f1": 0.5}, "metrics/summary.json")
+    finally:
+        mlflow.set_tracking_uri(None)
+    run_id = run.info.run_id
+    assert client.get_run(run_id).info.artifact_uri == f"s3://{BUCKET}/mlflow/{run_id}/artifacts"
+    keys = set(_keys(aws_env["client"], f"mlflow/{run_id}/"))
+    assert {f"mlflow/{run_id}/artifacts/report/report.md", f"mlflow/{run_id}/artifacts/metrics/summary.json"} <= keys
+
+    local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="report", tracking_uri=uri,
+                                                dst_path=str(tmp_path / "dl"))
+    assert (Path(local) / "report.md").read_text() == report.read_text()
+    loaded = mlflow.artifacts.load_dict(f"s3://{BUCKET}/mlflow/{run_id}/artifacts/metrics/summary.json")
+    assert loaded == {"em": 0.41, "f1": 0.5}
+
+
+# ----------------------------------------------------------------------------------- storage
+def test_storage_sync_round_trip(aws_env, tmp_path):
+    from agentr1.tracking.storage import S3Storage
+
+    src = tmp_path / "report"
+    (src / "plots").mkdir(parents=True)
+    (src / "report.md").write_text("# report\n")
+    (src / "plots" / "em.png").write_bytes(os.urandom(70_000))
+    (src / "metrics.json").write_text(json.dumps({"em": 0.4}))
+    store = S3Storage(BUCKET, "runs/nightly", endpoint_url=aws_env["endpoint"])
+    store.check()
+
+    first = store.sync_up(src, "report")
+    assert sorted(first.transferred) == [
+        "runs/nightly/report/metrics.json", "runs/nightly/report/plots/em.png", "runs/nightly/report/report.md"]
+    again = store.sync_up(src, "report")
+    assert again.transferred == [] and len(again.skipped) == 3
+    (src / "metrics.json").write_text(json.dumps({"em": 0.5}))
+    (src / "report.md").unlink()
+    third = store.sync_up(src, "report", delete=True)
+    assert third.transferred == ["runs/nightly/report/metrics.json"]
+    assert third.deleted == ["runs/nightly/report/report.md"]
+    assert store.list("report") == ["report/metrics.json", "report/plots/em.png"]
+
+    dst = tmp_path / "copy"
+    down = store.sync_down("report", dst)
+    assert len(down.transferred) == 2 and _hashes(dst) == _hashes(src)
+    assert store.sync_down("report", dst).transferred == []
+    (dst / "stale.txt").write_text("x")
+    assert store.sync_down("report", dst, delete=True).deleted == [str(dst / "stale.txt")]
+
+    # single files and whole folders; from_url
+    ck = tmp_path / "ckpt.safetensors"
+    ck.write_bytes(os.urandom(10_000))
+    assert store.upload(ck, "checkpoints/ckpt.safetensors") == ["runs/nightly/checkpoints/ckpt.safetensors"]
+    other = S3Storage.from_url(f"s3://{BUCKET}/runs/nightly", endpoint_url=aws_env["endpoint"])
+    got = other.download("checkpoints/ckpt.safetensors", tmp_path / "back" / "ckpt.safetensors")
+    assert got[0].read_bytes() == ck.read_bytes()
+    files = other.download("report", tmp_path / "back" / "report")
+    assert len(files) == 2
+
+
+def test_storage_errors_name_the_fix(aws_env, tmp_path, monkeypatch):
+    from agentr1.tracking.storage import (
+        S3BucketNotFoundError, S3CredentialsError, S3EndpointError, S3Storage, StorageError,
+    )
+
+    ep = aws_env["endpoint"]
+    # missing bucket
+    with pytest.raises(S3BucketNotFoundError) as ei:
+        S3Storage("no-such-bucket-x", "p", endpoint_url=ep).check()
+    msg = str(ei.value)
+    assert "bucket 'no-such-bucket-x' does not exist" in msg and f"aws s3 mb s3://no-such-bucket-x --endpoint-url {ep}" in msg
+    (tmp_path / "f.txt").write_text("x")
+    with pytest.raises(S3BucketNotFoundError):
+        S3Storage("no-such-bucket-x", endpoint_url=ep).upload(tmp_path / "f.txt")  # the upload path too
+    with pytest.raises(StorageError, match="nothing at"):
+        S3Storage(BUCKET, "empty-prefix", endpoint_url=ep).download("missing", tmp_path / "x")
+
+    # bad credentials: rejected by the server; the message never echoes the secret
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAWRONGWRONGWRONG")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t-value-never-shown")
+    with pytest.raises(S3CredentialsError) as ei:
+        S3Storage(BUCKET, endpoint_url=ep).check()
+    msg = str(ei.value)
+    assert "rejected the credentials (InvalidAccessKeyId)" in msg and "AWS_ACCESS_KEY_ID" in msg
+    assert "s3cr3t-value-never-shown" not in msg and "AKIAWRONG" not in msg
+    with pytest.raises(S3CredentialsError):
+        S3Storage(BUCKET, endpoint_url=ep).upload(tmp_path / "f.txt")
+
+    # no credentials at all
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    with pytest.raises(S3CredentialsError, match="no AWS credentials found.*AWS_PROFILE"):
+        S3Storage(BUCKET, endpoint_url=ep).check()
+
+    # unreachable endpoint: fails fast (short connect timeout, bounded retries)
+    for k, v in aws_env["creds"].items():
+        monkeypatch.setenv(k, v)
+    dead = f"http://127.0.0.1:{_free_port()}"
+    t0 = time.monotonic()
+    with pytest.raises(S3EndpointError) as ei:
+        S3Storage(BUCKET, endpoint_url=dead, connect_timeout=1, max_attempts=2).check()
+    assert time.monotonic() - t0 < 30
+    assert f"cannot reach the S3 endpoint" in str(ei.value) and dead in str(ei.value)
+    # endpoint from the environment, as boto3 reads it
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", ep)
+    S3Storage(BUCKET).check()
+    with pytest.raises(StorageError, match="expected an s3://bucket/prefix URL"):
+        S3Storage.from_url("http://x/y")
