@@ -20,7 +20,11 @@ STAGES: dict[str, tuple[str, str]] = {
     "prepare": ("agentr1.data.prepare:run_prepare", "build the unified dataset (data/processed)"),
     "validate": ("agentr1.data.validation:run_validate", "validate the dataset with Great Expectations"),
     "index": ("agentr1.retrieval.stage:run_index", "build the retrieval index and its recall report"),
+    "sft": ("agentr1.rl.sft_stage:run_sft", "oracle trajectories, SFT cold start, dev EM of it and the baselines"),
+    "train": ("agentr1.rl.train_stage:run_train", "RL from the cold start with a named run (--run NAME; torchrun for data parallel)"),
     "serve-retriever": ("agentr1.retrieval.server:run_server", "serve the index over HTTP (POST /retrieve)"),
+    "compare": ("agentr1.tracking.compare:run_compare", "compare MLflow runs or registry aliases (table + PNG)"),
+    "promote": ("agentr1.tracking.compare:run_promote", "move the 'champion' alias if the challenger beats it beyond the CI"),
 }
 
 
@@ -47,6 +51,22 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "serve-retriever":
             sp.add_argument("--host", default=None, help="bind address (default from params: 127.0.0.1)")
             sp.add_argument("--port", type=int, default=None)
+        if name in ("compare", "promote"):
+            sp.add_argument("--model", default=None, help="registered model (default: tracking.registered_model)")
+        if name == "compare":
+            pick = sp.add_mutually_exclusive_group()
+            pick.add_argument("--runs", nargs="+", metavar="RUN_ID", help="MLflow run ids to compare")
+            pick.add_argument("--aliases", nargs="+", default=["champion", "challenger"], help="registry aliases (default: champion challenger)")
+            sp.add_argument("--metric", action="append", default=None, help="metric column, repeatable (default: tracking.gate_metric)")
+            sp.add_argument("--out", default="mlflow/compare.png", help="PNG of the first metric (default: mlflow/compare.png)")
+        if name == "promote":
+            sp.add_argument("--metric", default=None, help="gating metric (default: tracking.gate_metric)")
+            sp.add_argument("--dry-run", action="store_true", help="report the decision without moving aliases")
+        if name == "train":
+            sp.add_argument("--run", "--run-name", dest="run", default=None,
+                            help="named run from params `runs` (default: the train section as is); under torchrun "
+                                 "spell it --run-name (torchrun itself claims the prefix --run)")
+            sp.add_argument("--resume", action="store_true", help="continue from <train.out_dir>/<run>/state")
     return parser
 
 

@@ -337,11 +337,11 @@ class SFTConfig(_Section):
     enabled: bool = True
     oracle_noise: float = Field(0.2, ge=0, le=1)
     oracle_lead_space: bool = True
-    train_examples: int | None = Field(800, ge=1)
-    steps: int = Field(40, ge=0)
-    batch_size: int = Field(16, ge=1)
+    train_examples: int | None = Field(1000, ge=1)
+    steps: int = Field(120, ge=0)
+    batch_size: int = Field(8, ge=1)
     lr: float = Field(5e-3, gt=0)
-    warmup_steps: int = Field(5, ge=0)
+    warmup_steps: int = Field(10, ge=0)
     weight_decay: float = Field(0.01, ge=0)
     grad_clip: float = Field(1.0, ge=0)
     log_every: int = Field(10, ge=1)
@@ -381,8 +381,8 @@ class DevEvalConfig(_Section):
     """Greedy dev EM during training every ``every`` steps (0 = off; always after the last step
     when on) on the first ``examples`` dev questions."""
 
-    every: int = Field(4, ge=0)
-    examples: int = Field(32, ge=1)
+    every: int = Field(3, ge=0)
+    examples: int = Field(16, ge=1)
 
 
 class CheckpointConfig(_Section):
@@ -427,8 +427,8 @@ class TrainConfig(_Section):
     ``num_threads``: torch CPU threads per process (null = torch's default). Named runs (``runs``
     at the top level) override these keys."""
 
-    steps: int = Field(8, ge=0)
-    batch_questions: int = Field(8, ge=1)
+    steps: int = Field(6, ge=0)
+    batch_questions: int = Field(4, ge=1)
     group_size: int = Field(4, ge=1)
     estimator: Literal["gae", "grpo", "reinforce_pp", "reinforce_pp_baseline", "rloo"] = "grpo"
     policy_loss: Literal["ppo_clip", "reinforce"] = "ppo_clip"

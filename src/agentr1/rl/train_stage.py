@@ -1,0 +1,184 @@
+"""Stage ``train@<run>``: RL from the SFT cold start with a named run's settings.
+
+``agentr1 train --run grpo`` merges ``runs.grpo`` into ``train`` (``Config.train_for``), loads the
+validated dataset, the retriever + ToolEnv and the cold-start checkpoint (``sft.out_dir``), and
+runs :class:`agentr1.rl.trainer.Trainer` for ``train.steps`` steps, logging every step to MLflow
+(``tracking.enabled``; a no-op logger otherwise). Under ``torchrun --nproc_per_node N`` the same
+command trains data-parallel (``agentr1.rl.distributed``); rank 0 writes the outputs.
+
+Outputs in ``<train.out_dir>/<run>/`` (written only when training finished, each atomically):
+
+* ``checkpoint/`` - the final policy (safetensors + tokenizer; DVC out, loadable by stock
+  transformers / vLLM);
+* ``curve.csv`` - one row per step (DVC plots): reward, EM, format rate, tool calls, turns,
+  response length, KL, entropy, clip fraction, grad norm, lr, dev EM (when evaluated) and the
+  step time split;
+* ``metrics.json`` - the final numbers (DVC metrics): first/last rewards, dev EM at the start,
+  at the end and the best, time per step split into rollout / prepare / update, collapse events.
+
+``state/`` next to them holds the resumable training state (every ``train.checkpoint.every``
+steps). ``--resume`` continues from it (a run killed at step k restarts at its last checkpoint and
+ends with the same numbers as an uninterrupted run on the CPU); without ``--resume`` an old state
+is discarded and training starts from the cold start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import logging
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+from agentr1.data.schema import read_dataset
+from agentr1.data.validation import require_validated
+from agentr1.env import ToolEnv
+from agentr1.errors import StageError
+from agentr1.io import write_json_atomic, write_text_atomic
+from agentr1.models import load_checkpoint, save_checkpoint
+from agentr1.retrieval.base import RetrieverError
+from agentr1.rl import checkpoint as ckpt
+from agentr1.rl.distributed import full_params, init_distributed, shutdown
+from agentr1.rl.trainer import Trainer
+from agentr1.tracking.logger import NullLogger
+
+log = logging.getLogger(__name__)
+
+# curve.csv column -> metric name
+CURVE = {
+    "reward": "rollout/reward", "em": "rollout/em", "format_rate": "rollout/format_rate",
+    "tool_calls": "rollout/tool_calls", "turns": "rollout/turns", "response_length": "rollout/response_length",
+    "kl_ref": "train/kl_ref", "entropy": "train/entropy", "clipfrac": "train/clipfrac",
+    "grad_norm": "train/grad_norm", "lr": "train/lr", "vf_loss": "train/vf_loss", "dev_em": "eval/dev/em",
+    "rollout_s": "time/rollout_s", "prepare_s": "time/prepare_s", "update_s": "time/update_s", "step_s": "time/step_s",
+}
+
+
+def curve_csv(history: list[dict]) -> str:
+    """One row per logged step (step 0 = the dev evaluation before training)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["step", *CURVE])
+    for h in history:
+        w.writerow([h["step"], *(("" if m not in h else round(float(h[m]), 6)) for m in CURVE.values())])
+    return buf.getvalue()
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def summarize(history: list[dict], trainer: Trainer, run: str, wall_s: float) -> dict:
+    steps = [h for h in history if "rollout/reward" in h]
+    dev = [(h["step"], h["eval/dev/em"]) for h in history if "eval/dev/em" in h]
+    rewards = [h["rollout/reward"] for h in steps]
+    t = trainer.tcfg
+
+    def per_step(key: str) -> float | None:
+        return _mean([h[key] for h in steps if key in h])
+
+    return {
+        "run": run,
+        "estimator": t.estimator,
+        "policy_loss": t.policy_loss,
+        "loss_mask": t.loss_mask,
+        "advantage_mask": t.advantage_mask,
+        "steps": len(steps),
+        "reward_first3": _mean(rewards[:3]),
+        "reward_last3": _mean(rewards[-3:]),
+        "em_last3": _mean([h["rollout/em"] for h in steps[-3:]]),
+        "dev_em_start": dev[0][1] if dev and dev[0][0] == 0 else None,
+        "dev_em_final": dev[-1][1] if dev else None,
+        "dev_em_best": max((v for _, v in dev), default=None),
+        "dev_examples": min(t.dev.examples, len(trainer.dev_questions)) if t.dev.every else 0,
+        "time_s": {
+            "total": round(wall_s, 2),
+            "per_step": per_step("time/step_s"),
+            "rollout_per_step": per_step("time/rollout_s"),
+            "prepare_per_step": per_step("time/prepare_s"),
+            "update_per_step": per_step("time/update_s"),
+            "eval_total": sum(h.get("time/eval_s", 0.0) for h in history),
+        },
+        "collapse_events": len(trainer.events),
+        "rollbacks": trainer.rollbacks,
+        "world_size": trainer.dist.world_size,
+    }
+
+
+def _is_checkpoint(path: Path) -> bool:
+    return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
+
+
+def run_train(cfg, args=None) -> dict | None:
+    """Run the stage (module docstring); returns the metrics it wrote (rank 0) or ``None``."""
+    t_start = time.perf_counter()
+    run = getattr(args, "run", None) or "default"
+    resume = bool(getattr(args, "resume", False))
+    tcfg = cfg.train_for(None if run == "default" else run)
+    require_validated(cfg)
+    sft_dir = Path(cfg.sft.out_dir)
+    if not _is_checkpoint(sft_dir):
+        raise StageError(f"no cold-start checkpoint in {sft_dir}: run `agentr1 sft` (or `dvc repro sft`) first")
+    ds = read_dataset(cfg.data.processed_dir)
+    train_q, dev_q = ds.split("train"), ds.split("dev")
+    if not train_q:
+        raise StageError(f"no train questions in {cfg.data.processed_dir}")
+    try:
+        from agentr1.retrieval.factory import load_retriever
+
+        env = ToolEnv.from_config(cfg.env, load_retriever(cfg))
+    except (RetrieverError, FileNotFoundError) as exc:
+        raise StageError(f"cannot load the retriever ({exc}): run `agentr1 index` first") from None
+
+    if tcfg.num_threads is not None:
+        torch.set_num_threads(tcfg.num_threads)
+    dist = init_distributed(tcfg.distributed)
+    run_dir = Path(tcfg.out_dir) / run
+    state_dir = run_dir / "state"
+    try:
+        if dist.is_main and not resume and state_dir.exists():
+            log.info("train@%s: discarding the old state in %s (pass --resume to continue it)", run, state_dir)
+            shutil.rmtree(state_dir)
+        dist.barrier()
+        if dist.is_main:
+            from agentr1.tracking.mlflow_adapter import stage_run
+
+            tracking = stage_run(cfg, "train", run_name=f"train@{run}")
+        else:
+            tracking = contextlib.nullcontext(None)
+        with tracking as srun:
+            logger = srun.logger if srun is not None else NullLogger()
+            model, tokenizer = load_checkpoint(sft_dir, cfg.model.dtype, cfg.model.trust_remote_code)
+            trainer = Trainer(model, tokenizer, tcfg, cfg.rollout, cfg.reward, env=env, train_questions=train_q,
+                              dev_questions=dev_q, logger=logger, seed=cfg.seed, dist=dist, state_dir=state_dir)
+            if resume and ckpt.has_state(state_dir):
+                trainer.restore()
+                log.info("train@%s: resumed at step %d from %s", run, trainer.step, state_dir)
+            elif resume:
+                log.info("train@%s: --resume but no state in %s: starting from the cold start", run, state_dir)
+            n_params = sum(p.numel() for p in model.parameters())
+            log.info("train@%s: %s, %d steps x %d questions x %d rollouts, policy %.2fM parameters, %d rank(s)",
+                     run, tcfg.estimator, tcfg.steps, tcfg.batch_questions, tcfg.group_size, n_params / 1e6,
+                     dist.world_size)
+            history = trainer.train()
+            metrics = None
+            if dist.is_main:
+                metrics = summarize(history, trainer, run, time.perf_counter() - t_start)
+                with full_params(trainer.actor):
+                    save_checkpoint(trainer.policy, tokenizer, run_dir / "checkpoint")
+                write_text_atomic(run_dir / "curve.csv", curve_csv(history))
+                write_json_atomic(run_dir / "metrics.json", metrics)
+                flat = {f"final/{k}": v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                flat.update({f"final/time_{k}": v for k, v in metrics["time_s"].items() if v is not None})
+                logger.log(flat, step=trainer.step)
+                log.info("train@%s: reward %.3f -> %.3f, dev EM %s -> %s in %.0fs", run, metrics["reward_first3"] or 0,
+                         metrics["reward_last3"] or 0, metrics["dev_em_start"], metrics["dev_em_final"],
+                         metrics["time_s"]["total"])
+            dist.barrier()
+            return metrics
+    finally:
+        shutdown(dist)

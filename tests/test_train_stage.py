@@ -1,0 +1,103 @@
+"""Stage ``train@<run>`` on a tiny world (real BM25 index, ToolEnv, a tiny "cold start"
+checkpoint): outputs, --resume, and nothing written when training fails."""
+
+from __future__ import annotations
+
+import csv
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+import tiny_world as tw
+
+from agentr1.config import config_from_dict
+from agentr1.data.schema import Dataset, write_dataset
+from agentr1.errors import StageError
+from agentr1.models import load_checkpoint, save_checkpoint
+from agentr1.rl import train_stage
+from agentr1.rl.trainer import Trainer
+
+torch.set_num_threads(1)
+
+
+def _cfg(tmp_path, **train):
+    processed, index = tmp_path / "processed", tmp_path / "index"
+    write_dataset(Dataset(questions={"train": tw.questions("train"), "dev": tw.questions("dev")[:2]}, corpus=tw.corpus()),
+                  processed)
+    tw.retriever().save(index)
+    tok = tw.tokenizer([q["question"] for q in tw.questions()])
+    save_checkpoint(tw.model(tok), tok, tmp_path / "sft")
+    return config_from_dict({
+        "data": {"processed_dir": str(processed)},
+        "retrieval": {"index_dir": str(index)},
+        "env": {"max_turns": 2, "search": {"topk": 2, "passage_max_chars": 120}},
+        "rollout": {"max_turn_tokens": 6, "max_total_tokens": 1024, "batch_size": 8},
+        "sft": {"out_dir": str(tmp_path / "sft")},
+        "tracking": {"enabled": False},
+        "train": {"steps": 2, "batch_questions": 2, "group_size": 2, "micro_batch_size": 2, "out_dir": str(tmp_path / "runs"),
+                  "dev": {"every": 2, "examples": 2}, "checkpoint": {"every": 1}, **train},
+    })
+
+
+@pytest.fixture(autouse=True)
+def validated(monkeypatch):
+    monkeypatch.setattr(train_stage, "require_validated", lambda cfg: None)
+
+
+def test_train_stage_writes_checkpoint_curve_and_metrics(tmp_path):
+    cfg = _cfg(tmp_path)
+    metrics = train_stage.run_train(cfg, SimpleNamespace(run="ppo", resume=False))
+    out = tmp_path / "runs" / "ppo"
+    model, _ = load_checkpoint(out / "checkpoint")
+    assert sum(p.numel() for p in model.parameters()) > 0
+    written = json.loads((out / "metrics.json").read_text())
+    assert written == json.loads(json.dumps(metrics))
+    assert written["estimator"] == "gae" and written["steps"] == 2 and written["run"] == "ppo"
+    assert written["dev_em_start"] is not None and written["time_s"]["per_step"] > 0
+    rows = list(csv.DictReader((out / "curve.csv").open()))
+    assert [int(r["step"]) for r in rows] == [0, 1, 2]
+    assert rows[0]["reward"] == "" and rows[0]["dev_em"] != "" and rows[2]["dev_em"] != ""
+    assert (out / "state" / "manifest.json").is_file()
+
+
+def test_train_stage_resume_continues_the_state(tmp_path, monkeypatch):
+    cfg = _cfg(tmp_path)
+    straight = train_stage.run_train(cfg, SimpleNamespace(run="grpo", resume=False))
+    curve = (tmp_path / "runs" / "grpo" / "curve.csv").read_text()
+
+    orig = Trainer.train_step
+
+    def killed(self, step):
+        if step == 2:
+            raise KeyboardInterrupt("killed")
+        return orig(self, step)
+
+    monkeypatch.setattr(Trainer, "train_step", killed)
+    with pytest.raises(KeyboardInterrupt):
+        train_stage.run_train(cfg, SimpleNamespace(run="grpo", resume=False))
+    monkeypatch.setattr(Trainer, "train_step", orig)
+    resumed = train_stage.run_train(cfg, SimpleNamespace(run="grpo", resume=True))
+    assert resumed["reward_last3"] == straight["reward_last3"] and resumed["dev_em_final"] == straight["dev_em_final"]
+    strip = lambda text: [r[:14] for r in csv.reader(text.splitlines())]  # noqa: E731 - drop time columns
+    assert strip((tmp_path / "runs" / "grpo" / "curve.csv").read_text()) == strip(curve)
+
+
+def test_failed_training_writes_no_output(tmp_path, monkeypatch):
+    cfg = _cfg(tmp_path)
+
+    def boom(self, until=None):
+        raise RuntimeError("diverged")
+
+    monkeypatch.setattr(Trainer, "train", boom)
+    with pytest.raises(RuntimeError, match="diverged"):
+        train_stage.run_train(cfg, SimpleNamespace(run="grpo", resume=False))
+    out = tmp_path / "runs" / "grpo"
+    assert not (out / "checkpoint").exists() and not (out / "metrics.json").exists()
+
+
+def test_missing_cold_start_is_a_stage_error(tmp_path):
+    cfg = _cfg(tmp_path)
+    cfg.sft.out_dir = str(tmp_path / "nothing")
+    with pytest.raises(StageError, match="agentr1 sft"):
+        train_stage.run_train(cfg, SimpleNamespace(run="grpo", resume=False))
