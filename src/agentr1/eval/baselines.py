@@ -1,0 +1,102 @@
+"""The two baselines of the paper's comparison (used by the sft stage and, later, evaluation).
+
+*Base tool call* (:func:`base_tool_call`): a policy that was not trained with RL, run greedily
+inside the ToolEnv exactly like the trained agent (same prompt, same tools, same turn limits).
+The sft stage runs it with the **untrained base policy** (for ``model.kind: scratch`` the
+freshly initialised model, which cannot even write the format; for ``hf``/``gguf`` the
+pretrained model as downloaded) - the paper's "prompted base model" baseline. The cold-start
+policy in the same setting is reported separately as the cold start's own score.
+
+*Naive RAG* (:func:`naive_rag`): retrieve the top-k passages once with the question as the query
+(the env's own search tool, so k, passage cuts and the observation text are exactly what a
+search call returns), put them in the prompt in the observation format, as if the policy had
+searched the question itself::
+
+    <chat prompt: system + question + assistant header> <observation> <answer>
+
+and let the policy write the answer in one turn. The ``<answer>`` opening tag is part of the
+prompt (``force_answer=True``, default): a policy trained to search would otherwise spend its
+only turn on another call. The turn ends at ``</answer>`` or the per-turn token limit. The sft
+stage runs it with the **cold-start policy** (the same weights as the cold start, so the two
+numbers isolate "one retrieval, one answer" against "multi-turn search").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agentr1.env.formats import ANSWER_CLOSE, ANSWER_OPEN
+from agentr1.env.rewards import episode_format, outcome_reward
+from agentr1.eval.quick import answer_scores, evaluate_tool_policy, summarize
+from agentr1.rollout.engine import RolloutEngine, decode, encode
+
+
+def base_tool_call(backend, tokenizer, env, rollout_cfg, questions, reward_cfg, seed: int = 0):
+    """The base-tool-call baseline: greedy rollouts of ``backend``'s policy in ``env`` (see
+    :func:`agentr1.eval.quick.evaluate_tool_policy`)."""
+    return evaluate_tool_policy(backend, tokenizer, env, rollout_cfg, questions, reward_cfg, seed)
+
+
+def retrieve_observation(env, question: str, tool: str = "search") -> str:
+    """The observation text a ``tool`` call with ``question`` as its query would produce."""
+    result = env.tools[tool].execute_batch([{"query": question}])[0]
+    content = result.content if result.success else f"Error: {result.content}"
+    return env.fmt.render_observation([content])
+
+
+def naive_rag_prompt(engine: RolloutEngine, question: Mapping[str, Any], observation: str,
+                     force_answer: bool = True) -> list[int]:
+    """Token ids of the naive-RAG prompt (module docstring): the episode prompt, the observation
+    (wrapped as the engine wraps observations), then ``<answer>`` when ``force_answer``."""
+    ids = engine.prompt_ids(question) + encode(engine.tokenizer, engine.wrap_observation(observation, ""))
+    if force_answer:
+        ids += encode(engine.tokenizer, ANSWER_OPEN)
+    return ids
+
+
+def naive_rag(
+    backend,
+    tokenizer,
+    env,
+    rollout_cfg,
+    questions: Sequence[Mapping[str, Any]],
+    reward_cfg,
+    seed: int = 0,
+    force_answer: bool = True,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Run the naive-RAG baseline greedily; returns the summary (em/subem/f1, format_ok,
+    reward, answered, tool_calls = 0, turns = 1, ``seconds``) and one record per question
+    (prompt text, the answer turn, the parsed answer and its scores)."""
+    t0 = time.perf_counter()
+    engine = RolloutEngine(backend, env, tokenizer, rollout_cfg)
+    prefix = ANSWER_OPEN if force_answer else ""
+    prompts = [naive_rag_prompt(engine, q, retrieve_observation(env, q["question"]), force_answer) for q in questions]
+    stops = [ANSWER_CLOSE] if force_answer else list(env.stop_strings)
+    gens = []
+    for start in range(0, len(prompts), rollout_cfg.batch_size):
+        chunk = prompts[start : start + rollout_cfg.batch_size]
+        gens += backend.generate(chunk, rollout_cfg.max_turn_tokens, stops, 0.0, 1.0, seed)
+    rows, records = [], []
+    for q, ids, gen in zip(questions, prompts, gens):
+        turn = prefix + decode(tokenizer, gen.token_ids)
+        parsed = env.fmt.parse(turn)
+        answer = parsed.answer
+        fmt = episode_format([], answer is not None)
+        golds = list(q.get("answers", []))
+        row = answer_scores(answer, golds)
+        row.update(
+            format_ok=float(fmt.ok),
+            reward=outcome_reward(answer, golds, fmt.score, reward_cfg),
+            tool_calls=0.0,
+            turns=1.0,
+            answered=float(answer is not None),
+            reason="answer" if answer is not None else gen.finish,
+        )
+        rows.append(row)
+        records.append({"qid": str(q["id"]), "prompt_text": decode(tokenizer, ids), "turn_text": turn,
+                        "answer": answer, "golds": golds, **{k: v for k, v in row.items()}})
+    summary = summarize(rows)
+    summary["seconds"] = time.perf_counter() - t0
+    return summary, records

@@ -1,0 +1,227 @@
+"""Supervised cold start on oracle trajectories: the NLL of the action tokens only.
+
+Loss. For a batch of trajectories (``collate``: prompt + response, right-padded) with tokens
+``x_t`` and ``action_mask`` ``a_t`` (1 on tokens the policy wrote, 0 on prompt, observations and
+padding), the token at position ``t`` is predicted from the prefix ``x_<t``::
+
+    L(theta) = - sum_t a_t * log p_theta(x_t | x_<t)  /  sum_t a_t
+
+i.e. the mean negative log-likelihood over every action token of the batch (a token-level mean,
+so long episodes weigh more than short ones, as in the policy loss). Observation tokens are
+context only: they are never targets, so changing one changes the loss only through the context
+of later action tokens.
+
+Optimisation (``cfg.sft``): AdamW (betas 0.9/0.95; weight decay on matrices only, not on norms
+and biases), learning rate warmed up linearly over ``warmup_steps`` then cosine-decayed to
+``0.1 * lr`` at ``steps``, gradient norm clipped to ``grad_clip`` (0 = off). Batches are
+``batch_size`` trajectories drawn without replacement from a seeded permutation, reshuffled each
+epoch. Everything is seeded from ``cfg.seed``; on the CPU a run is deterministic.
+
+The stage itself (:func:`run_sft`) lives in :mod:`agentr1.rl.sft_stage`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+
+from agentr1.rollout.trajectory import Trajectory, collate
+
+log = logging.getLogger(__name__)
+
+MIN_LR_RATIO = 0.1
+BETAS = (0.9, 0.95)
+
+
+def _fast_head(model) -> bool:
+    """Whether the logits are ``lm_head(last_hidden_state)`` with nothing in between (Llama,
+    Qwen2, SmolLM, Mistral; not models with logit soft-capping or scaling)."""
+    cfg = getattr(model, "config", None)
+    return (
+        model.get_output_embeddings() is not None
+        and getattr(model, "base_model", model) is not model
+        and getattr(cfg, "final_logit_softcapping", None) is None
+        and getattr(cfg, "logit_scale", None) is None
+    )
+
+
+def shared_prefix_length(batch: dict[str, torch.Tensor], min_length: int = 16) -> int:
+    """Length ``P`` of the token prefix every row of ``batch`` shares (the system prompt and the
+    chat header), capped so that no action token is predicted from inside it (``P`` <= first
+    action position - 1); 0 when the batch has one row or the prefix is shorter than
+    ``min_length``."""
+    ids, attn = batch["input_ids"], batch["attention_mask"]
+    if ids.shape[0] < 2:
+        return 0
+    same = ((ids == ids[:1]) & (attn == 1)).all(0).long()
+    prefix = int(same.cumprod(0).sum())
+    acting = batch["action_mask"].any(0).nonzero()
+    if len(acting):
+        prefix = min(prefix, int(acting[0]) - 1)
+    return prefix if prefix >= min_length else 0
+
+
+def _cache_kwarg(base) -> str:
+    """The keyword the decoder's forward takes its KV cache by (renamed across transformers)."""
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def _hidden_states(model, ids: torch.Tensor, attn: torch.Tensor, prefix: int) -> torch.Tensor:
+    """Last hidden states at positions ``prefix .. L-1``. With ``prefix > 0`` the shared prefix
+    runs once (batch 1), its KV cache is repeated for every row and the rows continue from it:
+    the same numbers as the full forward (causal attention), and the gradient of the prefix
+    collects every row's contribution, at ``1/B`` of the prefix's compute."""
+    base = model.base_model
+    if prefix == 0:
+        return base(input_ids=ids, attention_mask=attn).last_hidden_state
+    B, L = ids.shape
+    cache = base(input_ids=ids[:1, :prefix], use_cache=True).past_key_values
+    cache.batch_repeat_interleave(B)
+    positions = torch.arange(prefix, L, device=ids.device).expand(B, -1)
+    out = base(input_ids=ids[:, prefix:], attention_mask=attn, position_ids=positions, use_cache=True,
+               **{_cache_kwarg(base): cache})
+    return out.last_hidden_state
+
+
+def action_logprobs(model, batch: dict[str, torch.Tensor], share_prefix: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logp, mask)``: ``logp[b, t] = log p(x_{t+1} | x_<=t)`` for ``t < L - 1`` and the target
+    mask ``action_mask[:, 1:]``; entries outside the mask are 0.
+
+    Two savings when the architecture allows it (:func:`_fast_head`), neither changing the
+    result: only the masked positions go through the output head (the head over the whole
+    vocabulary is the largest per-token cost of a small model), and the prefix all rows share
+    (the system prompt, about 40% of an episode here) is computed once (:func:`_hidden_states`,
+    ``share_prefix``). Otherwise the full logits are used.
+    """
+    ids, attn = batch["input_ids"], batch["attention_mask"]
+    targets, mask = ids[:, 1:], batch["action_mask"][:, 1:].bool()
+    logp = torch.zeros(targets.shape, dtype=torch.float32, device=ids.device)
+    if _fast_head(model):
+        prefix = shared_prefix_length(batch) if share_prefix else 0
+        hidden = _hidden_states(model, ids, attn, prefix)[:, :-1]
+        logits = model.get_output_embeddings()(hidden[mask[:, prefix:]]).float()
+    else:
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1][mask].float()
+    picked = torch.log_softmax(logits, dim=-1).gather(-1, targets[mask].unsqueeze(-1)).squeeze(-1)
+    logp = logp.masked_scatter(mask, picked)
+    return logp, mask
+
+
+def sft_loss(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+    """Mean NLL over the action tokens of ``batch`` (module docstring) and their count."""
+    logp, mask = action_logprobs(model, batch)
+    n = int(mask.sum())
+    if n == 0:
+        raise ValueError("the batch has no action tokens to train on")
+    return -(logp * mask).sum() / n, n
+
+
+def lr_at(step: int, lr: float, warmup_steps: int, total_steps: int) -> float:
+    """Learning rate for optimizer step ``step`` (0-based): linear warmup to ``lr`` over
+    ``warmup_steps``, then cosine decay from ``lr`` to ``MIN_LR_RATIO * lr`` at ``total_steps``."""
+    if warmup_steps > 0 and step < warmup_steps:
+        return lr * (step + 1) / warmup_steps
+    span = max(total_steps - warmup_steps, 1)
+    progress = min(max(step - warmup_steps, 0) / span, 1.0)
+    return lr * (MIN_LR_RATIO + (1 - MIN_LR_RATIO) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def batch_indices(n: int, batch_size: int, seed: int) -> Iterator[list[int]]:
+    """Endless batches of ``min(batch_size, n)`` distinct indices in ``range(n)``: a seeded
+    permutation, cut into consecutive batches, reshuffled each epoch (a partial tail is dropped
+    unless it is all there is)."""
+    if n < 1:
+        raise ValueError("no examples to draw batches from")
+    size = min(batch_size, n)
+    gen = torch.Generator().manual_seed(seed)
+    while True:
+        perm = torch.randperm(n, generator=gen).tolist()
+        for start in range(0, n - size + 1, size):
+            yield perm[start : start + size]
+
+
+def make_optimizer(model, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW with weight decay on parameters of 2+ dimensions only."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    rest = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=BETAS)
+
+
+def train_sft(
+    model,
+    trajectories: Sequence[Trajectory],
+    pad_id: int,
+    sft_cfg,
+    seed: int,
+    on_step: Callable[[dict], None] | None = None,
+    log_every: int = 10,
+) -> list[dict]:
+    """Train ``model`` in place for ``sft_cfg.steps`` optimizer steps (module docstring).
+
+    Returns one record per step: ``step`` (1-based), ``loss`` (mean action NLL of that batch,
+    before the update), ``lr``, ``grad_norm`` (before clipping), ``action_tokens``, ``tokens``
+    (all non-pad tokens) and ``elapsed_s``. ``on_step`` is called with each record.
+    The model is left in eval mode.
+    """
+    if not trajectories:
+        raise ValueError("no trajectories to train on")
+    opt = make_optimizer(model, sft_cfg.lr, sft_cfg.weight_decay)
+    draws = batch_indices(len(trajectories), sft_cfg.batch_size, seed)
+    device = next(model.parameters()).device
+    history: list[dict] = []
+    t0 = time.perf_counter()
+    model.train()
+    for step in range(sft_cfg.steps):
+        lr = lr_at(step, sft_cfg.lr, sft_cfg.warmup_steps, sft_cfg.steps)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        batch = collate([trajectories[i] for i in next(draws)], pad_id)
+        batch = {k: v.to(device) for k, v in batch.items()}
+        loss, n_action = sft_loss(model, batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        max_norm = sft_cfg.grad_clip if sft_cfg.grad_clip > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+        loss_value = loss.item()
+        if not math.isfinite(loss_value) or not math.isfinite(grad_norm):
+            raise FloatingPointError(f"SFT step {step + 1}: loss {loss_value}, grad norm {grad_norm}")
+        opt.step()
+        record = {
+            "step": step + 1,
+            "loss": loss_value,
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "action_tokens": n_action,
+            "tokens": int(batch["attention_mask"].sum()),
+            "elapsed_s": time.perf_counter() - t0,
+        }
+        history.append(record)
+        if on_step is not None:
+            on_step(record)
+        if log_every and ((step + 1) % log_every == 0 or step + 1 == sft_cfg.steps):
+            log.info("sft step %d/%d loss %.4f lr %.2e grad %.2f (%.1fs)", step + 1, sft_cfg.steps,
+                     record["loss"], lr, grad_norm, record["elapsed_s"])
+    model.eval()
+    return history
+
+
+@torch.no_grad()
+def mean_action_nll(model, trajectories: Sequence[Trajectory], pad_id: int, batch_size: int = 8) -> float:
+    """Mean NLL over all action tokens of ``trajectories`` (no gradient; eval mode)."""
+    total, count = 0.0, 0
+    was_training = model.training
+    model.eval()
+    for start in range(0, len(trajectories), batch_size):
+        batch = collate(list(trajectories[start : start + batch_size]), pad_id)
+        logp, mask = action_logprobs(model, batch)
+        total += float(-(logp * mask).sum())
+        count += int(mask.sum())
+    model.train(was_training)
+    return total / max(count, 1)

@@ -1,0 +1,216 @@
+"""SFT on oracle trajectories: the loss is the NLL of action tokens only, training lowers it, a
+tiny model learns to reproduce an oracle search, and the stage writes everything or nothing."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import torch
+import tiny_world as tw
+
+from agentr1.config import RolloutConfig, SFTConfig, config_from_dict
+from agentr1.data.schema import Dataset, write_dataset
+from agentr1.errors import StageError
+from agentr1.models import load_checkpoint
+from agentr1.rl import sft_stage
+from agentr1.rl.sft import (
+    action_logprobs,
+    batch_indices,
+    lr_at,
+    mean_action_nll,
+    sft_loss,
+    shared_prefix_length,
+    train_sft,
+)
+from agentr1.rollout import collate
+from agentr1.rollout.hf import HFBackend
+from agentr1.rollout.oracle import corpus_titles, oracle_rollout, oracle_texts, plan_all, unique_questions
+
+torch.set_num_threads(1)
+ROLLOUT = RolloutConfig(max_turn_tokens=64, max_total_tokens=1024, batch_size=4)
+
+
+@pytest.fixture(scope="module")
+def world():
+    env = tw.env("tags")
+    qs = unique_questions(tw.questions())
+    plans = plan_all(qs, corpus_titles(tw.corpus()), env.fmt, 0.0, 0, env.max_turns, lead_space=True)
+    tok = tw.tokenizer(oracle_texts(qs, env, plans))
+    trajs = oracle_rollout(qs, env, tok, ROLLOUT, plans)
+    return env, qs, plans, tok, trajs
+
+
+def _manual_loss(model, batch):
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
+    logp = torch.log_softmax(logits.float(), -1).gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1)
+    mask = batch["action_mask"][:, 1:].float()
+    return -(logp * mask).sum() / mask.sum()
+
+
+def test_loss_is_the_mean_nll_of_action_tokens(world):
+    *_, tok, trajs = world
+    model = tw.model(tok)
+    batch = collate(trajs[:4], tok.pad_token_id)
+    loss, n = sft_loss(model, batch)
+    assert n == sum(t.num_action_tokens for t in trajs[:4])
+    assert torch.allclose(loss, _manual_loss(model, batch), atol=1e-5)
+
+
+def test_observation_labels_do_not_enter_the_loss():
+    tok = tw.tokenizer([])
+    model = tw.model(tok)
+    ids = torch.randint(5, len(tok), (2, 30), generator=torch.Generator().manual_seed(0))
+    action = torch.zeros_like(ids)
+    action[:, 8:14] = 1  # a policy turn; positions 14.. are an observation
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "action_mask": action}
+    loss, _ = sft_loss(model, batch)
+    changed = ids.clone()
+    changed[:, 20] = (changed[:, 20] + 1) % len(tok)  # an observation token's label
+    same, _ = sft_loss(model, {**batch, "input_ids": changed})
+    assert torch.equal(loss, same)
+    changed = ids.clone()
+    changed[:, 10] = (changed[:, 10] + 1) % len(tok)  # an action token's label
+    other, _ = sft_loss(model, {**batch, "input_ids": changed})
+    assert not torch.allclose(loss, other)
+    with pytest.raises(ValueError, match="no action tokens"):
+        sft_loss(model, {**batch, "action_mask": torch.zeros_like(ids)})
+
+
+def test_lr_schedule_warms_up_then_decays_to_a_tenth():
+    assert lr_at(0, 1.0, 4, 20) == pytest.approx(0.25)
+    assert lr_at(3, 1.0, 4, 20) == pytest.approx(1.0)
+    assert lr_at(4, 1.0, 4, 20) == pytest.approx(1.0)
+    assert lr_at(12, 1.0, 4, 20) == pytest.approx(0.55)
+    assert lr_at(20, 1.0, 4, 20) == pytest.approx(0.1)
+    assert lr_at(0, 1.0, 0, 10) == pytest.approx(1.0)
+
+
+def test_batches_are_seeded_permutations():
+    a = batch_indices(10, 3, seed=5)
+    first = [next(a) for _ in range(3)]
+    assert sorted(i for b in first for i in b) == sorted(set(i for b in first for i in b))  # no repeats in an epoch
+    b = batch_indices(10, 3, seed=5)
+    assert [next(b) for _ in range(3)] == first
+    c = batch_indices(10, 3, seed=6)
+    assert [next(c) for _ in range(3)] != first
+    assert next(batch_indices(2, 8, seed=0)) in ([0, 1], [1, 0])
+
+
+def test_training_lowers_the_action_loss(world):
+    *_, tok, trajs = world
+    model = tw.model(tok)
+    before = mean_action_nll(model, trajs, tok.pad_token_id)
+    cfg = SFTConfig(steps=30, batch_size=4, lr=1e-2, warmup_steps=3)
+    history = train_sft(model, trajs, tok.pad_token_id, cfg, seed=0, log_every=0)
+    after = mean_action_nll(model, trajs, tok.pad_token_id)
+    assert len(history) == 30 and [h["step"] for h in history] == list(range(1, 31))
+    assert after < 0.6 * before
+    assert not model.training
+
+
+def test_sft_is_deterministic(world):
+    *_, tok, trajs = world
+    cfg = SFTConfig(steps=3, batch_size=2, lr=1e-2, warmup_steps=1)
+    runs = []
+    for _ in range(2):
+        model = tw.model(tok)
+        runs.append([h["loss"] for h in train_sft(model, trajs, tok.pad_token_id, cfg, seed=3, log_every=0)])
+    assert runs[0] == runs[1]
+
+
+def test_trained_model_reproduces_an_oracle_search(world):
+    env, qs, plans, tok, trajs = world
+    model = tw.model(tok, seed=1)
+    cfg = SFTConfig(steps=120, batch_size=4, lr=1e-2, warmup_steps=10)
+    train_sft(model, trajs, tok.pad_token_id, cfg, seed=0, log_every=0)
+    backend = HFBackend(model, tok)
+    gen = backend.generate([trajs[0].prompt_ids], 32, env.stop_strings, 0.0, 1.0, 0)[0]
+    assert tok.decode(gen.token_ids) == plans[0].turns[0]
+
+
+# ------------------------------------------------------------------------------ the stage
+def _stage_cfg(tmp_path, **sft):
+    processed, index = tmp_path / "processed", tmp_path / "index"
+    write_dataset(Dataset(questions={"train": tw.questions("train"), "dev": tw.questions("dev")[:4]}, corpus=tw.corpus()), processed)
+    tw.retriever().save(index)
+    return config_from_dict({
+        "data": {"processed_dir": str(processed)},
+        "retrieval": {"index_dir": str(index)},
+        "env": {"search": {"topk": 2, "passage_max_chars": 200}},
+        "model": {"scratch": tw.TINY_MODEL.model_dump()},
+        "rollout": {"max_turn_tokens": 24, "max_total_tokens": 1024, "batch_size": 4},
+        "sft": {"steps": 4, "batch_size": 4, "warmup_steps": 1, "train_examples": 8, "eval_examples": None,
+                "out_dir": str(tmp_path / "models" / "sft"), "report_dir": str(tmp_path / "sft"), "num_threads": None, **sft},
+    })
+
+
+@pytest.fixture
+def validated(monkeypatch):
+    calls = []
+    monkeypatch.setattr(sft_stage, "require_validated", lambda cfg: calls.append(cfg))
+    return calls
+
+
+def test_run_sft_writes_checkpoint_metrics_and_loss_curve(tmp_path, validated):
+    cfg = _stage_cfg(tmp_path)
+    metrics = sft_stage.run_sft(cfg, None)
+    assert validated == [cfg]
+    model, tok = load_checkpoint(cfg.sft.out_dir)
+    assert sum(p.numel() for p in model.parameters()) == metrics["model"]["parameters"]
+    written = json.loads((tmp_path / "sft" / "metrics.json").read_text())
+    for name in ("cold_start", "base_tool_call", "naive_rag"):
+        assert written[name]["n"] == 4 and 0.0 <= written[name]["em"] <= 1.0
+    assert written["oracle"]["n"] == 8 and written["oracle"]["em"] > 0.5
+    assert written["train"]["steps"] == 4 and written["time_s"]["total"] > 0
+    rows = list(csv.DictReader((tmp_path / "sft" / "loss.csv").open()))
+    assert [int(r["step"]) for r in rows] == [1, 2, 3, 4] and all(float(r["loss"]) > 0 for r in rows)
+    assert (tmp_path / "sft" / "oracle_examples.jsonl").read_text().count("\n") == 8
+
+
+def test_run_sft_failure_leaves_no_output(tmp_path, validated, monkeypatch):
+    cfg = _stage_cfg(tmp_path)
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("evaluation crashed")
+
+    monkeypatch.setattr(sft_stage, "naive_rag", boom)
+    with pytest.raises(RuntimeError, match="evaluation crashed"):
+        sft_stage.run_sft(cfg, None)
+    assert not (tmp_path / "models").exists() or not any((tmp_path / "models").iterdir())
+    assert not (tmp_path / "sft").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".sft")]
+
+
+def test_run_sft_needs_an_index(tmp_path, validated):
+    cfg = _stage_cfg(tmp_path)
+    cfg.retrieval.index_dir = str(tmp_path / "missing")
+    with pytest.raises(StageError, match="agentr1 index"):
+        sft_stage.run_sft(cfg, None)
+
+
+def test_shared_prefix_gives_the_same_loss_and_gradients(world):
+    *_, tok, trajs = world
+    batch = collate(trajs[:4], tok.pad_token_id)
+    assert shared_prefix_length(batch) > 16  # the system prompt and chat header
+    grads, losses = [], []
+    for share in (True, False):
+        model = tw.model(tok)
+        logp, mask = action_logprobs(model, batch, share_prefix=share)
+        loss = -(logp * mask).sum() / mask.sum()
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append([p.grad.clone() for p in model.parameters()])
+    assert torch.allclose(losses[0], losses[1], atol=1e-6)
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_shared_prefix_never_covers_an_action_token():
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 7]])
+    action = torch.tensor([[0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 1, 1]])
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "action_mask": action}
+    assert shared_prefix_length(batch, min_length=1) == 2  # position 2 predicts the first action token
+    assert shared_prefix_length(batch, min_length=3) == 0
+    assert shared_prefix_length({k: v[:1] for k, v in batch.items()}, min_length=1) == 0
