@@ -24,18 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from agentr1.rl.losses import entropy_from_logits
-
-
-def _fast_head(model) -> bool:
-    """Whether logits are ``lm_head(last_hidden_state)`` with nothing in between (Llama, Qwen2,
-    SmolLM: no soft-capping / logit scaling), so the head can run on selected positions only."""
-    cfg = getattr(model, "config", None)
-    return (
-        model.get_output_embeddings() is not None
-        and getattr(model, "base_model", model) is not model
-        and getattr(cfg, "final_logit_softcapping", None) is None
-        and getattr(cfg, "logit_scale", None) is None
-    )
+from agentr1.rl.sft import _fast_head
 
 
 def _scatter(values: torch.Tensor, sel: torch.Tensor) -> torch.Tensor:
