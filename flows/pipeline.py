@@ -42,7 +42,8 @@ from flows.common import (
 REPORT_KEY = "agentr1-pipeline-report"
 METRICS_KEY = "agentr1-pipeline-metrics"
 # Read directly when `dvc metrics show` cannot answer (the stages' metrics files so far).
-KNOWN_METRICS = ("data/validation/summary.json", "data/retrieval/report.json", "data/sft/metrics.json")
+KNOWN_METRICS = ("data/validation/summary.json", "data/retrieval/report.json", "data/sft/metrics.json",
+                 "reports/report.json")
 # The markdown shows metric paths up to this depth; the table artifact has all of them.
 MD_DEPTH = 3
 MD_ROWS_PER_FILE = 40
@@ -173,7 +174,7 @@ def pipeline(
     stage_timeout_s: float | None = None,
     publish_to: str | None = None,
     publish_paths: list[str] | None = None,
-    report_file: str | None = None,
+    report_file: str | None = "reports/summary.md",
 ) -> dict[str, Any]:
     """Reproduce the DVC pipeline and publish its results.
 

@@ -41,7 +41,9 @@ def _isolated_mlflow_store(tmp_path_factory: pytest.TempPathFactory):
         return
     store = tmp_path_factory.mktemp("mlflow")
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{store / 'mlflow.db'}"
+    os.environ["AGENTR1_ARTIFACT_ROOT"] = str(store / "artifacts")  # not the repo's mlflow/artifacts
     try:
         yield
     finally:
         os.environ.pop("MLFLOW_TRACKING_URI", None)
+        os.environ.pop("AGENTR1_ARTIFACT_ROOT", None)

@@ -1,5 +1,6 @@
 """SFT on oracle trajectories: the loss is the NLL of action tokens only, training lowers it, a
-tiny model learns to reproduce an oracle search, and the stage writes everything or nothing."""
+tiny model learns to reproduce an oracle search, and the stage writes everything (the untrained
+base policy, the cold start, deterministic metrics, the MLflow loss curve) or nothing."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import tiny_world as tw
 from agentr1.config import RolloutConfig, SFTConfig, config_from_dict
 from agentr1.data.schema import Dataset, write_dataset
 from agentr1.errors import StageError
-from agentr1.models import load_checkpoint
+from agentr1.models import build_scratch_model, load_checkpoint
 from agentr1.rl import sft_stage
 from agentr1.rl.sft import (
     action_logprobs,
@@ -141,8 +142,9 @@ def _stage_cfg(tmp_path, **sft):
         "env": {"search": {"topk": 2, "passage_max_chars": 200}},
         "model": {"scratch": tw.TINY_MODEL.model_dump()},
         "rollout": {"max_turn_tokens": 24, "max_total_tokens": 1024, "batch_size": 4},
-        "sft": {"steps": 4, "batch_size": 4, "warmup_steps": 1, "train_examples": 8, "eval_examples": None,
-                "out_dir": str(tmp_path / "models" / "sft"), "report_dir": str(tmp_path / "sft"), "num_threads": None, **sft},
+        "sft": {"steps": 4, "batch_size": 4, "warmup_steps": 1, "train_examples": 8,
+                "out_dir": str(tmp_path / "models" / "sft"), "init_dir": str(tmp_path / "models" / "init"),
+                "report_dir": str(tmp_path / "sft"), "num_threads": None, **sft},
     })
 
 
@@ -153,30 +155,56 @@ def validated(monkeypatch):
     return calls
 
 
-def test_run_sft_writes_checkpoint_metrics_and_loss_curve(tmp_path, validated):
+def test_run_sft_writes_checkpoints_metrics_and_loss_curve(tmp_path, validated, monkeypatch):
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     cfg = _stage_cfg(tmp_path)
+    cfg.tracking.artifact_root = str(tmp_path / "artifacts")
     metrics = sft_stage.run_sft(cfg, None)
     assert validated == [cfg]
     model, tok = load_checkpoint(cfg.sft.out_dir)
     assert sum(p.numel() for p in model.parameters()) == metrics["model"]["parameters"]
     written = json.loads((tmp_path / "sft" / "metrics.json").read_text())
-    for name in ("cold_start", "base_tool_call", "naive_rag"):
-        assert written[name]["n"] == 4 and 0.0 <= written[name]["em"] <= 1.0
+    assert written == json.loads(json.dumps(metrics))
+    assert set(written) == {"oracle", "train", "model"}  # the baselines moved to `agentr1 evaluate`
     assert written["oracle"]["n"] == 8 and written["oracle"]["em"] > 0.5
-    assert written["train"]["steps"] == 4 and written["time_s"]["total"] > 0
+    assert written["train"]["steps"] == 4 and "time_s" not in written
+    timing = json.loads((tmp_path / "sft" / "timing.json").read_text())
+    assert timing["time_s"]["total"] > 0 and timing["time_s"]["train"] >= 0 and timing["tokens_per_s"] > 0
     rows = list(csv.DictReader((tmp_path / "sft" / "loss.csv").open()))
     assert [int(r["step"]) for r in rows] == [1, 2, 3, 4] and all(float(r["loss"]) > 0 for r in rows)
     assert (tmp_path / "sft" / "oracle_examples.jsonl").read_text().count("\n") == 8
+
+    # the untrained base policy: exactly the seeded scratch initialisation, with the same tokenizer
+    init, init_tok = load_checkpoint(cfg.sft.init_dir)
+    assert init_tok.get_vocab() == tok.get_vocab()
+    fresh = build_scratch_model(cfg.model.scratch, init_tok, seed=cfg.seed)
+    assert all(torch.equal(a, b) for a, b in zip(init.state_dict().values(), fresh.state_dict().values()))
+    assert not all(torch.equal(a, b) for a, b in zip(init.state_dict().values(), model.state_dict().values()))
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name(f"{cfg.tracking.experiment_prefix}-{cfg.profile}")
+    [run] = client.search_runs([experiment.experiment_id], filter_string="tags.`agentr1.stage` = 'sft'")
+    losses = client.get_metric_history(run.info.run_id, "sft/loss")
+    assert [(m.step, round(m.value, 6)) for m in losses] == [(int(r["step"]), float(r["loss"])) for r in rows]
+    assert run.data.metrics["final/oracle/em"] == written["oracle"]["em"]
+
+    # deterministic metrics: a second run writes the same bytes
+    first = (tmp_path / "sft" / "metrics.json").read_bytes()
+    sft_stage.run_sft(cfg, None)
+    assert (tmp_path / "sft" / "metrics.json").read_bytes() == first
 
 
 def test_run_sft_failure_leaves_no_output(tmp_path, validated, monkeypatch):
     cfg = _stage_cfg(tmp_path)
 
     def boom(*args, **kwargs):
-        raise RuntimeError("evaluation crashed")
+        raise RuntimeError("training crashed")
 
-    monkeypatch.setattr(sft_stage, "naive_rag", boom)
-    with pytest.raises(RuntimeError, match="evaluation crashed"):
+    monkeypatch.setattr(sft_stage, "train_sft", boom)
+    with pytest.raises(RuntimeError, match="training crashed"):
         sft_stage.run_sft(cfg, None)
     assert not (tmp_path / "models").exists() or not any((tmp_path / "models").iterdir())
     assert not (tmp_path / "sft").exists()

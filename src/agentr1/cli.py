@@ -20,11 +20,13 @@ STAGES: dict[str, tuple[str, str]] = {
     "prepare": ("agentr1.data.prepare:run_prepare", "build the unified dataset (data/processed)"),
     "validate": ("agentr1.data.validation:run_validate", "validate the dataset with Great Expectations"),
     "index": ("agentr1.retrieval.stage:run_index", "build the retrieval index and its recall report"),
-    "sft": ("agentr1.rl.sft_stage:run_sft", "oracle trajectories, SFT cold start, dev EM of it and the baselines"),
+    "sft": ("agentr1.rl.sft_stage:run_sft", "oracle trajectories, the untrained base policy and the SFT cold start"),
     "train": ("agentr1.rl.train_stage:run_train", "RL from the cold start with a named run (--run NAME; torchrun for data parallel)"),
+    "evaluate": ("agentr1.eval.stage:run_evaluate", "greedy EM/F1 with bootstrap CIs of one policy on evaluate.splits (--policy NAME)"),
     "serve-retriever": ("agentr1.retrieval.server:run_server", "serve the index over HTTP (POST /retrieve)"),
     "compare": ("agentr1.tracking.compare:run_compare", "compare MLflow runs or registry aliases (table + PNG)"),
     "promote": ("agentr1.tracking.compare:run_promote", "move the 'champion' alias if the challenger beats it beyond the CI"),
+    "report": ("agentr1.report.stage:run_report", "Table 3/4 analogues, breakdowns, plots and summary.md from the evaluations"),
 }
 
 
@@ -67,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
                             help="named run from params `runs` (default: the train section as is); under torchrun "
                                  "spell it --run-name (torchrun itself claims the prefix --run)")
             sp.add_argument("--resume", action="store_true", help="continue from <train.out_dir>/<run>/state")
+        if name == "evaluate":
+            sp.add_argument("--policy", required=True, metavar="NAME",
+                            help="a named run of params `runs`, or a baseline: cold_start, base_tool_call, naive_rag")
     return parser
 
 

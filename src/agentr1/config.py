@@ -329,9 +329,10 @@ class SFTConfig(_Section):
     Ada Vell</search>``) so a name is tokenized exactly as in passage text, which makes copying
     it from an observation easier; ``train_examples``: oracle episodes built from the train split
     (null = all); ``steps``/``batch_size``/``lr``/``warmup_steps``/``weight_decay``/``grad_clip``
-    (0 = off): AdamW on the action-token NLL; ``eval_examples``: dev questions evaluated (null =
-    the full dev split); ``num_threads``: torch CPU threads for the stage (null = torch's default;
-    1 is 2-4x faster than 2 when other processes share the 2 cores, as measured).
+    (0 = off): AdamW on the action-token NLL; ``out_dir``: the cold-start checkpoint;
+    ``init_dir``: the untrained base policy (saved before SFT; the ``base_tool_call`` baseline of
+    ``agentr1 evaluate``); ``num_threads``: torch CPU threads for the stage (null = torch's
+    default; 1 is 2-4x faster than 2 when other processes share the 2 cores, as measured).
     ``enabled: false`` skips training and saves the base policy as is."""
 
     enabled: bool = True
@@ -346,8 +347,8 @@ class SFTConfig(_Section):
     grad_clip: float = Field(1.0, ge=0)
     log_every: int = Field(10, ge=1)
     out_dir: str = "data/models/sft"
+    init_dir: str = "data/models/init"
     report_dir: str = "data/sft"
-    eval_examples: int | None = Field(100, ge=1)
     num_threads: int | None = Field(1, ge=1)
 
 
@@ -424,8 +425,10 @@ class TrainConfig(_Section):
     rollout policy, exact) or ``rollout`` (the sampling-time ones; exact only when the rollout and
     training numerics agree, and only for action tokens). ``lr_schedule``: linear warmup over
     ``warmup_steps`` optimizer steps, then ``constant`` or ``cosine`` (to ``min_lr_ratio * lr``).
-    ``num_threads``: torch CPU threads per process (null = torch's default). Named runs (``runs``
-    at the top level) override these keys."""
+    ``num_threads``: torch CPU threads per process (null = torch's default). ``seed``: the run's
+    seed (null = the top-level ``seed``); runs whose overrides differ only in ``seed`` are
+    replicas of one method (the report groups them). Named runs (``runs`` at the top level)
+    override these keys."""
 
     steps: int = Field(6, ge=0)
     batch_questions: int = Field(4, ge=1)
@@ -461,6 +464,9 @@ class TrainConfig(_Section):
     distributed: DistributedConfig = DistributedConfig()
     num_threads: int | None = Field(1, ge=1)
     out_dir: str = "data/runs"
+    seed: int | None = Field(None, ge=0)  # null = the top-level seed; a run's own seed makes it a replica
+
+
 
 
 DEFAULT_RUNS: dict[str, dict[str, Any]] = {
@@ -490,6 +496,71 @@ def merge_run(train: TrainConfig, override: dict[str, Any], name: str = "<run>")
     except ValidationError as exc:
         msgs = [f"runs.{name}." + ".".join(str(p) for p in e["loc"]) + f": {e['msg']}" for e in exc.errors()]
         raise ValueError("; ".join(msgs)) from None
+
+
+# ---------------------------------------------------------------------------------- evaluate
+class BootstrapConfig(_Section):
+    """Percentile bootstrap of a mean (``agentr1.eval.metrics``): ``samples`` resamples of the
+    per-question scores, a central ``ci`` interval (0.95 = the 2.5th to 97.5th percentile)."""
+
+    samples: int = Field(1000, ge=100)
+    ci: float = Field(0.95, gt=0, lt=1)
+
+
+class EvaluateConfig(_Section):
+    """Stage ``evaluate@<policy>`` (``agentr1.eval.stage``): greedy rollouts of one policy on each
+    split of ``splits`` (the first ``max_examples`` questions of each, null = all),
+    ``batch_size`` prompts per backend call, per-question scores and bootstrap CIs into
+    ``<out_dir>/<policy>/``. ``register``: log trained policies (RL runs and the cold start) to
+    the MLflow registry and apply the promotion gate (``tracking.gate_metric``).
+    ``num_threads``: torch CPU threads (null = torch's default)."""
+
+    splits: list[str] = Field(default_factory=lambda: ["test", "ood"])
+    max_examples: int | None = Field(None, ge=1)
+    batch_size: int = Field(64, ge=1)
+    bootstrap: BootstrapConfig = BootstrapConfig()
+    out_dir: str = "data/eval"
+    register_: bool = Field(True, alias="register")  # "register" would shadow BaseModel.register
+    num_threads: int | None = Field(1, ge=1)
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+    @field_validator("splits")
+    @classmethod
+    def _known_splits(cls, v: list[str]) -> list[str]:
+        unknown = [s for s in v if s not in SPLITS]
+        if not v or unknown or len(set(v)) != len(v):
+            raise ValueError(f"splits must be a non-empty list of distinct names from {list(SPLITS)} (got {v})")
+        return v
+
+
+# ------------------------------------------------------------------------------------ report
+class ReportBootstrapConfig(_Section):
+    """The report's percentile bootstrap over questions (``agentr1.report.stats``), independent
+    of ``evaluate.bootstrap``: ``samples`` resamples, a central ``ci`` interval."""
+
+    samples: int = Field(1000, ge=100)
+    ci: float = Field(0.95, gt=0, lt=1)
+
+
+class ReportConfig(_Section):
+    """Stage ``report`` (``agentr1.report.stage``): tables, plots and a summary from the
+    evaluations in ``evaluate.out_dir`` into ``out_dir``. ``splits``: the evaluated splits
+    reported (each a column; the average is their unweighted mean); ``metric``: the
+    per-question score compared (``em`` | ``f1`` | ``subem``)."""
+
+    out_dir: str = "reports"
+    splits: list[str] = Field(default_factory=lambda: ["test", "ood"])
+    metric: Literal["em", "f1", "subem"] = "em"
+    bootstrap: ReportBootstrapConfig = ReportBootstrapConfig()
+
+    @field_validator("splits")
+    @classmethod
+    def _known_splits(cls, v: list[str]) -> list[str]:
+        unknown = [s for s in v if s not in SPLITS]
+        if not v or unknown or len(set(v)) != len(v):
+            raise ValueError(f"splits must be a non-empty list of distinct names from {list(SPLITS)} (got {v})")
+        return v
 
 
 # ---------------------------------------------------------------------------------- tracking
@@ -527,6 +598,8 @@ class Config(_Section):
     rollout: RolloutConfig = RolloutConfig()
     sft: SFTConfig = SFTConfig()
     train: TrainConfig = TrainConfig()
+    evaluate: EvaluateConfig = EvaluateConfig()
+    report: ReportConfig = ReportConfig()
     runs: dict[str, dict[str, Any]] = Field(default_factory=lambda: {k: dict(v) for k, v in DEFAULT_RUNS.items()})
     tracking: TrackingConfig = TrackingConfig()
 

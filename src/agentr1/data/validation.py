@@ -20,6 +20,13 @@ Outputs in ``validate.report_dir``: ``summary.json`` (DVC metric; deterministic)
 only, ``passed.json``: the marker that later stages check with :func:`require_validated`. It
 holds hashes of the processed parquet files and of the params the verdict depends on, so data
 that changed after validation is refused.
+
+With ``tracking.enabled`` the stage is one MLflow run (``stage_run``, imported only then) with
+metrics ``validate/expectations`` (evaluated), ``validate/passed``, ``validate/failed``,
+``validate/success`` (1/0), ``validate/rows/<table or split>`` and
+``validate/unexpected/<expectation>``, and ``summary.json`` / ``gx_result.json`` as artifacts
+under ``validate/``. They are logged before the verdict, so a failed validation leaves a FAILED
+run that shows which expectations failed.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from agentr1.data.gx_suite import Check, CheckResult, run_checks
 from agentr1.data.schema import CORPUS_FIELDS, CORPUS_FILE, QUESTION_FIELDS, Dataset, read_dataset
 from agentr1.errors import StageError
 from agentr1.io import write_json_atomic
+from agentr1.tracking import tracked_stage
 
 log = logging.getLogger(__name__)
 
@@ -327,6 +335,23 @@ def require_validated(cfg: Config) -> None:
 
 
 # ------------------------------------------------------------------------------------- stage
+def summary_metrics(summary: dict[str, Any]) -> dict[str, float]:
+    """The summary's key numbers as flat MLflow metrics (see the module docstring)."""
+    n, failed = summary["n_expectations"], summary["n_failed"]
+    metrics: dict[str, float] = {
+        "validate/expectations": n,
+        "validate/passed": n - failed,
+        "validate/failed": failed,
+        "validate/success": float(bool(summary["success"])),
+    }
+    metrics.update({f"validate/rows/{k}": v for k, v in summary["rows"].items()})
+    for name, exp in summary["expectations"].items():
+        if exp.get("unexpected_count") is not None:
+            metrics[f"validate/unexpected/{name}"] = exp["unexpected_count"]
+    return metrics
+
+
+
 def run_validate(cfg: Config, args: Any = None) -> ValidationReport:
     """Stage entry point (``agentr1 validate``).
 
@@ -334,31 +359,39 @@ def run_validate(cfg: Config, args: Any = None) -> ValidationReport:
     ``summary.json`` and ``gx_result.json`` atomically, and then either writes ``passed.json``
     (success) or raises :class:`StageError` listing the failed expectations and offending rows.
     """
-    started = time.perf_counter()
-    processed = Path(cfg.data.processed_dir)
-    report_dir = Path(cfg.validate_.report_dir)
-    (report_dir / MARKER_FILE).unlink(missing_ok=True)
-    before = processed_fingerprint(processed)
-    try:
-        ds = read_dataset(processed)
-    except FileNotFoundError as exc:
-        raise StageError(str(exc)) from None
-    report = validate_dataset(ds, cfg)
-    write_json_atomic(report_dir / SUMMARY_FILE, report.summary)
-    write_json_atomic(report_dir / GX_RESULT_FILE, report.gx_result)
-    elapsed = time.perf_counter() - started
-    rows = report.summary["rows"]
-    if not report.success:
-        log.error("validation failed on %d questions / %d passages (%.1fs)", rows["questions"], rows["corpus"], elapsed)
-        raise StageError(failure_message(report, report_dir))
-    if processed_fingerprint(processed) != before:
-        raise StageError(f"{processed} changed while it was being validated: run `agentr1 validate` again")
-    write_json_atomic(
-        report_dir / MARKER_FILE,
-        {"data_sha256": before["sha256"], "files": before["files"], "params_sha256": _params_hash(cfg)},
-    )
-    log.info(
-        "validation passed: %d expectations on %d questions / %d passages (%.1fs); marker %s",
-        len(report.results), rows["questions"], rows["corpus"], elapsed, report_dir / MARKER_FILE,
-    )
+    with tracked_stage(cfg, "validate") as run:
+        started = time.perf_counter()
+        processed = Path(cfg.data.processed_dir)
+        report_dir = Path(cfg.validate_.report_dir)
+        (report_dir / MARKER_FILE).unlink(missing_ok=True)
+        before = processed_fingerprint(processed)
+        try:
+            ds = read_dataset(processed)
+        except FileNotFoundError as exc:
+            raise StageError(str(exc)) from None
+        report = validate_dataset(ds, cfg)
+        write_json_atomic(report_dir / SUMMARY_FILE, report.summary)
+        write_json_atomic(report_dir / GX_RESULT_FILE, report.gx_result)
+        elapsed = time.perf_counter() - started
+        if run is not None and run.enabled:
+            import mlflow
+
+            run.logger.log({**summary_metrics(report.summary), "validate/seconds": elapsed}, step=0)
+            for name in (SUMMARY_FILE, GX_RESULT_FILE):
+                mlflow.log_artifact(str(report_dir / name), artifact_path="validate", run_id=run.run_id)
+        rows = report.summary["rows"]
+        if not report.success:
+            log.error("validation failed on %d questions / %d passages (%.1fs)", rows["questions"], rows["corpus"],
+                      elapsed)
+            raise StageError(failure_message(report, report_dir))
+        if processed_fingerprint(processed) != before:
+            raise StageError(f"{processed} changed while it was being validated: run `agentr1 validate` again")
+        write_json_atomic(
+            report_dir / MARKER_FILE,
+            {"data_sha256": before["sha256"], "files": before["files"], "params_sha256": _params_hash(cfg)},
+        )
+        log.info(
+            "validation passed: %d expectations on %d questions / %d passages (%.1fs); marker %s",
+            len(report.results), rows["questions"], rows["corpus"], elapsed, report_dir / MARKER_FILE,
+        )
     return report

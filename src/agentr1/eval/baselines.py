@@ -1,8 +1,8 @@
-"""The two baselines of the paper's comparison (used by the sft stage and, later, evaluation).
+"""The two baselines of the paper's comparison (run by ``agentr1 evaluate --policy base_tool_call|naive_rag``).
 
 *Base tool call* (:func:`base_tool_call`): a policy that was not trained with RL, run greedily
 inside the ToolEnv exactly like the trained agent (same prompt, same tools, same turn limits).
-The sft stage runs it with the **untrained base policy** (for ``model.kind: scratch`` the
+The evaluate stage runs it with the **untrained base policy** (``sft.init_dir``) (for ``model.kind: scratch`` the
 freshly initialised model, which cannot even write the format; for ``hf``/``gguf`` the
 pretrained model as downloaded) - the paper's "prompted base model" baseline. The cold-start
 policy in the same setting is reported separately as the cold start's own score.
@@ -16,8 +16,8 @@ searched the question itself::
 
 and let the policy write the answer in one turn. The ``<answer>`` opening tag is part of the
 prompt (``force_answer=True``, default): a policy trained to search would otherwise spend its
-only turn on another call. The turn ends at ``</answer>`` or the per-turn token limit. The sft
-stage runs it with the **cold-start policy** (the same weights as the cold start, so the two
+only turn on another call. The turn ends at ``</answer>`` or the per-turn token limit. The
+evaluate stage runs it with the **cold-start policy** (the same weights as the cold start, so the two
 numbers isolate "one retrieval, one answer" against "multi-turn search").
 """
 

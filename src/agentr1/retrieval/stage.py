@@ -13,6 +13,12 @@ Timings live in their own file so that ``report.json`` depends only on data and 
 gives byte-identical metrics, ``dvc metrics diff`` shows only real changes, and the stage's outputs
 stay reproducible; wall-clock figures change every run and would make every rerun look different.
 Questions without supporting passages are counted (``no_supporting``) but not scored.
+
+With ``tracking.enabled`` the stage is one MLflow run (``stage_run``, imported only then) with
+metrics ``index/<split>/recall_at_<k>``, ``index/<split>/all_supporting_at_<k>`` (MLflow metric
+names cannot hold ``@``), ``index/<split>/questions``, ``index/<split>/no_supporting``,
+``index/passages``, ``index/index_bytes``, ``index/build_s``, ``index/queries`` and
+``index/queries_per_s``, and ``report.json`` / ``timing.json`` as artifacts under ``index/``.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from agentr1.config import SPLITS, Config
 from agentr1.errors import StageError
 from agentr1.io import atomic_dir, write_json_atomic
 from agentr1.retrieval.base import Retriever, RetrieverError
+from agentr1.tracking import tracked_stage
 
 log = logging.getLogger(__name__)
 
@@ -93,41 +100,61 @@ def recall_report(retriever: Retriever, questions: dict[str, list[dict[str, Any]
     return report, {"queries": n_queries, "search_s": search_s}
 
 
+def report_metrics(report: dict[str, Any], timing: dict[str, Any]) -> dict[str, float]:
+    """The key numbers of ``report.json`` and ``timing.json`` as flat MLflow metrics (per split;
+    ``recall@k`` -> ``recall_at_k``; ``None`` values are left out)."""
+    metrics: dict[str, Any] = {"index/passages": report["passages"], "index/index_bytes": report["index_bytes"]}
+    for split, entry in report["splits"].items():
+        for key, value in entry.items():
+            if key != "types":
+                metrics[f"index/{split}/{key.replace('@', '_at_')}"] = value
+    metrics.update({f"index/{k}": timing[k] for k in ("build_s", "queries", "queries_per_s")})
+    return {k: v for k, v in metrics.items() if v is not None}
+
+
+
 def run_index(cfg: Config, args: Any = None) -> None:
     """Build ``retrieval.index_dir`` from the processed corpus and write the retrieval report."""
     from agentr1.data.schema import read_dataset
     from agentr1.data.validation import require_validated
     from agentr1.retrieval.factory import build_retriever
 
-    require_validated(cfg)
-    rcfg = cfg.retrieval
-    try:
-        ds = read_dataset(cfg.data.processed_dir)
-    except FileNotFoundError as exc:
-        raise StageError(str(exc)) from None
-    log.info("index: building a %s index over %d passages -> %s", rcfg.backend, len(ds.corpus), rcfg.index_dir)
-    try:
-        t0 = time.perf_counter()
-        retriever = build_retriever(rcfg, ds.corpus, seed=cfg.seed)
-        build_s = time.perf_counter() - t0
-        with atomic_dir(rcfg.index_dir) as tmp:
-            retriever.save(tmp)
-        log.info("index: built in %.1fs, %.1f MB on disk", build_s, dir_bytes(rcfg.index_dir) / 1e6)
-        splits, timing = recall_report(retriever, ds.questions, rcfg.report.ks, rcfg.report.max_queries_per_split)
-    except RetrieverError as exc:
-        raise StageError(str(exc)) from None
-    report = {
-        "backend": rcfg.backend,
-        "passages": len(ds.corpus),
-        "index_bytes": dir_bytes(rcfg.index_dir),
-        "ks": rcfg.report.ks,
-        "splits": splits,
-    }
-    qps = timing["queries"] / timing["search_s"] if timing["search_s"] > 0 else None
-    timing_out = {"backend": rcfg.backend, "build_s": round(build_s, 3), "queries": timing["queries"],
-                  "queries_per_s": round(qps, 1) if qps else None}
-    out = Path(rcfg.report_dir)
-    write_json_atomic(out / REPORT_FILE, report)
-    write_json_atomic(out / TIMING_FILE, timing_out)
-    log.info("index: report -> %s (%s queries/s over %d questions)", out / REPORT_FILE,
-             timing_out["queries_per_s"], timing["queries"])
+    with tracked_stage(cfg, "index") as run:
+        require_validated(cfg)
+        rcfg = cfg.retrieval
+        try:
+            ds = read_dataset(cfg.data.processed_dir)
+        except FileNotFoundError as exc:
+            raise StageError(str(exc)) from None
+        log.info("index: building a %s index over %d passages -> %s", rcfg.backend, len(ds.corpus), rcfg.index_dir)
+        try:
+            t0 = time.perf_counter()
+            retriever = build_retriever(rcfg, ds.corpus, seed=cfg.seed)
+            build_s = time.perf_counter() - t0
+            with atomic_dir(rcfg.index_dir) as tmp:
+                retriever.save(tmp)
+            log.info("index: built in %.1fs, %.1f MB on disk", build_s, dir_bytes(rcfg.index_dir) / 1e6)
+            splits, timing = recall_report(retriever, ds.questions, rcfg.report.ks, rcfg.report.max_queries_per_split)
+        except RetrieverError as exc:
+            raise StageError(str(exc)) from None
+        report = {
+            "backend": rcfg.backend,
+            "passages": len(ds.corpus),
+            "index_bytes": dir_bytes(rcfg.index_dir),
+            "ks": rcfg.report.ks,
+            "splits": splits,
+        }
+        qps = timing["queries"] / timing["search_s"] if timing["search_s"] > 0 else None
+        timing_out = {"backend": rcfg.backend, "build_s": round(build_s, 3), "queries": timing["queries"],
+                      "queries_per_s": round(qps, 1) if qps else None}
+        out = Path(rcfg.report_dir)
+        write_json_atomic(out / REPORT_FILE, report)
+        write_json_atomic(out / TIMING_FILE, timing_out)
+        log.info("index: report -> %s (%s queries/s over %d questions)", out / REPORT_FILE,
+                 timing_out["queries_per_s"], timing["queries"])
+        if run is not None and run.enabled:
+            import mlflow
+
+            run.logger.log(report_metrics(report, timing_out), step=0)
+            for name in (REPORT_FILE, TIMING_FILE):
+                mlflow.log_artifact(str(out / name), artifact_path="index", run_id=run.run_id)

@@ -17,6 +17,7 @@ does not import ``mlflow``. The gate itself is ``agentr1.tracking.gate.gate`` (a
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from typing import Any
 
@@ -35,7 +36,17 @@ _LAZY = {
     "GateStats": "agentr1.tracking.gate",
 }
 
-__all__ = ["InMemoryLogger", "MetricsLogger", "NullLogger", "TrajectoryLogger", *_LAZY]
+__all__ = ["InMemoryLogger", "MetricsLogger", "NullLogger", "TrajectoryLogger", "tracked_stage", *_LAZY]
+
+
+def tracked_stage(cfg: Any, stage: str, run_name: str | None = None) -> contextlib.AbstractContextManager[Any]:
+    """``stage_run(cfg, stage, run_name)`` when ``tracking.enabled``, else a context yielding
+    ``None`` - without importing mlflow, so light stages stay light when tracking is off."""
+    if not cfg.tracking.enabled:
+        return contextlib.nullcontext(None)
+    from agentr1.tracking.mlflow_adapter import stage_run
+
+    return stage_run(cfg, stage, run_name)
 
 
 def __getattr__(name: str) -> Any:

@@ -8,7 +8,8 @@ Usage in a stage::
         run.log_traces(trajectories, split="dev")
 
 Tracking URI: env ``MLFLOW_TRACKING_URI``, else ``tracking.uri`` (default
-``sqlite:///mlflow/mlflow.db``, artifacts under ``tracking.artifact_root``). A server URI is
+``sqlite:///mlflow/mlflow.db``, artifacts under ``tracking.artifact_root``, or env
+``AGENTR1_ARTIFACT_ROOT`` when set). A server URI is
 probed at ``/health`` before anything else (``tracking.connect_timeout_s``); an unreachable one
 fails the stage with a :class:`StageError` naming the URI - never a silent fallback to a local
 store that would lose the run. ``tracking.enabled: false`` yields a run whose logger is a
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 ROLE_TAG = "agentr1.role"
 PIPELINE_TAG = "agentr1.pipeline_id"
 STAGE_TAG = "agentr1.stage"
+ARTIFACT_ROOT_ENV = "AGENTR1_ARTIFACT_ROOT"  # overrides tracking.artifact_root (a sqlite store's artifacts)
 _BATCH = 100  # MLflow's MAX_PARAMS_TAGS_PER_BATCH; metrics allow 1000, 100 keeps requests small
 
 
@@ -114,7 +116,8 @@ def connect(cfg: "Config") -> tuple[MlflowClient, str, str]:
     mlflow.set_tracking_uri(uri)
     artifacts = None
     if not _is_server(uri):  # a server decides where its artifacts go
-        artifacts = (Path(cfg.tracking.artifact_root).resolve() / experiment_name(cfg)).as_uri()
+        root = os.environ.get(ARTIFACT_ROOT_ENV, "").strip() or cfg.tracking.artifact_root
+        artifacts = (Path(root).resolve() / experiment_name(cfg)).as_uri()
     try:
         client = MlflowClient(tracking_uri=uri)
         exp_id = ensure_experiment(client, experiment_name(cfg), artifacts)

@@ -1,0 +1,164 @@
+"""Evaluation statistics: bootstrap confidence intervals, paired differences, split summaries.
+
+Per-question scores (EM, F1, substring EM, format, ...) come from :mod:`agentr1.eval.quick`
+(answers compared with the :mod:`agentr1.env.rewards` metrics). Here they are averaged and
+given uncertainty:
+
+* :func:`bootstrap_ci` - percentile bootstrap of the mean of one score vector;
+* :func:`paired_bootstrap_diff` - per-question paired bootstrap of the difference of the means of
+  two policies scored on the same questions (is a difference larger than the noise?);
+* :func:`summarize_split` - one split's means, CIs and breakdowns by question type and hops.
+
+Everything is deterministic for a given seed (``numpy.random.Generator(PCG64(seed))``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+SCORES = ("em", "f1", "subem")  # the answer metrics that get confidence intervals
+MEANS = ("em", "f1", "subem", "format_ok", "answered", "tool_calls", "turns", "reward")
+DIGITS = 6  # summaries are rounded (monotone, so lo <= mean <= hi survives the rounding)
+_CHUNK = 4_000_000  # resampled entries drawn at once (bounds memory for large splits)
+
+
+def _vector(values: Sequence[float], name: str = "values") -> np.ndarray:
+    x = np.asarray(values, dtype=np.float64).reshape(-1)
+    if x.size == 0:
+        raise ValueError(f"{name} is empty: a bootstrap needs at least one value")
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"{name} holds non-finite values")
+    return x
+
+
+def _resampled_means(x: np.ndarray, samples: int, seed: int) -> np.ndarray:
+    """``samples`` means of ``x`` resampled with replacement (``n`` indices drawn uniformly)."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    n = x.size
+    per_chunk = max(1, _CHUNK // n)
+    out = np.empty(samples, dtype=np.float64)
+    for start in range(0, samples, per_chunk):
+        k = min(per_chunk, samples - start)
+        out[start : start + k] = x[rng.integers(0, n, size=(k, n))].mean(axis=1)
+    return out
+
+
+def _percentile_interval(stats: np.ndarray, point: float, ci: float) -> tuple[float, float]:
+    """The central ``ci`` interval of the bootstrap distribution ``stats``, widened (if ever
+    needed) to contain the point estimate."""
+    if not 0.0 < ci < 1.0:
+        raise ValueError(f"ci must be in (0, 1), got {ci}")
+    alpha = 1.0 - ci
+    lo, hi = np.quantile(stats, [alpha / 2.0, 1.0 - alpha / 2.0])
+    return float(min(lo, point)), float(max(hi, point))
+
+
+def bootstrap_ci(values: Sequence[float], samples: int = 1000, ci: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap confidence interval of the mean of ``values``.
+
+    With x_1..x_n the per-question scores and mean m = (1/n) sum_i x_i: draw B = ``samples``
+    resamples x*_b of size n with replacement (indices uniform on 1..n), compute their means
+    m*_b, and return the alpha/2 and 1 - alpha/2 empirical quantiles of {m*_b} (alpha = 1 -
+    ``ci``; numpy's linear interpolation between order statistics). The interval is widened to
+    contain m in the rare case a skewed bootstrap distribution would exclude it (the promotion
+    gate requires lo <= m <= hi). All-equal values give lo = hi = m exactly. Its width shrinks
+    like sd(x) / sqrt(n).
+    """
+    x = _vector(values)
+    mean = float(x.mean())
+    if np.all(x == x[0]):
+        return mean, mean
+    return _percentile_interval(_resampled_means(x, samples, seed), mean, ci)
+
+
+def paired_bootstrap_diff(
+    a: Sequence[float], b: Sequence[float], samples: int = 1000, ci: float = 0.95, seed: int = 0
+) -> dict[str, float]:
+    """Paired bootstrap of the difference of two policies' mean scores on the same questions.
+
+    ``a[i]`` and ``b[i]`` are the two policies' scores on question i. With d_i = a_i - b_i and
+    the observed difference delta = mean(d): resample the *questions* (indices uniform on 1..n,
+    with replacement; both policies keep their scores on each drawn question, so question
+    difficulty cancels) B = ``samples`` times, giving delta*_b = mean(d*_b). Returns
+
+    * ``mean_diff`` = delta;
+    * ``lo``, ``hi`` = the central ``ci`` percentile interval of {delta*_b} (widened to contain
+      delta); a difference "exceeds the noise" when the interval excludes 0;
+    * ``p_value`` = (1 + #{b : |delta*_b - delta| >= |delta|}) / (B + 1): the two-sided bootstrap
+      test of "no difference", which shifts the bootstrap distribution to be centred on 0
+      (Efron & Tibshirani 1993, sec. 16.4); identical vectors give p = 1, and p is never 0.
+    """
+    x, y = _vector(a, "a"), _vector(b, "b")
+    if x.shape != y.shape:
+        raise ValueError(f"paired scores need equal lengths, got {x.size} and {y.size}")
+    d = x - y
+    delta = float(d.mean())
+    if np.all(d == d[0]):
+        stats = np.full(samples, float(d[0]))
+    else:
+        stats = _resampled_means(d, samples, seed)
+    lo, hi = _percentile_interval(stats, delta, ci)
+    extreme = int(np.sum(np.abs(stats - delta) >= abs(delta)))
+    return {"mean_diff": delta, "lo": lo, "hi": hi, "p_value": (1 + extreme) / (samples + 1)}
+
+
+def _bootstrap_params(bootstrap_cfg: Any) -> tuple[int, float]:
+    if isinstance(bootstrap_cfg, Mapping):
+        return int(bootstrap_cfg["samples"]), float(bootstrap_cfg["ci"])
+    return int(bootstrap_cfg.samples), float(bootstrap_cfg.ci)
+
+
+def _r(x: float) -> float:
+    return round(float(x), DIGITS)
+
+
+def _scores_with_ci(rows: Sequence[Mapping[str, Any]], samples: int, ci: float, seed: int, metrics=SCORES) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for m in metrics:
+        values = [float(r[m]) for r in rows]
+        lo, hi = bootstrap_ci(values, samples, ci, seed)
+        out[m] = _r(np.mean(values))  # the same mean bootstrap_ci brackets
+        out[f"{m}_ci_lower"], out[f"{m}_ci_upper"] = _r(lo), _r(hi)
+    return out
+
+
+def _group(rows: Sequence[Mapping[str, Any]], key: str, samples: int, ci: float, seed: int) -> dict[str, dict[str, float]]:
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(str(r.get(key)), []).append(r)
+    out = {}
+    for name in sorted(groups):
+        members = groups[name]
+        entry: dict[str, float] = {"n": len(members)}
+        entry.update(_scores_with_ci(members, samples, ci, seed, metrics=("em",)))
+        for m in ("f1", "subem"):
+            entry[m] = _r(np.mean([float(r[m]) for r in members]))
+        out[name] = entry
+    return out
+
+
+def summarize_split(rows: Sequence[Mapping[str, Any]], bootstrap_cfg: Any, seed: int = 0) -> dict[str, Any]:
+    """Summary of one split's per-question rows (keys ``em f1 subem format_ok answered
+    tool_calls turns reward type hops reason``; see ``agentr1.eval.stage``).
+
+    Returns ``n``; the mean of each of :data:`MEANS`; ``<m>_ci_lower`` / ``<m>_ci_upper`` for
+    m in em, f1, subem (:func:`bootstrap_ci`, ``bootstrap_cfg.samples`` / ``.ci``, ``seed``);
+    ``reasons`` (episodes per end reason); ``by_type`` and ``by_hops`` (group name -> ``n``,
+    ``em`` with its CI, ``f1``, ``subem``; hop counts as strings). Numbers are rounded to
+    :data:`DIGITS` decimals. An empty split gives ``{"n": 0}``.
+    """
+    if not rows:
+        return {"n": 0}
+    samples, ci = _bootstrap_params(bootstrap_cfg)
+    out: dict[str, Any] = {"n": len(rows)}
+    for m in MEANS:
+        out[m] = _r(np.mean([float(r[m]) for r in rows]))
+    out.update(_scores_with_ci(rows, samples, ci, seed))
+    out["reasons"] = dict(sorted(Counter(str(r.get("reason", "")) for r in rows).items()))
+    out["by_type"] = _group(rows, "type", samples, ci, seed)
+    out["by_hops"] = _group(rows, "hops", samples, ci, seed)
+    return out

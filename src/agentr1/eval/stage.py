@@ -1,0 +1,329 @@
+"""Stage ``evaluate``: one policy, greedy, on every split of ``evaluate.splits``.
+
+``agentr1 evaluate --policy NAME``, where NAME is
+
+* a named run of params ``runs`` (kind ``rl``): the checkpoint ``<train.out_dir>/<NAME>/checkpoint``
+  written by ``agentr1 train --run NAME``;
+* ``cold_start``: the SFT checkpoint ``sft.out_dir``, run as an agent in the ToolEnv;
+* ``base_tool_call``: the untrained base policy ``sft.init_dir`` (saved by ``agentr1 sft`` before
+  training), run as an agent in the ToolEnv - the paper's prompted-base-model baseline;
+* ``naive_rag``: the cold-start weights, one retrieval with the question as the query, then one
+  answer turn (:func:`agentr1.eval.baselines.naive_rag`).
+
+For each split, the first ``evaluate.max_examples`` questions (all when null) are rolled out
+greedily (:func:`agentr1.eval.quick.evaluate_tool_policy`), ``evaluate.batch_size`` questions per
+engine call (also the most prompts per backend call), and scored per question
+(:func:`agentr1.eval.quick.episode_metrics`); :func:`agentr1.eval.metrics.summarize_split` adds the
+bootstrap CIs and the breakdowns by question type and hop count.
+
+Outputs, in ``<evaluate.out_dir>/<NAME>/`` (one atomic directory; a failure leaves the old one):
+
+* ``metrics.json`` (DVC metrics; deterministic - no wall-clock times): ``policy``, ``kind``,
+  ``checkpoint``, ``overrides`` (the run's overrides of ``train``; null for baselines),
+  ``eval_data`` (fingerprint of the evaluated question ids), ``seed``, ``bootstrap``,
+  ``splits: {split: summary}`` and the flat keys ``<split>/<metric>`` (``test/em``,
+  ``test/em_ci_lower``, ``ood/f1``, ...) that MLflow and the promotion gate read;
+* ``episodes.jsonl``: one row per question, sorted by split then id (:data:`EPISODE_FIELDS`);
+* ``timing.json``: seconds per phase, the device and the MLflow run / registry outcome.
+
+MLflow (``tracking.enabled``): one run ``evaluate@<NAME>`` (``evaluate_baseline@<NAME>`` for the
+baselines, matching their ``dvc.lock`` key) with the flat metrics at step 0, a seeded sample of
+``tracking.trace_sample`` episodes per split as traces, every episode of a split as a table
+``eval/<split>_trajectories.json``; for RL runs and the cold start with ``evaluate.register``,
+the checkpoint is logged and registered as a version of ``tracking.registered_model`` (alias
+``challenger``) and the promotion gate (``tracking.gate_metric``) moves ``champion`` only when
+the challenger beats it beyond the CI (the first version becomes champion).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentr1.data.schema import read_dataset
+from agentr1.data.validation import require_validated
+from agentr1.env import ToolEnv
+from agentr1.errors import StageError
+from agentr1.eval.baselines import naive_rag
+from agentr1.eval.metrics import MEANS, SCORES, summarize_split
+from agentr1.eval.quick import episode_metrics, evaluate_tool_policy
+from agentr1.io import atomic_dir, write_json_atomic
+from agentr1.models import load_checkpoint
+from agentr1.retrieval.base import RetrieverError
+from agentr1.rollout import make_backend
+from agentr1.rollout.engine import decode
+from agentr1.rollout.trajectory import Trajectory
+
+log = logging.getLogger(__name__)
+
+BASELINES = ("cold_start", "base_tool_call", "naive_rag")
+EPISODE_FIELDS = ("id", "split", "question", "type", "hops", "em", "f1", "subem", "format_ok", "answered",
+                  "tool_calls", "turns", "reward", "answer", "golds", "reason")
+FLAT_KEYS = ("n", *MEANS, *(f"{m}_ci_{side}" for m in SCORES for side in ("lower", "upper")))
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What ``--policy NAME`` resolves to: the kind, its checkpoint, the DVC stage key (used as
+    the MLflow run name) and whether it goes to the model registry."""
+
+    name: str
+    kind: str  # rl | cold_start | base_tool_call | naive_rag
+    checkpoint: Path
+    registrable: bool
+    run_name: str
+    produced_by: str
+
+
+def _is_checkpoint(path: Path) -> bool:
+    return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
+
+
+def resolve_policy(cfg, name: str | None) -> Policy:
+    """The :class:`Policy` of ``name``; :class:`StageError` naming the allowed names for an unknown
+    one and the stage to run first when its checkpoint is missing."""
+    allowed = f"the runs in params `runs` ({', '.join(sorted(cfg.runs))}) or the baselines {', '.join(BASELINES)}"
+    if not name:
+        raise StageError(f"--policy NAME is required: NAME is one of {allowed}")
+    if name in cfg.runs and name in BASELINES:
+        raise StageError(f"run {name!r} in params `runs` shadows the baseline of the same name: rename the run")
+    if name in cfg.runs:
+        ckpt = Path(cfg.train_for(name).out_dir) / name / "checkpoint"
+        policy = Policy(name, "rl", ckpt, True, f"evaluate@{name}",
+                        f"`agentr1 train --run {name}` (or `dvc repro train@{name}`)")
+    elif name in BASELINES:
+        ckpt = Path(cfg.sft.init_dir if name == "base_tool_call" else cfg.sft.out_dir)
+        policy = Policy(name, name, ckpt, name == "cold_start", f"evaluate_baseline@{name}", "`agentr1 sft` (or `dvc repro sft`)")
+    else:
+        raise StageError(f"unknown policy {name!r}: --policy takes {allowed}")
+    if not _is_checkpoint(policy.checkpoint):
+        raise StageError(f"no checkpoint for policy {name!r} in {policy.checkpoint}: run {policy.produced_by} first")
+    return policy
+
+
+def _check_gate_metric(cfg) -> None:
+    """The gate reads ``<split>/<metric>`` (+ CI) from the evaluation: fail before any work when
+    this evaluation would not produce it."""
+    metric = cfg.tracking.gate_metric
+    split, _, name = metric.partition("/")
+    if split not in cfg.evaluate.splits or name not in SCORES:
+        raise StageError(
+            f"tracking.gate_metric {metric!r} is not produced by this evaluation (evaluate.splits "
+            f"{cfg.evaluate.splits}, metrics {list(SCORES)}): add the split, pick another metric, or set "
+            "evaluate.register: false"
+        )
+
+
+def select_questions(ds, splits: Sequence[str], max_examples: int | None) -> dict[str, list[dict[str, Any]]]:
+    """The first ``max_examples`` questions (all when ``None``) of each split, in dataset order."""
+    out = {}
+    for split in splits:
+        qs = ds.split(split)
+        if not qs:
+            raise StageError(f"split {split!r} has no questions in the processed data: remove it from evaluate.splits")
+        out[split] = list(qs if max_examples is None else qs[:max_examples])
+    return out
+
+
+def eval_data_fingerprint(questions: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
+    """``<split>+<split>:<sha256[:16]>`` of the evaluated question ids per split (the registry's
+    ``agentr1.eval_data`` tag: the gate compares only versions evaluated on the same questions)."""
+    ids = {split: sorted(str(q["id"]) for q in qs) for split, qs in questions.items()}
+    digest = hashlib.sha256(json.dumps(ids, sort_keys=True).encode()).hexdigest()[:16]
+    return f"{'+'.join(questions)}:{digest}"
+
+
+def episode_row(q: Mapping[str, Any], split: str, scores: Mapping[str, Any], answer: str | None) -> dict[str, Any]:
+    """One line of ``episodes.jsonl`` (:data:`EPISODE_FIELDS`)."""
+    row = {"id": str(q["id"]), "split": split, "question": q["question"], "type": q.get("type"),
+           "hops": None if q.get("hops") is None else int(q["hops"])}
+    row.update({k: float(scores[k]) for k in MEANS})
+    row.update(answer=answer, golds=[str(g) for g in q.get("answers", [])], reason=str(scores.get("reason", "")))
+    return {k: row[k] for k in EPISODE_FIELDS}
+
+
+class _RecordingBackend:
+    """A backend wrapper keeping each (prompt ids, generation) pair, in call order."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+        self.calls: list[tuple[list[int], Any]] = []
+
+    def generate(self, prompts, max_new_tokens, stop_strings, temperature, top_p, seed):
+        gens = self.backend.generate(prompts, max_new_tokens, stop_strings, temperature, top_p, seed)
+        self.calls += [(list(p), g) for p, g in zip(prompts, gens)]
+        return gens
+
+
+def _tool_policy_batch(backend, tokenizer, env, rollout_cfg, reward_cfg, questions, split, seed):
+    """Greedy agent rollouts in the ToolEnv -> (rows, trajectories with their outcome reward)."""
+    _, trajs = evaluate_tool_policy(backend, tokenizer, env, rollout_cfg, questions, reward_cfg, seed=seed)
+    rows = []
+    for q, t in zip(questions, trajs):
+        scores = episode_metrics(t, reward_cfg)
+        t.outcome_reward = float(scores["reward"])
+        rows.append(episode_row(q, split, scores, t.answer))
+    return rows, trajs
+
+
+def _naive_rag_batch(backend, tokenizer, env, rollout_cfg, reward_cfg, questions, split, seed):
+    """Naive RAG -> (rows, one-turn trajectories: the prompt holds the retrieved passages and the
+    ``<answer>`` tag, the response is exactly the generated tokens)."""
+    rec = _RecordingBackend(backend)
+    _, records = naive_rag(rec, tokenizer, env, rollout_cfg, questions, reward_cfg, seed=seed)
+    if len(rec.calls) != len(records):
+        raise RuntimeError(f"naive_rag made {len(rec.calls)} generations for {len(records)} questions")
+    rows, trajs = [], []
+    for q, r, (prompt_ids, gen) in zip(questions, records, rec.calls):
+        ids = list(gen.token_ids)
+        text = decode(tokenizer, ids)
+        t = Trajectory(
+            qid=str(q["id"]), question=q["question"], golds=list(r["golds"]), prompt_ids=prompt_ids,
+            response_ids=ids, action_mask=[1] * len(ids), logprobs=[float(x) for x in gen.logprobs][: len(ids)],
+            turn_spans=[(0, len(ids))], turn_texts=[text], outcomes=[[]], answer=r["answer"], reason=r["reason"],
+            outcome_reward=float(r["reward"]), prompt_text=r["prompt_text"], response_text=text,
+        )
+        trajs.append(t)
+        rows.append(episode_row(q, split, r, r["answer"]))
+    return rows, trajs
+
+
+def _progress(total: int, desc: str):
+    """A tqdm bar on an interactive stderr, else ``None`` (log lines instead)."""
+    if not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=desc, unit="batch", dynamic_ncols=True)
+
+
+def flat_metrics(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """``{"<split>/<key>": value}`` for the split-level numbers (:data:`FLAT_KEYS`)."""
+    return {f"{split}/{k}": s[k] for split, s in summaries.items() for k in FLAT_KEYS if k in s}
+
+
+def _load_env(cfg) -> ToolEnv:
+    try:
+        from agentr1.retrieval.factory import load_retriever
+
+        return ToolEnv.from_config(cfg.env, load_retriever(cfg))
+    except (RetrieverError, FileNotFoundError) as exc:
+        raise StageError(f"cannot load the retriever ({exc}): run `agentr1 index` first") from None
+
+
+@contextlib.contextmanager
+def _timed(times: dict[str, float], name: str):
+    t0 = time.perf_counter()
+    yield
+    times[name] = round(time.perf_counter() - t0, 3)
+
+
+def run_evaluate(cfg, args=None) -> dict[str, Any]:
+    """Run the stage (module docstring); returns the metrics it wrote."""
+    t_start = time.perf_counter()
+    ecfg = cfg.evaluate
+    policy = resolve_policy(cfg, getattr(args, "policy", None))
+    register = policy.registrable and ecfg.register_ and cfg.tracking.enabled
+    if register:
+        _check_gate_metric(cfg)
+    require_validated(cfg)
+    times: dict[str, float] = {}
+    with _timed(times, "load"):
+        questions = select_questions(read_dataset(cfg.data.processed_dir), ecfg.splits, ecfg.max_examples)
+        env = _load_env(cfg)
+        if ecfg.num_threads is not None:
+            torch.set_num_threads(ecfg.num_threads)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model, tokenizer = load_checkpoint(policy.checkpoint, cfg.model.dtype, cfg.model.trust_remote_code)
+        rollout_cfg = cfg.rollout.model_copy(update={"batch_size": ecfg.batch_size})
+        if rollout_cfg.backend == "hf":
+            model.to(device)
+        backend = make_backend(rollout_cfg, model, tokenizer, model_path=str(policy.checkpoint))
+    batch_fn = _naive_rag_batch if policy.kind == "naive_rag" else _tool_policy_batch
+    eval_data = eval_data_fingerprint(questions)
+    n_batches = sum(-(-len(qs) // ecfg.batch_size) for qs in questions.values())
+    log.info("evaluate@%s (%s): %s from %s, %d batch(es) of <= %d", policy.name, policy.kind,
+             ", ".join(f"{s} {len(q)}" for s, q in questions.items()), policy.checkpoint, n_batches, ecfg.batch_size)
+
+    from agentr1.tracking.mlflow_adapter import stage_run
+
+    with stage_run(cfg, "evaluate", run_name=policy.run_name) as run:
+        if run.enabled:
+            import mlflow
+
+            mlflow.set_tags({"agentr1.policy": policy.name, "agentr1.policy_kind": policy.kind, "agentr1.eval_data": eval_data})
+        rows: dict[str, list[dict[str, Any]]] = {}
+        trajs: dict[str, list[Trajectory]] = {}
+        bar, done = _progress(n_batches, f"evaluate@{policy.name}"), 0
+        try:
+            for split, qs in questions.items():
+                rows[split], trajs[split] = [], []
+                with _timed(times, f"rollout_{split}"):
+                    for start in range(0, len(qs), ecfg.batch_size):
+                        r, t = batch_fn(backend, tokenizer, env, rollout_cfg, cfg.reward, qs[start : start + ecfg.batch_size],
+                                        split, cfg.seed)
+                        rows[split] += r
+                        trajs[split] += t
+                        done += 1
+                        if bar is not None:
+                            bar.set_postfix_str(split)
+                            bar.update(1)
+                        else:
+                            log.info("evaluate@%s: %s batch %d/%d done", policy.name, split, done, n_batches)
+        finally:
+            if bar is not None:
+                bar.close()
+        with _timed(times, "summarize"):
+            summaries = {split: summarize_split(rows[split], ecfg.bootstrap, cfg.seed) for split in questions}
+        flat = flat_metrics(summaries)
+        metrics: dict[str, Any] = {
+            "policy": policy.name,
+            "kind": policy.kind,
+            "checkpoint": str(policy.checkpoint),
+            "overrides": dict(cfg.runs[policy.name]) if policy.kind == "rl" else None,
+            "eval_data": eval_data,
+            "seed": cfg.seed,
+            "bootstrap": {"samples": ecfg.bootstrap.samples, "ci": ecfg.bootstrap.ci},
+            "splits": summaries,
+            **flat,
+        }
+        episodes = sorted((r for split in questions for r in rows[split]), key=lambda r: (r["split"], r["id"]))
+        mlflow_info: dict[str, Any] = {"run_id": run.run_id}
+        with atomic_dir(Path(ecfg.out_dir) / policy.name) as tmp:
+            with open(tmp / "episodes.jsonl", "w", encoding="utf-8") as f:
+                for r in episodes:
+                    f.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
+            write_json_atomic(tmp / "metrics.json", metrics)
+            with _timed(times, "mlflow"):
+                run.logger.log(flat, step=0)
+                for split in questions:
+                    run.log_traces(trajs[split], split=split)
+                    run.log_table(trajs[split], f"eval/{split}_trajectories.json")
+                if register:
+                    from agentr1.tracking.registry import promote
+
+                    mv = run.log_model(policy.checkpoint, flat, eval_data=eval_data)
+                    result = promote(cfg.tracking.registered_model, cfg.tracking.gate_metric)
+                    mlflow_info.update(model=cfg.tracking.registered_model, version=str(mv.version),
+                                       promotion=result.to_dict())
+            times["total"] = round(time.perf_counter() - t_start, 3)
+            write_json_atomic(tmp / "timing.json", {"time_s": times, "device": device, "mlflow": mlflow_info})
+    for split, s in summaries.items():
+        log.info("evaluate@%s %s: EM %.3f [%.3f, %.3f], F1 %.3f, format %.3f (n=%d)", policy.name, split, s["em"],
+                 s["em_ci_lower"], s["em_ci_upper"], s["f1"], s["format_ok"], s["n"])
+    if "promotion" in mlflow_info:
+        p = mlflow_info["promotion"]
+        log.info("evaluate@%s: registered version %s; gate %s (%s)", policy.name, mlflow_info["version"], p["decision"], p["reason"])
+    return metrics

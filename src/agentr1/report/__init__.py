@@ -1,0 +1,10 @@
+"""Stage ``report``: Table 3/4 analogues, breakdowns, plots and a generated summary.
+
+``methods`` groups named runs into methods (seeds) and ablations, ``inputs`` reads the evaluate
+and train outputs, ``stats`` holds the bootstrap intervals, ``tables``/``summary``/``plots`` render,
+``stage.run_report`` is the CLI entry (``agentr1 report``).
+"""
+
+from agentr1.report.methods import Method, group_methods
+
+__all__ = ["Method", "group_methods"]

@@ -1,0 +1,117 @@
+"""Named runs -> methods: seeds grouped, mask ablations paired with their full-mask method.
+
+A named run in params ``runs`` is a dict of ``train`` overrides. Runs whose overrides are equal
+once ``seed`` is removed (and keys that merely restate the ``train`` default are dropped) are the
+seeds of one **method**; the method's label is the group's shortest run name (ties: the
+alphabetically first), e.g. ``grpo`` for ``{grpo, grpo_s1, grpo_s2}``.
+
+A method whose overrides turn ``loss_mask`` and/or ``advantage_mask`` off is an **ablation** of
+the method with the same overrides minus those keys (``ppo_no_adv_mask = {estimator: gae,
+advantage_mask: false}`` -> ablation of ``ppo = {estimator: gae}``); ``ablation_of`` is ``None``
+when params define no such full-mask method.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+SEED_KEY = "seed"
+MASK_KEYS = ("loss_mask", "advantage_mask")
+MASK_WORDS = {"loss_mask": "loss mask", "advantage_mask": "advantage mask"}
+ESTIMATOR_NAMES = {
+    "gae": "PPO",
+    "grpo": "GRPO",
+    "reinforce_pp": "REINFORCE++",
+    "reinforce_pp_baseline": "REINFORCE++ baseline",
+    "rloo": "RLOO",
+}
+# Table 3 order of the baselines: eval policy name -> row name
+BASELINES = {"base_tool_call": "Base Tool Call", "naive_rag": "Naive RAG", "cold_start": "Cold start SFT"}
+_MISSING = object()
+
+
+@dataclass
+class Method:
+    """One row of the report: the runs (seeds) that share ``overrides``."""
+
+    label: str
+    runs: list[str]
+    overrides: dict[str, Any]
+    estimator: str
+    masks_off: list[str] = field(default_factory=list)
+    ablation_of: str | None = None
+    display: str = ""
+
+    @property
+    def is_ablation(self) -> bool:
+        return bool(self.masks_off)
+
+
+def canonical_overrides(override: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``override`` without ``seed`` and without keys whose value equals the ``train`` default."""
+    defaults = defaults or {}
+    return {k: v for k, v in override.items() if k != SEED_KEY and defaults.get(k, _MISSING) != v}
+
+
+def _key(overrides: Mapping[str, Any]) -> str:
+    return json.dumps(overrides, sort_keys=True, default=str)
+
+
+def _effective(key: str, over: Mapping[str, Any], defaults: Mapping[str, Any], fallback: Any) -> Any:
+    return over[key] if key in over else defaults.get(key, fallback)
+
+
+def group_methods(runs: Mapping[str, Mapping[str, Any]], defaults: Mapping[str, Any] | None = None) -> list[Method]:
+    """Group named runs into methods (module docstring). ``defaults`` = the ``train`` section as
+    a dict (``cfg.train.model_dump()``); without it, overrides are compared as written and the
+    masks default to on. Returns the methods in a stable order: full-mask methods by estimator
+    (PPO, GRPO, REINFORCE++, REINFORCE++ baseline, RLOO) then label, then the ablations."""
+    defaults = dict(defaults or {})
+    groups: dict[str, tuple[dict[str, Any], list[str]]] = {}
+    for name in runs:
+        canon = canonical_overrides(runs[name] or {}, defaults)
+        groups.setdefault(_key(canon), (canon, []))[1].append(name)
+
+    methods: list[Method] = []
+    for canon, names in groups.values():
+        names = sorted(names, key=lambda n: (len(n), n))
+        off = [k for k in MASK_KEYS if _effective(k, canon, defaults, True) is False]
+        estimator = str(_effective("estimator", canon, defaults, "grpo"))
+        methods.append(Method(label=names[0], runs=names, overrides=canon, estimator=estimator, masks_off=off))
+
+    by_overrides = {_key(m.overrides): m for m in methods if not m.is_ablation}
+    for m in methods:
+        if m.is_ablation:
+            base = {k: v for k, v in m.overrides.items() if k not in MASK_KEYS}
+            full = by_overrides.get(_key(base))
+            m.ablation_of = full.label if full is not None else None
+
+    est_order = list(ESTIMATOR_NAMES)
+
+    def order(m: Method) -> tuple:
+        rank = est_order.index(m.estimator) if m.estimator in est_order else len(est_order)
+        return (m.is_ablation, rank, m.label)
+
+    methods.sort(key=order)
+    _name_methods(methods)
+    return methods
+
+
+def _name_methods(methods: list[Method]) -> None:
+    """Row names: the estimator's name (``GRPO``), with the label added when several full-mask
+    methods share an estimator; an ablation is ``<full-mask name> w/o <masks>``."""
+    full = [m for m in methods if not m.is_ablation]
+    for m in full:
+        base = ESTIMATOR_NAMES.get(m.estimator, m.estimator)
+        shared = sum(1 for o in full if o.estimator == m.estimator) > 1
+        plain = not any(k != "estimator" for k in m.overrides)
+        m.display = f"{base} ({m.label})" if shared and not plain else base
+    names = {m.label: m.display for m in full}
+    for m in methods:
+        if m.is_ablation:
+            words = " & ".join(MASK_WORDS[k] for k in m.masks_off)
+            base = names.get(m.ablation_of or "", ESTIMATOR_NAMES.get(m.estimator, m.estimator))
+            m.display = f"{base} w/o {words}" if m.ablation_of else f"{m.label} ({words} off)"

@@ -1,0 +1,108 @@
+"""The report's PNGs (matplotlib, Agg backend; imported inside the functions).
+
+* ``learning_curves.png``: reward per RL step of every run (seeds of one method share a colour,
+  one line style per seed) and, below, the dev EM where it was evaluated;
+* ``em_bars.png``: the Table 3 score per policy with its bootstrap CI as error bars, one panel per
+  split and one for the average;
+* ``ablations.png``: each ablation next to its full-mask method with CIs, one panel per split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from agentr1.io import atomic_path
+from agentr1.report.inputs import Curve
+from agentr1.report.stats import AVG
+from agentr1.report.tables import Row, ablation_pairs, table3_rows
+
+LINESTYLES = ["-", "--", ":", "-."]
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+
+
+def learning_curves(curves: Sequence[Curve], method_of: Mapping[str, str], path: Path) -> None:
+    plt = _plt()
+    methods = list(dict.fromkeys(method_of[c.run] for c in curves))
+    cmap = plt.get_cmap("tab10")
+    colour = {m: cmap(i % 10) for i, m in enumerate(methods)}
+    seed_idx: dict[str, int] = {}
+    fig, (ax_r, ax_d) = plt.subplots(2, 1, figsize=(8, 7), sharex=True, height_ratios=[2, 1])
+    for c in curves:
+        m = method_of[c.run]
+        k = seed_idx.get(m, 0)
+        seed_idx[m] = k + 1
+        style = dict(color=colour[m], linestyle=LINESTYLES[k % len(LINESTYLES)])
+        pts = [(s, r) for s, r in zip(c.steps, c.reward) if r is not None]
+        if pts:
+            ax_r.plot(*zip(*pts), marker=".", label=c.run, **style)
+        dev = [(s, d) for s, d in zip(c.steps, c.dev_em) if d is not None]
+        if dev:
+            ax_d.plot(*zip(*dev), marker="o", label=c.run, **style)
+    ax_r.set_ylabel("rollout reward")
+    ax_r.set_title("Learning curves (colour = method, line style = seed)")
+    ax_r.grid(alpha=0.3)
+    ax_r.legend(fontsize=7, ncol=2)
+    ax_d.set_xlabel("RL step")
+    ax_d.set_ylabel("dev EM")
+    ax_d.grid(alpha=0.3)
+    _save(fig, path)
+    plt.close(fig)
+
+
+def _yerr(cells) -> list[list[float]]:
+    return [[max(0.0, c.mean - c.ci_lower) for c in cells], [max(0.0, c.ci_upper - c.mean) for c in cells]]
+
+
+def em_bars(rows: Sequence[Row], splits: Sequence[str], metric: str, ci: float, path: Path) -> None:
+    plt = _plt()
+    t3 = table3_rows(rows)
+    keys = [*splits, AVG]
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys) + 1, 4.5), sharey=True, squeeze=False)
+    colours = ["#999999" if r.kind == "baseline" else "#1f77b4" for r in t3]
+    for ax, key in zip(axes[0], keys):
+        cells = [r.cells[key] for r in t3]
+        ax.bar(range(len(t3)), [c.mean for c in cells], yerr=_yerr(cells), color=colours, capsize=3)
+        ax.set_xticks(range(len(t3)), [r.display for r in t3], rotation=60, ha="right", fontsize=8)
+        ax.set_title("average" if key == AVG else key)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel(f"{metric.upper()} ({ci:.0%} bootstrap CI)")
+    _save(fig, path)
+    plt.close(fig)
+
+
+def ablations(rows: Sequence[Row], splits: Sequence[str], metric: str, ci: float, path: Path) -> None:
+    plt = _plt()
+    pairs = ablation_pairs(rows)
+    keys = [*splits, AVG]
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.4 * len(keys) + 1, 4.5), sharey=True, squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        if not pairs:
+            ax.text(0.5, 0.5, "no ablation pairs", ha="center", va="center", transform=ax.transAxes)
+        xs = range(len(pairs))
+        full = [f.cells[key] for _, f in pairs]
+        abl = [a.cells[key] for a, _ in pairs]
+        ax.bar([x - 0.2 for x in xs], [c.mean for c in full], width=0.4, yerr=_yerr(full), capsize=3,
+               color="#1f77b4", label="full mask")
+        ax.bar([x + 0.2 for x in xs], [c.mean for c in abl], width=0.4, yerr=_yerr(abl), capsize=3,
+               color="#ff7f0e", label="ablation")
+        ax.set_xticks(list(xs), [a.display for a, _ in pairs], rotation=60, ha="right", fontsize=8)
+        ax.set_title("average" if key == AVG else key)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel(f"{metric.upper()} ({ci:.0%} bootstrap CI)")
+    axes[0][0].legend(fontsize=8)
+    _save(fig, path)
+    plt.close(fig)

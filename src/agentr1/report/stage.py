@@ -1,0 +1,144 @@
+"""Stage ``report``: the paper's tables, plots and a generated summary from the evaluations.
+
+``agentr1 report`` reads ``<evaluate.out_dir>/<policy>/{metrics,episodes}`` of every named run in
+params ``runs`` and of the baselines (base_tool_call, naive_rag, cold_start), and each run's
+``<train.out_dir>/<run>/curve.csv``; a missing file fails the stage naming the ``dvc repro``
+that writes it. Runs are grouped into methods (seeds) and ablations by
+:func:`agentr1.report.methods.group_methods`. Outputs in ``report.out_dir`` (default
+``reports/``):
+
+* ``table3.md`` / ``table3.csv`` - baselines and full-mask RL methods per split and averaged;
+* ``table4.md`` / ``table4.csv`` - mask ablations vs their full-mask method, paired bootstrap;
+* ``breakdown.md`` / ``breakdown.csv`` - per question type and per number of hops;
+* ``summary.md`` - computed statements (best method, GRPO vs baselines, beyond-noise results);
+* ``report.json`` - every number above (DVC metric): ``policies.<label>.<split|avg>`` (mean, std,
+  CI, n, per-seed values), ``ablations.<ablation>.<split|avg>`` (a = the ablation, b = its
+  full-mask method), ``vs_baselines.<policy>.<baseline>.<split|avg>`` (a = the policy), each
+  difference with its CI, paired p-value and ``beyond_noise``; ``breakdown``; ``summary``;
+* ``curves.csv`` - long-format learning curves (run, method, step, reward, dev_em; DVC plots);
+* ``plots/learning_curves.png``, ``plots/em_bars.png``, ``plots/ablations.png``.
+
+All numbers are computed before anything is written; each file is written atomically. With
+``tracking.enabled`` the Table 3 numbers are logged to an MLflow run ``report`` and the output
+folder as its artifacts.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from agentr1.errors import StageError
+from agentr1.io import write_json_atomic, write_text_atomic
+from agentr1.report import plots
+from agentr1.report.inputs import check_inputs, load_curve, load_evaluation
+from agentr1.report.methods import BASELINES, group_methods
+from agentr1.report.stats import AVG
+from agentr1.report.summary import summarize, summary_markdown
+from agentr1.report.tables import (Diff, Row, ablation_pairs, breakdown, breakdown_tables, build_rows, compare,
+                                   csv_text, table3, table4)
+
+log = logging.getLogger(__name__)
+
+def _report_json(cfg, rows: list[Row], ablation_diffs: dict[str, list[Diff]], vs_baselines: dict, bd: dict,
+                 facts: dict) -> dict:
+    r = cfg.report
+    splits = list(r.splits)
+    policies = {}
+    for row in rows:
+        m = row.method
+        policies[row.label] = {
+            "name": row.display, "kind": row.kind, "runs": row.runs, "n_seeds": row.n_seeds,
+            "overrides": m.overrides if m else {}, "estimator": m.estimator if m else None,
+            "masks_off": m.masks_off if m else [], "ablation_of": m.ablation_of if m else None,
+            **{k: {**row.cells[k].as_dict(), "per_seed": row.per_seed[k]} for k in [*splits, AVG]},
+        }
+    return {
+        "metric": r.metric, "splits": splits, "bootstrap": {"samples": r.bootstrap.samples, "ci": r.bootstrap.ci,
+                                                            "seed": cfg.seed},
+        "policies": policies,
+        "ablations": {a: {d.split: d.as_dict() for d in ds} for a, ds in ablation_diffs.items()},
+        "vs_baselines": {p: {b: {d.split: d.as_dict() for d in ds} for b, ds in per.items()}
+                         for p, per in vs_baselines.items()},
+        "breakdown": bd,
+        "summary": facts,
+    }
+
+
+def run_report(cfg, args=None) -> dict:
+    """Run the stage (module docstring); returns the report.json content."""
+    rc = cfg.report
+    splits, metric = list(rc.splits), rc.metric
+    samples, ci, seed = rc.bootstrap.samples, rc.bootstrap.ci, cfg.seed
+    eval_dir, runs_dir, out = Path(cfg.evaluate.out_dir), Path(cfg.train.out_dir), Path(rc.out_dir)
+    not_evaluated = [s for s in splits if s not in cfg.evaluate.splits]
+    if not_evaluated:
+        raise StageError(f"report.splits {not_evaluated} are not in evaluate.splits {list(cfg.evaluate.splits)}: "
+                         "add them there (and re-run the evaluate stages) or remove them from report.splits")
+    runs = list(cfg.runs)
+    clash = sorted(set(runs) & set(BASELINES))
+    if clash:
+        raise StageError(f"params runs {clash} reuse a baseline's name ({', '.join(BASELINES)}): rename the run")
+    if not runs:
+        raise StageError("params `runs` is empty: the report compares named RL runs against the baselines")
+    baselines = list(BASELINES)
+    check_inputs(eval_dir, runs_dir, runs, baselines)
+
+    methods = group_methods(cfg.runs, cfg.train.model_dump())
+    evals = {p: load_evaluation(eval_dir, p, splits, metric, baselines) for p in [*runs, *baselines]}
+    rows = build_rows(methods, evals, splits, samples, ci, seed)
+    by_label = {r.label: r for r in rows}
+    ablation_diffs = {abl.label: compare(abl, full, splits, samples, ci, seed) for abl, full in ablation_pairs(rows)}
+    vs_baselines = {r.label: {b: compare(r, by_label[b], splits, samples, ci, seed) for b in baselines}
+                    for r in rows if r.kind != "baseline"}
+    bd = breakdown(rows, splits)
+    facts = summarize(rows, vs_baselines, ablation_diffs, splits, metric, ci)
+    method_of = {run: m.label for m in methods for run in m.runs}
+    curves = [load_curve(runs_dir, run) for m in methods for run in m.runs]
+    report = _report_json(cfg, rows, ablation_diffs, vs_baselines, bd, facts)
+
+    t3_md, t3_csv = table3(rows, splits, metric, ci)
+    t4_md, t4_csv = table4(rows, ablation_diffs, splits, metric, ci)
+    bd_md, bd_csv = breakdown_tables(rows, bd, splits, metric)
+    curve_rows = [[c.run, method_of[c.run], s, rw, dv] for c in curves for s, rw, dv in zip(c.steps, c.reward, c.dev_em)]
+    texts = {
+        "table3.md": t3_md, "table3.csv": t3_csv, "table4.md": t4_md, "table4.csv": t4_csv,
+        "breakdown.md": bd_md, "breakdown.csv": bd_csv,
+        "summary.md": summary_markdown(facts, rows, metric, splits),
+        "curves.csv": csv_text(["run", "method", "step", "reward", "dev_em"], curve_rows),
+    }
+    plot_dir = out / "plots"
+    plots.learning_curves(curves, method_of, plot_dir / "learning_curves.png")
+    plots.em_bars(rows, splits, metric, ci, plot_dir / "em_bars.png")
+    plots.ablations(rows, splits, metric, ci, plot_dir / "ablations.png")
+    for name, text in texts.items():
+        write_text_atomic(out / name, text)
+    write_json_atomic(out / "report.json", report)
+    _track(cfg, rows, splits, metric, out)
+
+    summary_path = out / "summary.md"
+    log.info("report: %d policies (%d RL methods, %d ablations) over %s; summary in %s", len(rows),
+             sum(r.kind == "rl" for r in rows), sum(r.kind == "ablation" for r in rows), ", ".join(splits), summary_path)
+    print(summary_path)
+    return report
+
+
+def _track(cfg, rows: list[Row], splits: list[str], metric: str, out: Path) -> None:
+    """With tracking on: the policies' scores as metrics and the report folder as artifacts."""
+    if not cfg.tracking.enabled:
+        return
+    from agentr1.tracking.mlflow_adapter import stage_run
+
+    with stage_run(cfg, "report") as srun:
+        flat = {}
+        for r in rows:
+            for k in [*splits, AVG]:
+                c = r.cells[k]
+                flat[f"report/{r.label}/{k}/{metric}"] = c.mean
+                flat[f"report/{r.label}/{k}/{metric}_ci_lower"] = c.ci_lower
+                flat[f"report/{r.label}/{k}/{metric}_ci_upper"] = c.ci_upper
+        srun.logger.log(flat, step=0)
+        if srun.enabled:
+            import mlflow
+
+            mlflow.log_artifacts(str(out), artifact_path="report", run_id=srun.run_id)

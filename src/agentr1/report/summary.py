@@ -1,0 +1,132 @@
+"""The generated summary (``summary.md``): every statement is computed from the report's numbers.
+
+* the best policy on the average over splits;
+* GRPO against Base Tool Call (ratio) and against the cold start (points);
+* which RL methods beat both Base Tool Call and Naive RAG beyond noise (paired bootstrap vs
+  each), and which beat the cold start;
+* which ablation differences exceed the noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from agentr1.report.stats import AVG
+from agentr1.report.tables import Diff, Row, ablation_pairs, fmt, table3_rows
+
+# the two baselines of the paper's Table 3 that "beat both" refers to
+PAPER_BASELINES = ("base_tool_call", "naive_rag")
+COLD_START = "cold_start"
+
+
+def _names(items: Sequence[str]) -> str:
+    items = list(items)
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def grpo_row(rows: Sequence[Row]) -> Row | None:
+    """The plain GRPO method: full mask, estimator grpo, no other override (else the first
+    full-mask GRPO method)."""
+    cands = [r for r in rows if r.kind == "rl" and r.method is not None and r.method.estimator == "grpo"]
+    plain = [r for r in cands if not any(k != "estimator" for k in r.method.overrides)]
+    return (plain or cands or [None])[0]
+
+
+def summarize(rows: Sequence[Row], vs_baselines: Mapping[str, Mapping[str, list[Diff]]],
+              ablation_diffs: Mapping[str, list[Diff]], splits: Sequence[str], metric: str, ci: float) -> dict:
+    """The summary's facts (for report.json) and its lines (for summary.md)."""
+    m = metric.upper()
+    by_label = {r.label: r for r in rows}
+    facts: dict = {}
+    lines: list[str] = []
+    split_txt = ", ".join(splits)
+
+    def per_split(r: Row) -> str:
+        return ", ".join(f"{s} {r.cells[s].mean:.3f}" for s in splits)
+
+    # best policy
+    t3 = table3_rows(rows)
+    best_score = max(r.cells[AVG].mean for r in t3)
+    best = [r for r in t3 if r.cells[AVG].mean == best_score]
+    facts["best"] = {"labels": [r.label for r in best], "avg": best_score}
+    verb = "scores" if len(best) == 1 else "tie at"
+    lines.append(f"- Best method on the average {m} over {split_txt}: **{_names([r.display for r in best])}** {verb} "
+                 f"{best_score:.3f} ({per_split(best[0])}).")
+
+    # GRPO vs Base Tool Call (ratio) and vs cold start (points)
+    grpo = grpo_row(rows)
+    base, cold = by_label.get("base_tool_call"), by_label.get(COLD_START)
+    if grpo is None:
+        lines.append("- No GRPO method among params `runs`: no GRPO comparison.")
+        facts["grpo"] = None
+    else:
+        g, b, c = grpo.cells[AVG].mean, base.cells[AVG].mean, cold.cells[AVG].mean
+        ratio = g / b if b > 0 else None
+        points = 100 * (g - c)
+        facts["grpo"] = {"label": grpo.label, "avg": g, "base_tool_call_avg": b, "ratio_vs_base_tool_call": ratio,
+                         "cold_start_avg": c, "points_vs_cold_start": points}
+        if ratio is not None:
+            lines.append(f"- {grpo.display} reaches {ratio:.2f}x the average {m} of {base.display} ({g:.3f} vs {b:.3f}).")
+        else:
+            lines.append(f"- {base.display} scores {b:.3f} average {m}, so the ratio is undefined; "
+                         f"{grpo.display} scores {g:.3f}.")
+        word = "above" if points >= 0 else "below"
+        lines.append(f"- {grpo.display} is {abs(points):.1f} points {word} {cold.display} on the average {m} "
+                     f"({g:.3f} vs {c:.3f}).")
+
+    # RL methods vs the baselines, beyond noise on the average
+    def beats(r: Row, baseline: str) -> bool:
+        d = _avg(vs_baselines[r.label][baseline])
+        return d.diff > 0 and d.beyond_noise
+
+    rl = [r for r in rows if r.kind == "rl"]
+    beat_both = [r for r in rl if all(beats(r, b) for b in PAPER_BASELINES)]
+    beat_cold = [r for r in rl if beats(r, COLD_START)]
+    facts["beat_both_baselines"] = [r.label for r in beat_both]
+    facts["beat_cold_start"] = [r.label for r in beat_cold]
+    pb = _names([by_label[b].display for b in PAPER_BASELINES])
+    rest = [r.display for r in rl if r not in beat_both]
+    if beat_both:
+        lines.append(f"- Beat both {pb} beyond noise (average {m}, paired bootstrap {ci:.0%} CI of the difference "
+                     f"above 0 against each): {_names([r.display for r in beat_both])}"
+                     + (f"; the others do not: {_names(rest)}." if rest else "."))
+    else:
+        lines.append(f"- No RL method beats both {pb} beyond noise on the average {m} (paired bootstrap {ci:.0%} CI).")
+    lines.append(f"- Beat {by_label[COLD_START].display} beyond noise: "
+                 + (_names([r.display for r in beat_cold]) if beat_cold else "none") + ".")
+
+    # ablations
+    pairs = ablation_pairs(rows)
+    beyond = [(abl, full, d) for abl, full in pairs for d in ablation_diffs[abl.label] if d.beyond_noise]
+    facts["ablations_beyond_noise"] = [{"ablation": abl.label, "full": full.label, "split": d.split, "diff": d.diff}
+                                       for abl, full, d in beyond]
+    if not pairs:
+        lines.append("- No mask ablation with a full-mask method to compare.")
+    elif not beyond:
+        lines.append(f"- No ablation difference exceeds the noise: every {ci:.0%} CI of Δ (ablation − full mask) "
+                     "contains 0.")
+    else:
+        parts = [f"{abl.display} vs {full.display} on {d.split}: {d.diff:+.3f} [{d.ci_lower:+.3f}, {d.ci_upper:+.3f}]"
+                 for abl, full, d in beyond]
+        lines.append("- Ablation differences beyond noise: " + "; ".join(parts) + ".")
+    facts["lines"] = lines
+    return facts
+
+
+def _avg(diffs: list[Diff]) -> Diff:
+    return next(d for d in diffs if d.split == AVG)
+
+
+def summary_markdown(facts: Mapping, rows: Sequence[Row], metric: str, splits: Sequence[str]) -> str:
+    m = metric.upper()
+    t3 = table3_rows(rows)
+    head = [f"# Agent-R1 reproduction: summary ({m})", "",
+            f"Splits: {', '.join(splits)}; {len(t3)} policies in Table 3 "
+            f"({sum(r.kind == 'rl' for r in t3)} RL methods, {sum(r.n_seeds for r in t3 if r.kind == 'rl')} runs), "
+            f"{sum(r.kind == 'ablation' for r in rows)} ablation(s). Tables: table3.md, table4.md, breakdown.md; "
+            "plots: plots/.", ""]
+    table = ["| Method | " + " | ".join(splits) + " | avg |", "|---|" + "---|" * (len(splits) + 1)]
+    table += [f"| {r.display} | " + " | ".join(fmt(r.cells[k].mean) for k in [*splits, AVG]) + " |" for r in t3]
+    return "\n".join([*head, *facts["lines"], "", *table, ""])

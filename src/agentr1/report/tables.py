@@ -1,0 +1,282 @@
+"""The report's numbers (rows per policy, ablation pairs, comparisons) and their tables.
+
+* **Table 3** (the paper's main comparison): the baselines (Base Tool Call, Naive RAG, Cold start
+  SFT) then each full-mask RL method; per split and the average over splits, the method's score
+  as ``mean ± std over seeds [CI]``, the CI a bootstrap over questions of the per-question score
+  averaged across the method's seeds (:mod:`agentr1.report.stats`).
+* **Table 4** (the mask ablations): each ablation next to its full-mask method, the difference
+  (ablation - full) and its paired bootstrap CI; "beyond noise" when the CI excludes 0.
+* **Breakdown**: every policy's score per question type and per number of hops.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from agentr1.errors import StageError
+from agentr1.report.inputs import Evaluation, Question, eval_stage
+from agentr1.report.methods import BASELINES, MASK_WORDS, Method
+from agentr1.report.stats import AVG, bootstrap, paired, seed_mean_std
+
+SPLIT_ROLES = {"test": "in-domain", "ood": "out-of-domain", "dev": "dev", "train": "train"}
+
+
+@dataclass
+class Cell:
+    mean: float
+    std: float | None
+    ci_lower: float
+    ci_upper: float
+    n: int | None  # questions (None for the average over splits)
+
+    def as_dict(self) -> dict:
+        return {"mean": self.mean, "std": self.std, "ci_lower": self.ci_lower, "ci_upper": self.ci_upper, "n": self.n}
+
+
+@dataclass
+class Row:
+    """A policy of the report: a baseline or an RL method (its seeds averaged per question)."""
+
+    label: str
+    display: str
+    kind: str  # baseline | rl | ablation
+    runs: list[str]
+    method: Method | None
+    scores: dict[str, dict[str, float]]
+    questions: dict[str, dict[str, Question]]
+    per_seed: dict[str, dict[str, float]] = field(default_factory=dict)
+    cells: dict[str, Cell] = field(default_factory=dict)
+
+    @property
+    def n_seeds(self) -> int:
+        return len(self.runs)
+
+
+@dataclass
+class Diff:
+    """``a - b`` on one split (or ``avg``), paired per question."""
+
+    a: str
+    b: str
+    split: str
+    a_mean: float
+    b_mean: float
+    diff: float
+    ci_lower: float
+    ci_upper: float
+    n: int | None
+    p_value: float | None = None  # per split (None for the average)
+
+    @property
+    def beyond_noise(self) -> bool:
+        return self.ci_lower > 0 or self.ci_upper < 0
+
+    def as_dict(self) -> dict:
+        """The numbers (the policies and the split are the keys it is stored under)."""
+        return {"a_mean": self.a_mean, "b_mean": self.b_mean, "diff": self.diff, "ci_lower": self.ci_lower,
+                "ci_upper": self.ci_upper, "n": self.n, "p_value": self.p_value, "beyond_noise": self.beyond_noise}
+
+
+def seed_average(label: str, runs: Sequence[str], evals: Mapping[str, Evaluation], splits: Sequence[str],
+                 baselines: Sequence[str]) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, Question]]]:
+    """Per split, ``{question id: score averaged over the runs}``; ``StageError`` when the seeds
+    of one method were evaluated on different questions."""
+    scores: dict[str, dict[str, float]] = {}
+    questions: dict[str, dict[str, Question]] = {}
+    first = evals[runs[0]]
+    for split in splits:
+        ids = set(first.scores[split])
+        for run in runs[1:]:
+            other = set(evals[run].scores[split])
+            if other != ids:
+                raise StageError(
+                    f"the seeds of method {label!r} were evaluated on different {split!r} questions: {runs[0]} has "
+                    f"{len(ids)}, {run} has {len(other)} ({len(ids ^ other)} differ); re-run "
+                    + " and ".join(f"`dvc repro {eval_stage(r, baselines)}`" for r in (runs[0], run)))
+        scores[split] = {q: sum(evals[r].scores[split][q] for r in runs) / len(runs) for q in sorted(ids)}
+        questions[split] = first.questions[split]
+    return scores, questions
+
+
+def build_rows(methods: Sequence[Method], evals: Mapping[str, Evaluation], splits: Sequence[str],
+               samples: int, ci: float, seed: int) -> list[Row]:
+    """The baselines (Table 3 order) then every method (full-mask ones, then the ablations)."""
+    baselines = list(BASELINES)
+    rows = []
+    for name, display in BASELINES.items():
+        scores, questions = seed_average(name, [name], evals, splits, baselines)
+        rows.append(Row(name, display, "baseline", [name], None, scores, questions))
+    for m in methods:
+        scores, questions = seed_average(m.label, m.runs, evals, splits, baselines)
+        rows.append(Row(m.label, m.display, "ablation" if m.is_ablation else "rl", list(m.runs), m, scores, questions))
+    for row in rows:
+        per_run = {r: {s: _mean(evals[r].scores[s].values()) for s in splits} for r in row.runs}
+        for r in row.runs:
+            per_run[r][AVG] = _mean(per_run[r][s] for s in splits)
+        boot = bootstrap({s: list(row.scores[s].values()) for s in splits}, samples, ci, seed)
+        for key in [*splits, AVG]:
+            row.per_seed[key] = {r: per_run[r][key] for r in row.runs}
+            mean, std = seed_mean_std(list(row.per_seed[key].values()))
+            row.cells[key] = Cell(mean, std, boot[key].lower, boot[key].upper,
+                                  len(row.scores[key]) if key != AVG else None)
+    return rows
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def compare(a: Row, b: Row, splits: Sequence[str], samples: int, ci: float, seed: int) -> list[Diff]:
+    """``a - b`` per split and on the average, each with its paired bootstrap CI."""
+    try:
+        intervals, counts = paired(a.scores, b.scores, samples, ci, seed)
+    except ValueError as exc:
+        raise StageError(f"cannot compare {a.label} with {b.label}: {exc}") from None
+    return [Diff(a.label, b.label, key, a.cells[key].mean, b.cells[key].mean, intervals[key].mean,
+                 intervals[key].lower, intervals[key].upper, counts.get(key), intervals[key].p_value)
+            for key in [*splits, AVG]]
+
+
+# ------------------------------------------------------------------------------------ format
+def fmt(x: float | None, digits: int = 3) -> str:
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def fmt_signed(x: float, digits: int = 3) -> str:
+    return f"{x:+.{digits}f}"
+
+
+def cell_text(c: Cell) -> str:
+    """``mean ± std [lower, upper]`` (no ``±`` for a single seed)."""
+    std = f" ± {c.std:.3f}" if c.std is not None else ""
+    return f"{c.mean:.3f}{std} [{c.ci_lower:.3f}, {c.ci_upper:.3f}]"
+
+
+def split_header(split: str, metric: str) -> str:
+    role = SPLIT_ROLES.get(split, split)
+    return f"{split} {metric.upper()}" + (f" ({role})" if role != split else "")
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def csv_text(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    for r in rows:
+        w.writerow(["" if v is None else (round(v, 6) if isinstance(v, float) else v) for v in r])
+    return buf.getvalue()
+
+
+def table3_rows(rows: Sequence[Row]) -> list[Row]:
+    return [r for r in rows if r.kind in ("baseline", "rl")]
+
+
+def table3(rows: Sequence[Row], splits: Sequence[str], metric: str, ci: float) -> tuple[str, str]:
+    """Table 3 as (markdown, csv)."""
+    t3 = table3_rows(rows)
+    header = ["Method", "Runs", "n_seeds", *(split_header(s, metric) for s in splits), f"Average {metric.upper()}"]
+    md_rows = [[r.display, ", ".join(r.runs), r.n_seeds, *(cell_text(r.cells[k]) for k in [*splits, AVG])] for r in t3]
+    n = {s: sorted({r.cells[s].n for r in t3}) for s in splits}
+    md = (f"# Table 3: {metric.upper()} of the baselines and the RL methods\n\n"
+          f"Each cell: mean ± std over seeds [{ci:.0%} CI, a bootstrap over questions of the per-question "
+          f"{metric.upper()} averaged across the method's seeds]; no ± for a single run. Average = the unweighted "
+          f"mean of the splits. Questions: " + ", ".join(f"{s} n={'/'.join(map(str, n[s]))}" for s in splits) + ".\n\n"
+          + _md_table(header, md_rows))
+    cols = ["method", "name", "kind", "runs", "n_seeds"]
+    for k in [*splits, AVG]:
+        cols += [f"{k}_mean", f"{k}_std", f"{k}_ci_lower", f"{k}_ci_upper"] + ([f"{k}_n"] if k != AVG else [])
+    csv_rows = []
+    for r in t3:
+        vals: list[object] = [r.label, r.display, r.kind, ";".join(r.runs), r.n_seeds]
+        for k in [*splits, AVG]:
+            c = r.cells[k]
+            vals += [c.mean, c.std, c.ci_lower, c.ci_upper] + ([c.n] if k != AVG else [])
+        csv_rows.append(vals)
+    return md, csv_text(cols, csv_rows)
+
+
+def ablation_pairs(rows: Sequence[Row]) -> list[tuple[Row, Row]]:
+    """(ablation, its full-mask method) for every ablation whose full-mask method exists."""
+    by_label = {r.label: r for r in rows}
+    return [(r, by_label[r.method.ablation_of]) for r in rows
+            if r.kind == "ablation" and r.method is not None and r.method.ablation_of in by_label]
+
+
+def masks_text(row: Row) -> str:
+    return " + ".join(MASK_WORDS[k] for k in row.method.masks_off) if row.method else ""
+
+
+def table4(rows: Sequence[Row], diffs: Mapping[str, list[Diff]], splits: Sequence[str], metric: str,
+           ci: float) -> tuple[str, str]:
+    """Table 4 as (markdown, csv); ``diffs[ablation label]`` = ablation - full per split."""
+    header = ["Ablation", "Masks off", "Full-mask method", "Split", f"Full mask {metric.upper()}",
+              f"Ablation {metric.upper()}", "Δ (ablation − full)", f"{ci:.0%} CI of Δ", "Beyond noise"]
+    md_rows, csv_rows = [], []
+    for abl, full in ablation_pairs(rows):
+        for d in diffs[abl.label]:
+            md_rows.append([abl.display, masks_text(abl), full.display, d.split, fmt(d.b_mean), fmt(d.a_mean),
+                            fmt_signed(d.diff), f"[{d.ci_lower:+.3f}, {d.ci_upper:+.3f}]",
+                            "yes" if d.beyond_noise else "no"])
+            csv_rows.append([abl.label, abl.display, ";".join(abl.method.masks_off), full.label, d.split, d.b_mean,
+                             d.a_mean, d.diff, d.ci_lower, d.ci_upper, d.n, d.beyond_noise])
+    orphans = [r.display for r in rows if r.kind == "ablation" and (r.method is None or r.method.ablation_of is None)]
+    md = (f"# Table 4: mask ablations ({metric.upper()})\n\n"
+          f"Δ = ablation − full-mask method, per question with seeds averaged; the CI is a paired bootstrap over "
+          f"questions ({ci:.0%}); beyond noise = the CI excludes 0. avg = the unweighted mean of the splits.\n\n")
+    md += _md_table(header, md_rows) if md_rows else "No ablation in params `runs` has a full-mask method to compare with.\n"
+    if orphans:
+        md += "\nAblations without a full-mask method in params `runs` (not compared): " + ", ".join(orphans) + ".\n"
+    cols = ["ablation", "name", "masks_off", "full_mask", "split", "full_mean", "ablation_mean", "diff",
+            "diff_ci_lower", "diff_ci_upper", "n_paired", "beyond_noise"]
+    return md, csv_text(cols, csv_rows)
+
+
+def _hops_key(h: int | None) -> str:
+    return "unknown" if h is None else str(h)
+
+
+def breakdown(rows: Sequence[Row], splits: Sequence[str]) -> dict:
+    """``{split: {"type"|"hops": {group: {"n": int, policy label: mean}}}}`` over each policy's
+    seed-averaged per-question scores."""
+    out: dict = {}
+    for split in splits:
+        out[split] = {}
+        for by, key in (("type", lambda q: q.type), ("hops", lambda q: _hops_key(q.hops))):
+            groups: dict[str, dict] = {}
+            for r in rows:
+                acc: dict[str, list[float]] = {}
+                for qid, score in r.scores[split].items():
+                    acc.setdefault(key(r.questions[split][qid]), []).append(score)
+                for g, vals in acc.items():
+                    entry = groups.setdefault(g, {"n": 0})
+                    entry["n"] = max(entry["n"], len(vals))
+                    entry[r.label] = _mean(vals)
+            out[split][by] = dict(sorted(groups.items(), key=lambda kv: (kv[0] == "unknown", kv[0])))
+    return out
+
+
+def breakdown_tables(rows: Sequence[Row], data: Mapping, splits: Sequence[str], metric: str) -> tuple[str, str]:
+    """breakdown.md and breakdown.csv (long: split, by, group, n, policy, value)."""
+    md = [f"# {metric.upper()} per question type and per number of hops\n",
+          f"Per-question {metric.upper()} averaged over each method's seeds, then over the questions of the group "
+          "(n = questions in the group).\n"]
+    csv_rows = []
+    for split in splits:
+        for by in ("type", "hops"):
+            groups = data[split][by]
+            header = ["Method", *(f"{g} (n={v['n']})" for g, v in groups.items())]
+            body = [[r.display, *(fmt(v.get(r.label)) for v in groups.values())] for r in rows]
+            title = "question type" if by == "type" else "hops"
+            md.append(f"## {split_header(split, metric)} by {title}\n\n" + _md_table(header, body))
+            for g, v in groups.items():
+                csv_rows += [[split, by, g, v["n"], r.label, v.get(r.label)] for r in rows]
+    return "\n".join(md), csv_text(["split", "by", "group", "n", "policy", "value"], csv_rows)

@@ -1,0 +1,372 @@
+"""The evaluate stage: bootstrap statistics and answer metrics by hand, split summaries, and
+``run_evaluate`` end to end on a tiny world (real BM25 index, a tiny SFT cold start, one RL
+step) for an RL run and every baseline - outputs, determinism, MLflow traces, the registry."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import tiny_world as tw
+import yaml
+
+from agentr1.config import ConfigError, config_from_dict
+from agentr1.data.schema import Dataset, write_dataset
+from agentr1.errors import StageError
+from agentr1.eval import stage as eval_stage
+from agentr1.eval.metrics import bootstrap_ci, paired_bootstrap_diff, summarize_split
+from agentr1.eval.quick import answer_scores
+
+torch.set_num_threads(1)
+
+
+# -------------------------------------------------------------------------------- bootstrap
+def test_bootstrap_ci_of_two_values_by_hand():
+    # resampled means of [0, 1] are 0, 0.5, 1 with probabilities 1/4, 1/2, 1/4: the 2.5th
+    # percentile is 0 and the 97.5th is 1
+    assert bootstrap_ci([0.0, 1.0], samples=1000, ci=0.95, seed=0) == (0.0, 1.0)
+    # a 40% interval lies inside the middle mass at 0.5
+    assert bootstrap_ci([0.0, 1.0], samples=1000, ci=0.4, seed=0) == (0.5, 0.5)
+
+
+def test_bootstrap_ci_contains_the_mean_and_shrinks_with_n():
+    pattern = [1, 0, 1, 1, 0]  # mean 0.6
+    widths = []
+    for reps in (2, 20, 200):
+        values = pattern * reps
+        lo, hi = bootstrap_ci(values, samples=1000, ci=0.95, seed=1)
+        assert lo <= 0.6 <= hi and lo < hi
+        widths.append(hi - lo)
+    assert widths[0] > widths[1] > widths[2]
+    # the width shrinks like 1/sqrt(n): 100x the questions -> about a tenth of the width
+    assert widths[2] == pytest.approx(widths[0] / 10, rel=0.35)
+    # sd of the mean of 1000 Bernoulli(0.6) = sqrt(0.24 / 1000) = 0.0155; 95% ~ +-1.96 sd
+    assert widths[2] == pytest.approx(2 * 1.96 * np.sqrt(0.24 / 1000), rel=0.15)
+
+
+def test_bootstrap_ci_is_deterministic_per_seed():
+    values = np.random.default_rng(7).integers(0, 2, 50).astype(float)
+    assert bootstrap_ci(values, 500, 0.95, seed=3) == bootstrap_ci(values, 500, 0.95, seed=3)
+    draws = {bootstrap_ci(values, 500, 0.9, seed=s) for s in range(6)}
+    assert len(draws) > 1
+
+
+def test_bootstrap_ci_degenerate_and_invalid_inputs():
+    assert bootstrap_ci([1.0] * 7) == (1.0, 1.0)
+    lo, hi = bootstrap_ci([0.1, 0.1, 0.1])
+    assert lo == hi == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="empty"):
+        bootstrap_ci([])
+    with pytest.raises(ValueError, match="non-finite"):
+        bootstrap_ci([0.0, float("nan")])
+    with pytest.raises(ValueError, match="ci must be"):
+        bootstrap_ci([0.0, 1.0], ci=1.0)
+
+
+def test_paired_diff_of_identical_vectors_is_zero():
+    a = [1, 0, 1, 1, 0, 0, 1]
+    out = paired_bootstrap_diff(a, list(a), samples=1000, seed=0)
+    assert out == {"mean_diff": 0.0, "lo": 0.0, "hi": 0.0, "p_value": 1.0}
+
+
+def test_paired_diff_hand_cases():
+    # always right vs always wrong: every resampled difference is 1, none as extreme as 0
+    out = paired_bootstrap_diff([1.0] * 40, [0.0] * 40, samples=999, seed=0)
+    assert (out["mean_diff"], out["lo"], out["hi"]) == (1.0, 1.0, 1.0)
+    assert out["p_value"] == pytest.approx(1 / 1000)
+    # a constant per-question gain of 0.1 over questions of very different difficulty: pairing
+    # cancels the difficulty (the interval is the point), while the unpaired CIs overlap widely
+    b = [0.0, 0.9, 0.2, 0.8, 0.1, 0.7, 0.3, 0.6]
+    a = [x + 0.1 for x in b]
+    out = paired_bootstrap_diff(a, b, samples=1000, seed=0)
+    assert out["mean_diff"] == pytest.approx(0.1) and out["lo"] == pytest.approx(0.1) and out["hi"] == pytest.approx(0.1)
+    assert bootstrap_ci(a)[0] < bootstrap_ci(b)[1]
+    # two policies that differ on one question of 20: within the noise
+    x = [1.0] * 10 + [0.0] * 10
+    y = list(x)
+    y[0] = 0.0
+    out = paired_bootstrap_diff(x, y, samples=1000, seed=0)
+    assert out["mean_diff"] == pytest.approx(0.05) and out["lo"] <= 0.0 < out["hi"] and out["p_value"] > 0.2
+    with pytest.raises(ValueError, match="equal lengths"):
+        paired_bootstrap_diff([1.0, 0.0], [1.0])
+
+
+def _row(em, f1, type_, hops, reason="answer"):
+    return {"em": em, "f1": f1, "subem": em, "format_ok": 1.0, "answered": 1.0, "tool_calls": float(hops),
+            "turns": float(hops + 1), "reward": em, "type": type_, "hops": hops, "reason": reason}
+
+
+def test_summarize_split_by_hand():
+    rows = [_row(1.0, 1.0, "bridge", 2), _row(0.0, 0.5, "bridge", 2),
+            _row(1.0, 1.0, "comparison", 1), _row(1.0, 1.0, "comparison", 3, reason="max_turns")]
+    s = summarize_split(rows, {"samples": 500, "ci": 0.95}, seed=0)
+    assert s["n"] == 4 and s["em"] == 0.75 and s["f1"] == 0.875 and s["subem"] == 0.75
+    assert s["tool_calls"] == 2.0 and s["turns"] == 3.0 and s["reward"] == 0.75 and s["format_ok"] == 1.0
+    assert s["em_ci_lower"] <= 0.75 <= s["em_ci_upper"] and s["em_ci_upper"] == 1.0
+    assert s["reasons"] == {"answer": 3, "max_turns": 1}
+    assert s["by_type"]["bridge"] == {"n": 2, "em": 0.5, "em_ci_lower": 0.0, "em_ci_upper": 1.0, "f1": 0.75, "subem": 0.5}
+    assert s["by_type"]["comparison"] == {"n": 2, "em": 1.0, "em_ci_lower": 1.0, "em_ci_upper": 1.0, "f1": 1.0, "subem": 1.0}
+    assert sorted(s["by_hops"]) == ["1", "2", "3"] and s["by_hops"]["2"]["n"] == 2 and s["by_hops"]["2"]["f1"] == 0.75
+    assert summarize_split([], {"samples": 500, "ci": 0.95}) == {"n": 0}
+    again = summarize_split(rows, SimpleNamespace(samples=500, ci=0.95), seed=0)
+    assert again == s
+
+
+# ---------------------------------------------------------------- answer metrics (not in test_rewards)
+@pytest.mark.parametrize(
+    ("answer", "golds", "em", "subem", "f1"),
+    [
+        ("\tAda\n  Vell ", ["ada vell"], 1.0, 1.0, 1.0),  # tabs/newlines collapse like spaces
+        ("Ada-Vell", ["adavell"], 1.0, 1.0, 1.0),  # ASCII punctuation is deleted, not a separator
+        ("Ada-Vell", ["Ada Vell"], 0.0, 0.0, 0.0),  # ... so the hyphenated name is one token
+        ("Ada\u2013Vell", ["adavell"], 0.0, 0.0, 0.0),  # an en dash is not ASCII punctuation: kept
+        ("1,000", ["1000"], 1.0, 1.0, 1.0),
+        ("Anna Theron", ["anna theron"], 1.0, 1.0, 1.0),  # "an"/"the" inside words stay
+        ("A Tale of Korvash", ["tale of korvash"], 1.0, 1.0, 1.0),  # a leading article goes
+        ("\u00c9COLE Vell", ["\u00e9cole vell"], 1.0, 1.0, 1.0),  # case folding beyond ASCII
+        # pred tokens [vell, vell, ada] vs gold [ada, vell]: common 2, P = 2/3, R = 1, F1 = 0.8
+        ("Vell Vell Ada", ["Ada Vell"], 0.0, 0.0, 0.8),
+        # gold "korvash" occurs in the prediction; F1: P = 1/5, R = 1 -> 2 * 0.2 / 1.2 = 1/3
+        ("born in the city of Korvash", ["The Korvash"], 0.0, 1.0, 1 / 3),
+        # max over golds: "oren tal" and "o tal" both give P = 1, R = 1/2 -> 2/3
+        ("Tal", ["Oren Tal", "O. Tal"], 0.0, 0.0, 2 / 3),
+        ("Yes.", ["yes"], 1.0, 1.0, 1.0),
+        (None, ["Korvash"], 0.0, 0.0, 0.0),  # no answer scores 0 everywhere
+    ],
+)
+def test_answer_scores_normalization_cases(answer, golds, em, subem, f1):
+    got = answer_scores(answer, golds)
+    assert got["em"] == em and got["subem"] == subem and got["f1"] == pytest.approx(f1)
+
+
+# ------------------------------------------------------------------------------------- config
+@pytest.mark.parametrize(
+    ("section", "words"),
+    [
+        ({"splits": []}, "evaluate.splits"),
+        ({"splits": ["test", "holdout"]}, "evaluate.splits"),
+        ({"splits": ["test", "test"]}, "distinct"),
+        ({"bootstrap": {"samples": 10}}, "evaluate.bootstrap.samples"),
+        ({"bootstrap": {"ci": 1.0}}, "evaluate.bootstrap.ci"),
+        ({"max_examples": 0}, "evaluate.max_examples"),
+    ],
+)
+def test_evaluate_config_is_validated(section, words):
+    with pytest.raises(ConfigError, match=words):
+        config_from_dict({"evaluate": section})
+
+
+def test_evaluate_config_register_alias():
+    cfg = config_from_dict({"evaluate": {"register": False, "max_examples": 5}})
+    assert cfg.evaluate.register_ is False and cfg.evaluate.max_examples == 5
+    assert cfg.model_dump(mode="json", by_alias=True)["evaluate"]["register"] is False
+
+
+# ------------------------------------------------------------------------- the stage, end to end
+POLICIES = ("grpo", "cold_start", "base_tool_call", "naive_rag")
+
+
+def _project_cfg(root: Path):
+    processed, index = root / "processed", root / "index"
+    ood = [q for q in tw.questions("ood") if q["hops"] == 2]
+    write_dataset(Dataset(questions={"train": tw.questions("train"), "dev": tw.questions("dev")[:2],
+                                     "test": tw.questions("test"), "ood": ood}, corpus=tw.corpus()), processed)
+    tw.retriever().save(index)
+    return config_from_dict({
+        "data": {"processed_dir": str(processed)},
+        "retrieval": {"index_dir": str(index)},
+        "env": {"search": {"topk": 2, "passage_max_chars": 200}},
+        "model": {"scratch": tw.TINY_MODEL.model_dump()},
+        "rollout": {"max_turn_tokens": 24, "max_total_tokens": 1024, "batch_size": 8},
+        "sft": {"steps": 100, "batch_size": 4, "warmup_steps": 5, "lr": 1e-2, "oracle_noise": 0.0, "train_examples": None,
+                "out_dir": str(root / "models" / "sft"), "init_dir": str(root / "models" / "init"),
+                "report_dir": str(root / "sft"), "num_threads": None},
+        "train": {"steps": 1, "batch_questions": 2, "group_size": 2, "micro_batch_size": 2, "out_dir": str(root / "runs"),
+                  "dev": {"every": 0}, "checkpoint": {"every": 0}},
+        "evaluate": {"out_dir": str(root / "eval"), "batch_size": 5, "bootstrap": {"samples": 200}},
+        "tracking": {"artifact_root": str(root / "artifacts"), "trace_sample": 3},
+    })
+
+
+TRACKED = ("grpo", "cold_start", "naive_rag")  # MLflow is the slow part: base_tool_call and the reruns go without
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """A tiny world, its cold start (SFT), one RL step (run grpo), then every policy evaluated
+    (with MLflow tracking into a store of this module for :data:`TRACKED`), and grpo and naive
+    RAG evaluated a second time."""
+    from agentr1.rl import sft_stage, train_stage
+
+    root = tmp_path_factory.mktemp("evaluate")
+    with pytest.MonkeyPatch.context() as mp:
+        uri = f"sqlite:///{root / 'mlflow.db'}"
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        for module in (sft_stage, train_stage, eval_stage):
+            mp.setattr(module, "require_validated", lambda cfg: None)
+        cfg = _project_cfg(root)
+        quiet = cfg.model_copy(deep=True)
+        quiet.tracking.enabled = False
+        sft_stage.run_sft(quiet)
+        train_stage.run_train(quiet, SimpleNamespace(run="grpo", resume=False))
+        metrics = {name: eval_stage.run_evaluate(cfg if name in TRACKED else quiet, SimpleNamespace(policy=name))
+                   for name in POLICIES}
+        first = {name: (root / "eval" / name / "metrics.json").read_bytes() for name in ("grpo", "naive_rag")}
+        episodes = (root / "eval" / "grpo" / "episodes.jsonl").read_bytes()
+        runs = {name: _read(root, name)[2]["mlflow"] for name in POLICIES}
+        for name in ("grpo", "naive_rag"):  # a second run must write the same bytes
+            eval_stage.run_evaluate(quiet, SimpleNamespace(policy=name))
+        yield SimpleNamespace(root=root, cfg=cfg, uri=uri, metrics=metrics, first=first, first_episodes=episodes, runs=runs)
+
+
+def _read(root: Path, name: str):
+    out = root / "eval" / name
+    metrics = json.loads((out / "metrics.json").read_text())
+    episodes = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    return metrics, episodes, json.loads((out / "timing.json").read_text())
+
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_outputs_per_policy(project, name):
+    metrics, episodes, timing = _read(project.root, name)
+    assert metrics == json.loads(json.dumps(project.metrics[name]))
+    kind = "rl" if name == "grpo" else name
+    assert metrics["policy"] == name and metrics["kind"] == kind
+    assert metrics["overrides"] == ({"estimator": "grpo"} if name == "grpo" else None)
+    ckpt = {"grpo": project.root / "runs" / "grpo" / "checkpoint", "base_tool_call": project.root / "models" / "init"}
+    assert metrics["checkpoint"] == str(ckpt.get(name, project.root / "models" / "sft"))
+    assert metrics["bootstrap"] == {"samples": 200, "ci": 0.95} and "time_s" not in metrics
+
+    sizes = {"test": 12, "ood": 6}
+    assert sorted(metrics["splits"]) == ["ood", "test"]
+    for split, n in sizes.items():
+        s = metrics["splits"][split]
+        assert s["n"] == n == metrics[f"{split}/n"]
+        rows = [r for r in episodes if r["split"] == split]
+        assert len(rows) == n and len({r["id"] for r in rows}) == n
+        for m in ("em", "f1", "subem"):
+            assert s[f"{m}_ci_lower"] <= s[m] <= s[f"{m}_ci_upper"]
+            assert metrics[f"{split}/{m}"] == s[m] and metrics[f"{split}/{m}_ci_lower"] == s[f"{m}_ci_lower"]
+            assert s[m] == pytest.approx(sum(r[m] for r in rows) / n, abs=1e-6)
+        for group in (*s["by_type"].values(), *s["by_hops"].values()):
+            assert group["em_ci_lower"] <= group["em"] <= group["em_ci_upper"]
+        assert sum(g["n"] for g in s["by_hops"].values()) == n
+    assert metrics["splits"]["test"]["by_hops"].keys() == {"1", "2"}
+    assert [(r["split"], r["id"]) for r in episodes] == sorted((r["split"], r["id"]) for r in episodes)
+    assert all(list(r) == sorted(eval_stage.EPISODE_FIELDS) for r in episodes)  # written with sorted keys
+    assert {r["type"] for r in episodes} == {"bridge"} and {r["hops"] for r in episodes} == {1, 2}
+    if name == "naive_rag":
+        assert all(r["tool_calls"] == 0.0 and r["turns"] == 1.0 for r in episodes)
+    assert timing["time_s"]["total"] > 0 and set(timing) == {"time_s", "device", "mlflow"}
+    assert bool(project.runs[name]["run_id"]) == (name in TRACKED)
+
+
+def test_policies_differ_as_expected(project):
+    m = project.metrics
+    # the cold start learned the format and most answers of this memorisable world; the untrained
+    # base policy cannot even write a call
+    assert m["cold_start"]["test/em"] >= 0.5 and m["cold_start"]["test/format_ok"] > 0.5
+    assert m["base_tool_call"]["test/format_ok"] == 0.0 and m["base_tool_call"]["test/em"] == 0.0
+    assert m["grpo"]["test/tool_calls"] > 0 and m["naive_rag"]["test/tool_calls"] == 0.0
+
+
+def test_metrics_are_deterministic(project):
+    for name in ("grpo", "naive_rag"):
+        assert (project.root / "eval" / name / "metrics.json").read_bytes() == project.first[name]
+    assert (project.root / "eval" / "grpo" / "episodes.jsonl").read_bytes() == project.first_episodes
+
+
+def test_mlflow_run_metrics_traces_and_table(project):
+    import mlflow
+    from mlflow import MlflowClient
+    from mlflow.entities import SpanType
+
+    client = MlflowClient(tracking_uri=project.uri)
+    for name, stage_key, types in (("grpo", "evaluate@grpo", {SpanType.AGENT, SpanType.LLM, SpanType.RETRIEVER}),
+                                   ("naive_rag", "evaluate_baseline@naive_rag", {SpanType.AGENT, SpanType.LLM})):
+        _, episodes, _ = _read(project.root, name)
+        run = client.get_run(project.runs[name]["run_id"])
+        assert run.info.status == "FINISHED" and run.info.run_name == stage_key
+        assert run.data.tags["agentr1.stage"] == "evaluate" and run.data.tags["agentr1.policy"] == name
+        assert run.data.metrics["test/em"] == project.metrics[name]["test/em"]
+        assert run.data.metrics["ood/em_ci_upper"] == project.metrics[name]["ood/em_ci_upper"]
+        mlflow.set_tracking_uri(project.uri)
+        traces = mlflow.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id, return_type="list")
+        assert len(traces) == 6  # trace_sample 3 per split
+        assert sorted(t.info.tags["agentr1.split"] for t in traces) == ["ood"] * 3 + ["test"] * 3
+        seen = {s.span_type for t in traces for s in t.data.spans}
+        assert types <= seen
+        by_id = {r["id"]: r for r in episodes}
+        for t in traces:
+            root = next(s for s in t.data.spans if s.parent_id is None)
+            assert root.span_type == SpanType.AGENT
+            assert root.outputs["answer"] == by_id[root.attributes["agentr1.qid"]]["answer"]
+        table = mlflow.load_table("eval/test_trajectories.json", run_ids=[run.info.run_id])
+        assert sorted(table["qid"]) == sorted(r["id"] for r in episodes if r["split"] == "test")
+
+
+def test_registry_versions_aliases_and_gate(project):
+    from mlflow import MlflowClient
+
+    from agentr1.tracking.registry import version_metrics
+
+    client = MlflowClient(tracking_uri=project.uri)
+    name = project.cfg.tracking.registered_model
+    versions = sorted(client.search_model_versions(f"name = '{name}'"), key=lambda v: int(v.version))
+    # grpo (v1), then cold_start (v2); naive RAG has no weights of its own and is not registered
+    assert [str(v.version) for v in versions] == ["1", "2"]
+    first, second = project.runs["grpo"], project.runs["cold_start"]
+    assert first["version"] == "1" and first["promotion"]["decision"] == "promote" and first["promotion"]["champion"] == "1"
+    assert second["version"] == "2" and second["promotion"]["challenger"] == "2"
+    assert str(client.get_model_version_by_alias(name, "challenger").version) == "2"
+    champion = client.get_model_version_by_alias(name, "champion")
+    # the first version; the cold start's test EM interval overlaps it, so the gate keeps it
+    cs, rl = project.metrics["cold_start"], project.metrics["grpo"]
+    assert not cs["test/em_ci_lower"] > rl["test/em_ci_upper"]
+    assert str(champion.version) == "1" and second["promotion"]["decision"] == "keep"
+    assert champion.tags["agentr1.gate.decision"] == "promote"
+    assert versions[1].tags["agentr1.gate.decision"] == "keep"
+    eval_data = project.metrics["grpo"]["eval_data"]
+    assert {v.tags["agentr1.eval_data"] for v in versions} == {eval_data}
+    got = version_metrics(client, champion)
+    assert got["test/em"] == project.metrics["grpo"]["test/em"]
+    assert got["test/em_ci_lower"] <= got["test/em"] <= got["test/em_ci_upper"]
+    assert "version" not in project.runs["naive_rag"]
+
+
+# ------------------------------------------------------------------------------------- errors
+def test_unknown_and_missing_policies_are_clear_errors(project, tmp_path, capsys):
+    from agentr1.cli import main
+
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(project.cfg.model_dump(mode="json", by_alias=True)))
+    assert main(["--params", str(params), "evaluate", "--policy", "gpt5"]) == 1
+    err = capsys.readouterr().err
+    assert "unknown policy 'gpt5'" in err and "grpo" in err and "cold_start, base_tool_call, naive_rag" in err
+    assert main(["--params", str(params), "evaluate", "--policy", "ppo"]) == 1  # never trained
+    assert "agentr1 train --run ppo" in capsys.readouterr().err
+    cfg = project.cfg.model_copy(deep=True)
+    cfg.sft.init_dir = str(tmp_path / "nothing")
+    with pytest.raises(StageError, match="agentr1 sft"):
+        eval_stage.run_evaluate(cfg, SimpleNamespace(policy="base_tool_call"))
+
+
+def test_gate_metric_must_be_evaluated(project):
+    cfg = project.cfg.model_copy(deep=True)
+    cfg.evaluate.splits = ["ood"]
+    with pytest.raises(StageError, match="tracking.gate_metric 'test/em'"):
+        eval_stage.run_evaluate(cfg, SimpleNamespace(policy="cold_start"))
+    cfg.evaluate.register_ = False  # without registration the split choice is free
+    cfg.evaluate.max_examples = 2
+    cfg.evaluate.out_dir = str(project.root / "eval_ood")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", project.uri)
+        mp.setattr(eval_stage, "require_validated", lambda c: None)
+        metrics = eval_stage.run_evaluate(cfg, SimpleNamespace(policy="cold_start"))
+    assert list(metrics["splits"]) == ["ood"] and metrics["ood/n"] == 2
+    ids = [json.loads(line)["id"] for line in (project.root / "eval_ood" / "cold_start" / "episodes.jsonl").read_text().splitlines()]
+    assert ids == ["ood-b0", "ood-b1"]  # the first N of the split, in dataset order

@@ -1,0 +1,373 @@
+"""Stage ``report``: runs grouped into methods/ablations, Table 3/4 numbers equal hand-computed
+ones, beyond-noise flags on constructed data, plots, curves, errors that name the stage to run."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+import struct
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from agentr1.cli import main
+from agentr1.config import config_from_dict
+from agentr1.errors import StageError
+from agentr1.eval.metrics import bootstrap_ci
+from agentr1.report.methods import group_methods
+from agentr1.report.stage import run_report
+
+# ----------------------------------------------------------------------------- grouping (unit)
+PAPER_RUNS = {
+    "ppo": {"estimator": "gae"},
+    "grpo": {"estimator": "grpo"},
+    "grpo_s1": {"estimator": "grpo", "seed": 1},
+    "grpo_s2": {"estimator": "grpo", "seed": 2},
+    "reinforce_pp": {"estimator": "reinforce_pp"},
+    "reinforce_pp_baseline": {"estimator": "reinforce_pp_baseline"},
+    "rloo": {"estimator": "rloo"},
+    "ppo_no_adv_mask": {"estimator": "gae", "advantage_mask": False},
+    "ppo_no_adv_mask_s1": {"estimator": "gae", "advantage_mask": False, "seed": 1},
+    "ppo_no_adv_no_loss_mask": {"estimator": "gae", "advantage_mask": False, "loss_mask": False},
+    "grpo_no_loss_mask": {"estimator": "grpo", "loss_mask": False},
+}
+
+
+def test_group_methods_seeds_labels_and_ablations():
+    methods = group_methods(PAPER_RUNS)
+    by = {m.label: m for m in methods}
+    assert [m.label for m in methods] == [
+        "ppo", "grpo", "reinforce_pp", "reinforce_pp_baseline", "rloo",  # full mask, estimator order
+        "ppo_no_adv_mask", "ppo_no_adv_no_loss_mask", "grpo_no_loss_mask"]  # then the ablations
+    assert by["grpo"].runs == ["grpo", "grpo_s1", "grpo_s2"]
+    assert by["ppo_no_adv_mask"].runs == ["ppo_no_adv_mask", "ppo_no_adv_mask_s1"]
+    assert by["ppo_no_adv_mask"].ablation_of == "ppo" and by["ppo_no_adv_mask"].masks_off == ["advantage_mask"]
+    assert by["ppo_no_adv_no_loss_mask"].ablation_of == "ppo"
+    assert by["ppo_no_adv_no_loss_mask"].masks_off == ["loss_mask", "advantage_mask"]
+    assert by["grpo_no_loss_mask"].ablation_of == "grpo"
+    assert all(m.ablation_of is None for m in methods if not m.is_ablation)
+    assert [by[k].display for k in ("ppo", "grpo", "reinforce_pp", "reinforce_pp_baseline", "rloo")] == [
+        "PPO", "GRPO", "REINFORCE++", "REINFORCE++ baseline", "RLOO"]
+    assert by["ppo_no_adv_no_loss_mask"].display == "PPO w/o loss mask & advantage mask"
+
+
+def test_group_methods_label_is_the_shortest_name_and_defaults_are_dropped():
+    runs = {
+        "grpo_seed_b": {"estimator": "grpo", "seed": 2},
+        "grpo_a": {"estimator": "grpo", "seed": 1, "loss_mask": True},  # restates the train default
+        "grpo_b": {"estimator": "grpo"},
+        "cos": {"estimator": "grpo", "kl": {"coef": 0.01, "mode": "loss"}},
+        "cos2": {"kl": {"mode": "loss", "coef": 0.01}, "estimator": "grpo", "seed": 3},  # key order differs
+    }
+    methods = group_methods(runs, {"loss_mask": True, "advantage_mask": True, "estimator": "grpo"})
+    by = {m.label: m for m in methods}
+    assert sorted(by) == ["cos", "grpo_a"]
+    assert by["grpo_a"].runs == ["grpo_a", "grpo_b", "grpo_seed_b"]  # shortest first, ties alphabetical
+    assert by["cos"].runs == ["cos", "cos2"]
+    # two full-mask GRPO methods: the plain one keeps the estimator name, the other adds its label
+    assert by["grpo_a"].display == "GRPO" and by["cos"].display == "GRPO (cos)"
+
+
+def test_ablation_without_its_full_mask_method():
+    methods = group_methods({"rloo_no_loss": {"estimator": "rloo", "loss_mask": False}, "ppo": {"estimator": "gae"}})
+    abl = next(m for m in methods if m.is_ablation)
+    assert abl.ablation_of is None and abl.display == "rloo_no_loss (loss mask off)"
+
+
+# -------------------------------------------------------------------------- fake project data
+N_TEST, N_OOD = 20, 12
+TYPES = ("bridge", "comparison")
+# policy -> (indices answered correctly on test, on ood); every other question scores 0
+CORRECT = {
+    "base_tool_call": (range(2), []),
+    "naive_rag": (range(4), []),
+    "cold_start": (range(6), range(2)),
+    "ppo": (range(10), range(3)),
+    "ppo_no_adv_mask": (range(10), range(3)),  # identical to ppo: a zero difference
+    "grpo": (range(16), range(9)),
+    "grpo_s1": (range(14), range(6)),
+    "grpo_s2": (range(15), range(6)),
+    "grpo_no_loss_mask": ([], []),  # far below grpo: beyond noise
+    "rloo": (range(4), []),  # identical to naive_rag: beats base tool call, not naive RAG
+}
+RUNS = {
+    "ppo": {"estimator": "gae"},
+    "grpo": {"estimator": "grpo"},
+    "grpo_s1": {"estimator": "grpo", "seed": 1},
+    "grpo_s2": {"estimator": "grpo", "seed": 2},
+    "rloo": {"estimator": "rloo"},
+    "ppo_no_adv_mask": {"estimator": "gae", "advantage_mask": False},
+    "grpo_no_loss_mask": {"estimator": "grpo", "loss_mask": False},
+}
+BASELINE_KINDS = {"base_tool_call", "naive_rag", "cold_start"}
+
+
+def em_vector(policy: str, split: str) -> list[float]:
+    test, ood = CORRECT[policy]
+    n, hits = (N_TEST, set(test)) if split == "test" else (N_OOD, set(ood))
+    return [1.0 if i in hits else 0.0 for i in range(n)]
+
+
+def question(split: str, i: int) -> dict:
+    if split == "test":
+        return {"id": f"t{i:02d}", "type": TYPES[i % 2], "hops": 2}
+    return {"id": f"o{i:02d}", "type": "chain", "hops": 3 if i < 6 else 4}
+
+
+def write_eval(eval_dir: Path, policy: str) -> None:
+    rows, splits = [], {}
+    for split in ("test", "ood"):
+        ems = em_vector(policy, split)
+        for i, em in enumerate(ems):
+            q = question(split, i)
+            rows.append({**q, "split": split, "em": em, "f1": em, "subem": em, "format_ok": 1.0, "answered": 1.0,
+                         "tool_calls": 2, "turns": 3, "reward": em, "answer": "x", "golds": ["x"], "reason": "answer"})
+        lo, hi = bootstrap_ci(ems, 1000, 0.95, 0)
+        splits[split] = {"n": len(ems), "em": sum(ems) / len(ems), "em_ci_lower": lo, "em_ci_upper": hi}
+    kind = policy if policy in BASELINE_KINDS else "rl"
+    metrics = {"policy": policy, "kind": kind, "splits": splits,
+               **{f"{s}/em": v["em"] for s, v in splits.items()}}
+    d = eval_dir / policy
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "metrics.json").write_text(json.dumps(metrics))
+    (d / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def write_curve(runs_dir: Path, run: str, offset: float) -> None:
+    d = runs_dir / run
+    d.mkdir(parents=True, exist_ok=True)
+    lines = ["step,reward,em,dev_em", "0,,,0.0"] + [f"{s},{offset + 0.1 * s:.3f},0.0," + ("0.5" if s == 3 else "")
+                                                    for s in range(1, 4)]
+    (d / "curve.csv").write_text("\n".join(lines) + "\n")
+
+
+def make_cfg(tmp_path: Path, runs: dict = RUNS, **report):
+    eval_dir, runs_dir = tmp_path / "eval", tmp_path / "runs"
+    for policy in [*runs, *BASELINE_KINDS]:
+        write_eval(eval_dir, policy)
+    for k, run in enumerate(runs):
+        write_curve(runs_dir, run, offset=-0.5 + 0.05 * k)
+    cfg = config_from_dict({
+        "evaluate": {"out_dir": str(eval_dir)},
+        "train": {"out_dir": str(runs_dir)},
+        "report": {"out_dir": str(tmp_path / "reports"), **report},
+        "tracking": {"enabled": False},
+    })
+    # The seeds' `seed` key is read by the report's grouping; set the runs past the train-override
+    # validation (which checks each run against the train section's keys).
+    object.__setattr__(cfg, "runs", {k: dict(v) for k, v in runs.items()})
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("report")
+    cfg = make_cfg(tmp)
+    data = run_report(cfg, SimpleNamespace())
+    return SimpleNamespace(cfg=cfg, data=data, out=tmp / "reports")
+
+
+def read_csv(path: Path) -> list[dict]:
+    return list(csv.DictReader(path.open()))
+
+
+def mean(xs):
+    return sum(xs) / len(xs)
+
+
+def test_table3_rows_numbers_and_text(report):
+    rows = read_csv(report.out / "table3.csv")
+    assert [r["method"] for r in rows] == ["base_tool_call", "naive_rag", "cold_start", "ppo", "grpo", "rloo"]
+    assert [r["name"] for r in rows] == ["Base Tool Call", "Naive RAG", "Cold start SFT", "PPO", "GRPO", "RLOO"]
+    grpo = next(r for r in rows if r["method"] == "grpo")
+    assert grpo["runs"] == "grpo;grpo_s1;grpo_s2" and grpo["n_seeds"] == "3"
+    test_means = [0.8, 0.7, 0.75]
+    ood_means = [9 / 12, 6 / 12, 6 / 12]
+    avg_means = [(t + o) / 2 for t, o in zip(test_means, ood_means)]
+    for key, per_seed in (("test", test_means), ("ood", ood_means), ("avg", avg_means)):
+        assert float(grpo[f"{key}_mean"]) == pytest.approx(mean(per_seed), abs=1e-6)
+        assert float(grpo[f"{key}_std"]) == pytest.approx(statistics.stdev(per_seed), abs=1e-6)
+    assert grpo["test_n"] == "20" and grpo["ood_n"] == "12"
+    # the CI is the bootstrap over questions of the seed-averaged per-question EM
+    seed_avg = [mean(v) for v in zip(*(em_vector(r, "test") for r in ("grpo", "grpo_s1", "grpo_s2")))]
+    lo, hi = bootstrap_ci(seed_avg, 1000, 0.95, report.cfg.seed)
+    assert (float(grpo["test_ci_lower"]), float(grpo["test_ci_upper"])) == (pytest.approx(lo, abs=1e-6),
+                                                                            pytest.approx(hi, abs=1e-6))
+    assert float(grpo["avg_ci_lower"]) < float(grpo["avg_mean"]) < float(grpo["avg_ci_upper"])
+    # a single run: no std, and its CI equals the one its evaluate stage wrote
+    cold = next(r for r in rows if r["method"] == "cold_start")
+    assert cold["n_seeds"] == "1" and cold["test_std"] == ""
+    stated = json.loads((Path(report.cfg.evaluate.out_dir) / "cold_start" / "metrics.json").read_text())
+    stated = stated["splits"]["test"]
+    assert float(cold["test_ci_lower"]) == pytest.approx(stated["em_ci_lower"], abs=1e-6)
+    assert float(cold["test_ci_upper"]) == pytest.approx(stated["em_ci_upper"], abs=1e-6)
+
+    md = (report.out / "table3.md").read_text()
+    assert f"| GRPO | grpo, grpo_s1, grpo_s2 | 3 | 0.750 ± 0.050 [{lo:.3f}, {hi:.3f}] |" in md
+    assert "| Cold start SFT | cold_start | 1 | 0.300 [" in md
+    assert "test EM (in-domain)" in md and "ood EM (out-of-domain)" in md
+    assert "ppo_no_adv_mask" not in md  # ablations live in Table 4
+
+
+def test_table4_beyond_noise_flags(report):
+    rows = {(r["ablation"], r["split"]): r for r in read_csv(report.out / "table4.csv")}
+    assert {a for a, _ in rows} == {"ppo_no_adv_mask", "grpo_no_loss_mask"}
+    for split in ("test", "ood", "avg"):
+        same = rows[("ppo_no_adv_mask", split)]
+        assert same["full_mask"] == "ppo" and float(same["diff"]) == 0.0
+        assert float(same["diff_ci_lower"]) == 0.0 == float(same["diff_ci_upper"]) and same["beyond_noise"] == "False"
+        worse = rows[("grpo_no_loss_mask", split)]
+        assert worse["full_mask"] == "grpo" and worse["beyond_noise"] == "True" and float(worse["diff_ci_upper"]) < 0
+    assert float(rows[("grpo_no_loss_mask", "test")]["diff"]) == pytest.approx(-0.75)
+    assert float(rows[("grpo_no_loss_mask", "ood")]["diff"]) == pytest.approx(-7 / 12)
+    assert rows[("grpo_no_loss_mask", "test")]["n_paired"] == "20"
+    md = (report.out / "table4.md").read_text()
+    assert "| GRPO w/o loss mask | loss mask | GRPO | test | 0.750 | 0.000 | -0.750 |" in md
+    assert "| PPO w/o advantage mask | advantage mask | PPO | test | 0.500 | 0.500 | +0.000 | [+0.000, +0.000] | no |" in md
+
+
+def test_summary_statements_are_computed(report):
+    s = report.data["summary"]
+    assert s["best"]["labels"] == ["grpo"]
+    grpo_avg = mean([(0.8 + 0.75) / 2, (0.7 + 0.5) / 2, (0.75 + 0.5) / 2])
+    base_avg, cold_avg = (0.1 + 0.0) / 2, (0.3 + 2 / 12) / 2
+    assert s["grpo"]["ratio_vs_base_tool_call"] == pytest.approx(grpo_avg / base_avg)
+    assert s["grpo"]["points_vs_cold_start"] == pytest.approx(100 * (grpo_avg - cold_avg))
+    assert s["beat_both_baselines"] == ["ppo", "grpo"]  # rloo == naive RAG: not beyond noise
+    assert s["beat_cold_start"] == ["ppo", "grpo"]
+    assert {(a["ablation"], a["split"]) for a in s["ablations_beyond_noise"]} == {
+        ("grpo_no_loss_mask", k) for k in ("test", "ood", "avg")}
+    text = (report.out / "summary.md").read_text()
+    assert f"**GRPO** scores {grpo_avg:.3f}" in text
+    assert f"{grpo_avg / base_avg:.2f}x the average EM of Base Tool Call" in text
+    assert f"{100 * (grpo_avg - cold_avg):.1f} points above Cold start SFT" in text
+    assert "Beat both Base Tool Call and Naive RAG beyond noise" in text and "the others do not: RLOO." in text
+    assert "GRPO w/o loss mask vs GRPO on test: -0.750" in text
+
+
+def test_report_json_breakdown_and_vs_baselines(report):
+    data = json.loads((report.out / "report.json").read_text())
+    assert data["metric"] == "em" and data["splits"] == ["test", "ood"]
+    g = data["policies"]["grpo"]
+    assert g["runs"] == ["grpo", "grpo_s1", "grpo_s2"] and g["kind"] == "rl" and g["n_seeds"] == 3
+    assert g["test"]["per_seed"] == {"grpo": 0.8, "grpo_s1": 0.7, "grpo_s2": 0.75}
+    assert data["policies"]["ppo_no_adv_mask"]["ablation_of"] == "ppo"
+    vs = data["vs_baselines"]["rloo"]
+    assert vs["naive_rag"]["test"]["diff"] == 0.0 and vs["naive_rag"]["avg"]["beyond_noise"] is False
+    # 2 more correct of 20 questions: at the noise level (P(no such question resampled) = 0.9^20 = 12%)
+    assert vs["base_tool_call"]["test"]["diff"] == pytest.approx(0.1)
+    assert vs["base_tool_call"]["test"]["ci_lower"] == 0.0 and vs["base_tool_call"]["test"]["beyond_noise"] is False
+    assert data["vs_baselines"]["grpo"]["base_tool_call"]["test"]["beyond_noise"] is True
+    # by question type / hops: seed-averaged per-question EM over the group's questions
+    bd = data["breakdown"]
+    seed_avg = [mean(v) for v in zip(*(em_vector(r, "test") for r in ("grpo", "grpo_s1", "grpo_s2")))]
+    for t in TYPES:
+        idx = [i for i in range(N_TEST) if TYPES[i % 2] == t]
+        assert bd["test"]["type"][t]["n"] == len(idx)
+        assert bd["test"]["type"][t]["grpo"] == pytest.approx(mean([seed_avg[i] for i in idx]))
+    ood_avg = [mean(v) for v in zip(*(em_vector(r, "ood") for r in ("grpo", "grpo_s1", "grpo_s2")))]
+    assert bd["ood"]["hops"]["3"]["grpo"] == pytest.approx(mean(ood_avg[:6]))
+    assert bd["ood"]["hops"]["4"]["grpo"] == pytest.approx(mean(ood_avg[6:]))
+    md = (report.out / "breakdown.md").read_text()
+    assert "## test EM (in-domain) by question type" in md and "bridge (n=10)" in md and "4 (n=6)" in md
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    raw = path.read_bytes()
+    assert raw[:8] == b"\x89PNG\r\n\x1a\n" and raw[12:16] == b"IHDR", f"{path} is not a PNG"
+    return struct.unpack(">II", raw[16:24])
+
+
+def test_plots_and_curves(report):
+    for name in ("learning_curves.png", "em_bars.png", "ablations.png"):
+        w, h = _png_size(report.out / "plots" / name)
+        assert w > 100 and h > 100
+    rows = read_csv(report.out / "curves.csv")
+    assert list(rows[0]) == ["run", "method", "step", "reward", "dev_em"]
+    assert {(r["run"], r["method"]) for r in rows} == {
+        ("ppo", "ppo"), ("grpo", "grpo"), ("grpo_s1", "grpo"), ("grpo_s2", "grpo"), ("rloo", "rloo"),
+        ("ppo_no_adv_mask", "ppo_no_adv_mask"), ("grpo_no_loss_mask", "grpo_no_loss_mask")}
+    s1 = [r for r in rows if r["run"] == "grpo_s1"]
+    assert [r["step"] for r in s1] == ["0", "1", "2", "3"] and s1[0]["reward"] == "" and s1[0]["dev_em"] == "0.0"
+
+
+def test_missing_evaluations_name_the_stage_to_run(tmp_path):
+    cfg = make_cfg(tmp_path)
+    eval_dir = Path(cfg.evaluate.out_dir)
+    (eval_dir / "grpo_s1" / "episodes.jsonl").unlink()
+    (eval_dir / "naive_rag" / "metrics.json").unlink()
+    (Path(cfg.train.out_dir) / "rloo" / "curve.csv").unlink()
+    with pytest.raises(StageError) as exc:
+        run_report(cfg, SimpleNamespace())
+    msg = str(exc.value)
+    assert "grpo_s1/episodes.jsonl (run `dvc repro evaluate@grpo_s1`)" in msg
+    assert "naive_rag/metrics.json (run `dvc repro evaluate_baseline@naive_rag`)" in msg
+    assert "rloo/curve.csv (run `dvc repro train@rloo`)" in msg
+    assert not (tmp_path / "reports").exists()
+
+
+def test_seeds_on_different_questions_and_missing_split_fail(tmp_path):
+    cfg = make_cfg(tmp_path)
+    ep = Path(cfg.evaluate.out_dir) / "grpo_s2" / "episodes.jsonl"
+    lines = ep.read_text().splitlines(keepends=True)
+    ep.write_text("".join(lines[1:]))  # drops question t00
+    with pytest.raises(StageError, match=r"seeds of method 'grpo'.*dvc repro evaluate@grpo_s2"):
+        run_report(cfg, SimpleNamespace())
+    ep.write_text("".join(line for line in lines if '"split": "ood"' not in line))
+    with pytest.raises(StageError, match=r"no 'ood' episodes: re-run `dvc repro evaluate@grpo_s2`"):
+        run_report(cfg, SimpleNamespace())
+    cfg.report.splits = ["dev"]
+    with pytest.raises(StageError, match=r"report.splits \['dev'\] are not in evaluate.splits"):
+        run_report(cfg, SimpleNamespace())
+
+
+def test_cli_report_prints_the_summary_path(tmp_path, monkeypatch, capsys):
+    runs = {"ppo": {"estimator": "gae"}, "ppo_no_adv_mask": {"estimator": "gae", "advantage_mask": False}}
+    cfg = make_cfg(tmp_path, runs=runs, metric="f1")
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({
+        "runs": runs, "evaluate": {"out_dir": cfg.evaluate.out_dir}, "train": {"out_dir": cfg.train.out_dir},
+        "report": {"out_dir": "out", "metric": "f1", "bootstrap": {"samples": 200, "ci": 0.9}},
+        "tracking": {"enabled": False}}))
+    monkeypatch.chdir(tmp_path)
+    assert main(["--params", str(params), "report"]) == 0
+    assert capsys.readouterr().out.strip().endswith(str(Path("out") / "summary.md"))
+    md = (tmp_path / "out" / "table3.md").read_text()
+    assert "Table 3: F1" in md and "90% CI" in md and "| PPO | ppo | 1 | 0.500 [" in md
+    assert "No GRPO method among params `runs`" in (tmp_path / "out" / "summary.md").read_text()
+    (Path(cfg.evaluate.out_dir) / "ppo" / "metrics.json").unlink()
+    assert main(["--params", str(params), "report"]) == 1
+    assert "dvc repro evaluate@ppo" in capsys.readouterr().err
+
+
+def test_report_config_is_validated():
+    from agentr1.config import ConfigError
+
+    with pytest.raises(ConfigError, match="report.metric"):
+        config_from_dict({"report": {"metric": "bleu"}})
+    with pytest.raises(ConfigError, match="report.splits"):
+        config_from_dict({"report": {"splits": ["test", "test"]}})
+    with pytest.raises(ConfigError, match="report.bootstrap.samples"):
+        config_from_dict({"report": {"bootstrap": {"samples": 10}}})
+
+
+@pytest.mark.slow
+def test_report_logs_to_mlflow(tmp_path):
+    import mlflow
+
+    cfg = make_cfg(tmp_path, runs={"ppo": {"estimator": "gae"}})
+    cfg.tracking.enabled = True
+    cfg.tracking.experiment_prefix = "report-test"
+    cfg.tracking.parent_run = False
+    cfg.tracking.artifact_root = str(tmp_path / "artifacts")
+    run_report(cfg, SimpleNamespace())
+    client = mlflow.MlflowClient()
+    exp = client.get_experiment_by_name("report-test-nano")
+    (run,) = client.search_runs([exp.experiment_id], filter_string="tags.mlflow.runName = 'report'")
+    assert run.data.metrics["report/ppo/test/em"] == pytest.approx(0.5)
+    assert run.data.metrics["report/ppo/avg/em"] == pytest.approx((0.5 + 0.25) / 2)
+    names = {a.path for a in client.list_artifacts(run.info.run_id, "report")}
+    assert {"report/table3.md", "report/summary.md", "report/report.json", "report/plots"} <= names
