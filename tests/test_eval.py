@@ -182,7 +182,7 @@ def _project_cfg(root: Path):
         "env": {"search": {"topk": 2, "passage_max_chars": 200}},
         "model": {"scratch": tw.TINY_MODEL.model_dump()},
         "rollout": {"max_turn_tokens": 24, "max_total_tokens": 1024, "batch_size": 8},
-        "sft": {"steps": 100, "batch_size": 4, "warmup_steps": 5, "lr": 1e-2, "oracle_noise": 0.0, "train_examples": None,
+        "sft": {"pretrain": {"steps": 0}, "steps": 100, "batch_size": 4, "warmup_steps": 5, "lr": 1e-2, "oracle_noise": 0.0, "train_examples": None,
                 "out_dir": str(root / "models" / "sft"), "init_dir": str(root / "models" / "init"),
                 "report_dir": str(root / "sft"), "num_threads": None},
         "train": {"steps": 1, "batch_questions": 2, "group_size": 2, "micro_batch_size": 2, "out_dir": str(root / "runs"),

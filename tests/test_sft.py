@@ -21,6 +21,8 @@ from agentr1.rl.sft import (
     batch_indices,
     lr_at,
     mean_action_nll,
+    passage_lm_loss,
+    pretrain_lm,
     sft_loss,
     shared_prefix_length,
     train_sft,
@@ -111,6 +113,42 @@ def test_training_lowers_the_action_loss(world):
     assert not model.training
 
 
+def _passage_nll(model, tok, texts):
+    enc = tok(texts, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        return float(passage_lm_loss(model, enc["input_ids"], enc["attention_mask"]))
+
+
+def test_passage_lm_loss_is_the_mean_nll_of_real_tokens(world):
+    *_, tok, _ = world
+    model = tw.model(tok)
+    texts = [p["text"] for p in tw.corpus()[:3]]
+    enc = tok(texts, return_tensors="pt", padding=True)
+    logits = model(input_ids=enc["input_ids"]).logits  # right padding: real tokens never see pads
+    total, count = 0.0, 0
+    for i, text in enumerate(texts):
+        n = len(tok(text)["input_ids"])
+        logp = torch.log_softmax(logits[i, : n - 1].float(), -1)
+        total -= float(logp.gather(-1, enc["input_ids"][i, 1:n, None]).sum())
+        count += n - 1
+    assert _passage_nll(model, tok, texts) == pytest.approx(total / count, rel=1e-5)
+
+
+def test_pretraining_lowers_the_passage_loss_and_is_deterministic(world):
+    *_, tok, _ = world
+    texts = [f"{p['title']}\n{p['text']}" for p in tw.corpus()]
+    cfg = SFTConfig(pretrain={"steps": 25, "batch_size": 8, "lr": 1e-2, "warmup_steps": 3}).pretrain
+    losses = []
+    for _ in range(2):
+        model = tw.model(tok)
+        before = _passage_nll(model, tok, texts)
+        history = pretrain_lm(model, tok, texts, cfg, seed=0, log_every=0)
+        losses.append([h["loss"] for h in history])
+    assert [h["step"] for h in history] == list(range(1, 26)) and not model.training
+    assert _passage_nll(model, tok, texts) < 0.6 * before
+    assert losses[0] == losses[1]
+
+
 def test_sft_is_deterministic(world):
     *_, tok, trajs = world
     cfg = SFTConfig(steps=3, batch_size=2, lr=1e-2, warmup_steps=1)
@@ -142,7 +180,7 @@ def _stage_cfg(tmp_path, **sft):
         "env": {"search": {"topk": 2, "passage_max_chars": 200}},
         "model": {"scratch": tw.TINY_MODEL.model_dump()},
         "rollout": {"max_turn_tokens": 24, "max_total_tokens": 1024, "batch_size": 4},
-        "sft": {"steps": 4, "batch_size": 4, "warmup_steps": 1, "train_examples": 8,
+        "sft": {"pretrain": {"steps": 0}, "steps": 4, "batch_size": 4, "warmup_steps": 1, "train_examples": 8,
                 "out_dir": str(tmp_path / "models" / "sft"), "init_dir": str(tmp_path / "models" / "init"),
                 "report_dir": str(tmp_path / "sft"), "num_threads": None, **sft},
     })
@@ -168,7 +206,8 @@ def test_run_sft_writes_checkpoints_metrics_and_loss_curve(tmp_path, validated, 
     assert sum(p.numel() for p in model.parameters()) == metrics["model"]["parameters"]
     written = json.loads((tmp_path / "sft" / "metrics.json").read_text())
     assert written == json.loads(json.dumps(metrics))
-    assert set(written) == {"oracle", "train", "model"}  # the baselines moved to `agentr1 evaluate`
+    assert set(written) == {"oracle", "pretrain", "train", "model"}  # the baselines moved to `agentr1 evaluate`
+    assert written["pretrain"]["steps"] == 0
     assert written["oracle"]["n"] == 8 and written["oracle"]["em"] > 0.5
     assert written["train"]["steps"] == 4 and "time_s" not in written
     timing = json.loads((tmp_path / "sft" / "timing.json").read_text())
@@ -195,6 +234,21 @@ def test_run_sft_writes_checkpoints_metrics_and_loss_curve(tmp_path, validated, 
     first = (tmp_path / "sft" / "metrics.json").read_bytes()
     sft_stage.run_sft(cfg, None)
     assert (tmp_path / "sft" / "metrics.json").read_bytes() == first
+
+
+def test_run_sft_pretrains_the_base_policy_first(tmp_path, validated):
+    cfg = _stage_cfg(tmp_path, pretrain={"steps": 3, "batch_size": 4, "warmup_steps": 1})
+    cfg.tracking.enabled = False
+    metrics = sft_stage.run_sft(cfg, None)
+    assert metrics["pretrain"]["steps"] == 3 and metrics["pretrain"]["final_loss"] > 0
+    rows = list(csv.DictReader((tmp_path / "sft" / "pretrain_loss.csv").open()))
+    assert [int(r["step"]) for r in rows] == [1, 2, 3]
+    # the saved base is the pretrained model: neither the seeded initialisation nor the cold start
+    init, init_tok = load_checkpoint(cfg.sft.init_dir)
+    cold, _ = load_checkpoint(cfg.sft.out_dir)
+    fresh = build_scratch_model(cfg.model.scratch, init_tok, seed=cfg.seed)
+    assert not all(torch.equal(a, b) for a, b in zip(init.state_dict().values(), fresh.state_dict().values()))
+    assert not all(torch.equal(a, b) for a, b in zip(init.state_dict().values(), cold.state_dict().values()))
 
 
 def test_run_sft_failure_leaves_no_output(tmp_path, validated, monkeypatch):

@@ -312,7 +312,7 @@ class RolloutConfig(_Section):
     backend: Literal["hf", "vllm"] = "hf"
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
-    max_turn_tokens: int = Field(128, ge=1)
+    max_turn_tokens: int = Field(48, ge=1)
     max_total_tokens: int = Field(2048, ge=16)
     batch_size: int = Field(16, ge=1)
     observation_wrap: Literal["auto", "inline", "chat"] = "auto"
@@ -320,6 +320,18 @@ class RolloutConfig(_Section):
 
 
 # --------------------------------------------------------------------------------------- sft
+class PretrainConfig(_Section):
+    """Language-model pretraining of a scratch policy on the corpus passages before SFT
+    (``agentr1.rl.sft.pretrain_lm``): a scratch model stands in for a pretrained LLM, which has
+    read its Wikipedia. ``steps`` (0 = off) AdamW steps of ``batch_size`` passages each, lr
+    warmed up over ``warmup_steps`` then cosine-decayed. Runs only for ``model.kind: scratch``."""
+
+    steps: int = Field(400, ge=0)
+    batch_size: int = Field(32, ge=1)
+    lr: float = Field(3e-3, gt=0)
+    warmup_steps: int = Field(20, ge=0)
+
+
 class SFTConfig(_Section):
     """The supervised cold start on oracle trajectories (stage ``sft``, ``agentr1.rl.sft``).
 
@@ -333,16 +345,19 @@ class SFTConfig(_Section):
     ``init_dir``: the untrained base policy (saved before SFT; the ``base_tool_call`` baseline of
     ``agentr1 evaluate``); ``num_threads``: torch CPU threads for the stage (null = torch's
     default; 1 is 2-4x faster than 2 when other processes share the 2 cores, as measured).
-    ``enabled: false`` skips training and saves the base policy as is."""
+    ``enabled: false`` skips training and saves the base policy as is. ``pretrain``: corpus LM
+    pretraining of a scratch model first (:class:`PretrainConfig`; the saved base policy is the
+    pretrained one)."""
 
     enabled: bool = True
+    pretrain: PretrainConfig = PretrainConfig()
     oracle_noise: float = Field(0.2, ge=0, le=1)
     oracle_lead_space: bool = True
     train_examples: int | None = Field(1000, ge=1)
-    steps: int = Field(120, ge=0)
+    steps: int = Field(400, ge=0)
     batch_size: int = Field(8, ge=1)
-    lr: float = Field(5e-3, gt=0)
-    warmup_steps: int = Field(10, ge=0)
+    lr: float = Field(3e-3, gt=0)
+    warmup_steps: int = Field(30, ge=0)
     weight_decay: float = Field(0.01, ge=0)
     grad_clip: float = Field(1.0, ge=0)
     log_every: int = Field(10, ge=1)
@@ -478,6 +493,8 @@ DEFAULT_RUNS: dict[str, dict[str, Any]] = {
     "ppo_no_adv_mask": {"estimator": "gae", "advantage_mask": False},
     "ppo_no_adv_no_loss_mask": {"estimator": "gae", "advantage_mask": False, "loss_mask": False},
     "grpo_no_loss_mask": {"estimator": "grpo", "loss_mask": False},
+    "grpo_s1": {"estimator": "grpo", "seed": 1},
+    "grpo_s2": {"estimator": "grpo", "seed": 2},
 }
 
 

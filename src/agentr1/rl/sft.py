@@ -17,6 +17,16 @@ and biases), learning rate warmed up linearly over ``warmup_steps`` then cosine-
 ``batch_size`` trajectories drawn without replacement from a seeded permutation, reshuffled each
 epoch. Everything is seeded from ``cfg.seed``; on the CPU a run is deterministic.
 
+Pretraining (:func:`pretrain_lm`, ``cfg.sft.pretrain``; scratch models only). Before SFT, a
+scratch model reads the corpus like a base LLM reads Wikipedia: for a batch of passages
+``x^(i)`` (title + text, right-padded, ``m_t`` = 1 on real tokens)::
+
+    L_LM(theta) = - sum_i sum_{t>=1} m_t log p_theta(x^(i)_t | x^(i)_<t)  /  sum_i sum_{t>=1} m_t
+
+It trains the embedding of every entity name in the world (each name is one token; in the
+episodes most of them are rare) and, because a passage repeats its title's names, the copying
+that the agent's queries need. Same optimiser and schedule as SFT (own ``lr`` and warmup).
+
 The stage itself (:func:`run_sft`) lives in :mod:`agentr1.rl.sft_stage`.
 """
 
@@ -208,6 +218,59 @@ def train_sft(
         if log_every and ((step + 1) % log_every == 0 or step + 1 == sft_cfg.steps):
             log.info("sft step %d/%d loss %.4f lr %.2e grad %.2f (%.1fs)", step + 1, sft_cfg.steps,
                      record["loss"], lr, grad_norm, record["elapsed_s"])
+    model.eval()
+    return history
+
+
+def passage_lm_loss(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Mean next-token NLL over the real (non-pad) tokens of a right-padded batch (``L_LM``)."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
+    mask = attention_mask[:, 1:].bool()
+    return torch.nn.functional.cross_entropy(logits[mask].float(), input_ids[:, 1:][mask])
+
+
+def pretrain_lm(
+    model,
+    tokenizer,
+    texts: Sequence[str],
+    pretrain_cfg,
+    seed: int,
+    on_step: Callable[[dict], None] | None = None,
+    log_every: int = 50,
+) -> list[dict]:
+    """Train ``model`` in place for ``pretrain_cfg.steps`` steps of ``L_LM`` (module docstring)
+    on batches of ``pretrain_cfg.batch_size`` texts (seeded permutation, reshuffled each epoch).
+    Returns one record per step (``step``, ``loss``, ``lr``, ``grad_norm``, ``tokens``,
+    ``elapsed_s``); the model is left in eval mode."""
+    if not texts:
+        raise ValueError("no texts to pretrain on")
+    opt = make_optimizer(model, pretrain_cfg.lr, 0.01)
+    draws = batch_indices(len(texts), pretrain_cfg.batch_size, seed)
+    device = next(model.parameters()).device
+    history: list[dict] = []
+    t0 = time.perf_counter()
+    model.train()
+    for step in range(pretrain_cfg.steps):
+        lr = lr_at(step, pretrain_cfg.lr, pretrain_cfg.warmup_steps, pretrain_cfg.steps)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        enc = tokenizer([texts[i] for i in next(draws)], return_tensors="pt", padding=True)
+        ids, attn = enc["input_ids"].to(device), enc["attention_mask"].to(device)
+        loss = passage_lm_loss(model, ids, attn)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+        if not math.isfinite(loss.item()):
+            raise FloatingPointError(f"pretraining step {step + 1}: loss {loss.item()}")
+        opt.step()
+        record = {"step": step + 1, "loss": loss.item(), "lr": lr, "grad_norm": grad_norm,
+                  "tokens": int(attn.sum()), "elapsed_s": time.perf_counter() - t0}
+        history.append(record)
+        if on_step is not None:
+            on_step(record)
+        if log_every and ((step + 1) % log_every == 0 or step + 1 == pretrain_cfg.steps):
+            log.info("pretrain step %d/%d LM loss %.4f lr %.2e (%.1fs)", step + 1, pretrain_cfg.steps, record["loss"],
+                     lr, record["elapsed_s"])
     model.eval()
     return history
 

@@ -1,4 +1,4 @@
-"""Stage ``sft``: oracle trajectories -> the untrained base policy -> supervised cold start.
+"""Stage ``sft``: oracle trajectories -> the base policy -> supervised cold start.
 
 Steps (each timed; the times go into ``timing.json``, so ``metrics.json`` is deterministic):
 
@@ -10,21 +10,24 @@ Steps (each timed; the times go into ``timing.json``, so ``metrics.json`` is det
    the tokenizer is trained on the corpus + those episode texts (system prompt, questions, calls,
    observations, answers), and the model is initialised with seed ``cfg.seed``; ``hf``/``gguf`` -
    :func:`agentr1.models.load_policy`;
-4. ``save_init``: the untrained base policy (checkpoint in ``sft.init_dir``: the
-   ``base_tool_call`` baseline of ``agentr1 evaluate``);
+4. ``pretrain`` (scratch models with ``sft.pretrain.steps`` > 0): LM pretraining on the corpus
+   passages (:func:`agentr1.rl.sft.pretrain_lm`), the stand-in for a pretrained LLM;
+   ``save_init``: the base policy - pretrained, not tuned on tool use (checkpoint in
+   ``sft.init_dir``: the ``base_tool_call`` baseline of ``agentr1 evaluate``);
 5. ``oracle_rollout``: the scripts through the real :class:`RolloutEngine` + ToolEnv
    (token-exact trajectories, ``action_mask`` = the oracle's turns);
 6. ``train``: :func:`agentr1.rl.sft.train_sft` (skipped with ``sft.enabled: false``);
 7. outputs, written only when everything above succeeded (each atomically): the cold-start
    checkpoint (safetensors + tokenizer) in ``sft.out_dir``, the base policy in ``sft.init_dir``;
    ``sft.report_dir`` with ``metrics.json`` (oracle episode metrics, the training summary, the
-   model), ``timing.json`` (seconds per step, tokens/s), ``loss.csv`` (DVC plot: step vs loss)
-   and ``oracle_examples.jsonl`` (a few oracle trajectories for humans). A failure anywhere
+   model), ``timing.json`` (seconds per step, tokens/s), ``loss.csv`` (DVC plot: step vs loss),
+   ``pretrain_loss.csv`` (the same for pretraining; header only when it is off) and ``oracle_examples.jsonl`` (a few oracle trajectories for humans). A failure anywhere
    leaves no partial output.
 
 The cold start and the baselines are evaluated by the ``evaluate`` stage (``agentr1 evaluate
 --policy cold_start | base_tool_call | naive_rag``). MLflow (``tracking.enabled``): one run
-``sft`` with the loss, lr and gradient norm of every SFT step and the final metrics.
+``sft`` with the pretraining loss, the loss, lr and gradient norm of every SFT step and the
+final metrics.
 """
 
 from __future__ import annotations
@@ -47,13 +50,14 @@ from agentr1.eval.quick import episode_metrics, summarize
 from agentr1.io import atomic_dir, write_json_atomic
 from agentr1.models import load_policy, save_checkpoint
 from agentr1.retrieval.base import RetrieverError
-from agentr1.rl.sft import train_sft
+from agentr1.rl.sft import pretrain_lm, train_sft
 from agentr1.rollout import save_trajectories
 from agentr1.rollout.oracle import corpus_titles, oracle_rollout, oracle_texts, plan_all, unique_questions
 
 log = logging.getLogger(__name__)
 
 LOSS_FIELDS = ("step", "loss", "lr", "grad_norm", "action_tokens", "tokens", "elapsed_s")
+PRETRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "tokens", "elapsed_s")
 ORACLE_EXAMPLES = 20
 
 
@@ -66,13 +70,13 @@ def _phase(times: dict[str, float], name: str):
     log.info("sft: %s done in %.1fs", name, times[name])
 
 
-def loss_csv(history: list[dict]) -> str:
-    """The loss curve as CSV (header :data:`LOSS_FIELDS`)."""
+def loss_csv(history: list[dict], fields: tuple[str, ...] = LOSS_FIELDS) -> str:
+    """A loss curve as CSV (header ``fields``; :data:`LOSS_FIELDS` for SFT)."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=LOSS_FIELDS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for row in history:
-        writer.writerow({k: (round(row[k], 6) if isinstance(row[k], float) else row[k]) for k in LOSS_FIELDS})
+        writer.writerow({k: (round(row[k], 6) if isinstance(row[k], float) else row[k]) for k in fields})
     return buf.getvalue()
 
 
@@ -146,6 +150,14 @@ def run_sft(cfg, args=None) -> dict:
             model.to(device)
         n_params = sum(p.numel() for p in model.parameters())
         log.info("sft: policy %s with %.2fM parameters, vocabulary %d", cfg.model.kind, n_params / 1e6, len(tokenizer))
+        pre_history: list[dict] = []
+        if scfg.pretrain.steps > 0 and cfg.model.kind == "scratch":
+            with _phase(times, "pretrain"):
+                passages = [f"{p['title']}\n{p['text']}" for p in ds.corpus]
+                pre_history = pretrain_lm(model, tokenizer, passages, scfg.pretrain, seed=cfg.seed, on_step=lambda r: run.logger.log(
+                    {"pretrain/loss": r["loss"], "pretrain/lr": r["lr"]}, step=int(r["step"])))
+        elif scfg.pretrain.steps > 0:
+            log.info("sft: sft.pretrain skipped: model.kind %s is pretrained already", cfg.model.kind)
         with _phase(times, "save_init"):  # renamed into sft.init_dir only when the whole stage succeeds
             init_tmp = outputs.enter_context(atomic_dir(scfg.init_dir))
             model.save_pretrained(init_tmp)
@@ -165,8 +177,14 @@ def run_sft(cfg, args=None) -> dict:
                 history = train_sft(model, oracle, tokenizer.pad_token_id, scfg, seed=cfg.seed, on_step=log_step,
                                     log_every=scfg.log_every)
         tail = history[-10:]
+        pre_tail = pre_history[-10:]
         metrics = {
             "oracle": oracle_summary,
+            "pretrain": {
+                "steps": len(pre_history),
+                "first_loss": pre_history[0]["loss"] if pre_history else None,
+                "final_loss": sum(r["loss"] for r in pre_tail) / len(pre_tail) if pre_tail else None,
+            },
             "train": {
                 "enabled": scfg.enabled,
                 "steps": len(history),
@@ -177,6 +195,7 @@ def run_sft(cfg, args=None) -> dict:
         }
         with atomic_dir(scfg.report_dir) as tmp:  # the report appears only if the checkpoints were saved
             (tmp / "loss.csv").write_text(loss_csv(history))
+            (tmp / "pretrain_loss.csv").write_text(loss_csv(pre_history, PRETRAIN_FIELDS))
             save_trajectories(oracle[:ORACLE_EXAMPLES], tmp / "oracle_examples.jsonl")
             with _phase(times, "save_checkpoint"):
                 save_checkpoint(model, tokenizer, scfg.out_dir)
