@@ -21,7 +21,7 @@ export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export MPLBACKEND := Agg
 
-.PHONY: setup run test lock clean-venv
+.PHONY: setup run test lock clean-venv bench
 
 $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,28 @@ run: setup
 
 test: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Profiles (README "Profiles"): `make profile PROFILE=smol|paper` shows the resolved config and every
+# stage's command, then writes the merged, validated params over params.yaml (then `make run`);
+# `git checkout params.yaml` returns to nano. Without touching params.yaml, as a DVC experiment:
+#   eval "dvc exp run -n smol $$(agentr1 profile smol --print-set)"
+PROFILE ?= smol
+.PHONY: profile
+profile: setup
+	$(BIN)/agentr1 profile $(PROFILE) --dry-run
+	$(BIN)/agentr1 profile $(PROFILE) --write params.yaml
+
+# Benchmarks (bench/, not tests; ~20 min in all on 2 cores): the `bench` extra (TRL) is added with
+# the lock as constraints, so no locked version moves; results land in bench/results/*.json.
+bench: setup
+	$(BIN)/uv pip install --python $(BIN)/python $(TORCH_SRC) -c requirements.lock -e ".[bench]"
+	$(BIN)/python bench/peak.py
+	$(BIN)/python bench/rl_step.py
+	$(BIN)/python bench/trl_grpo.py
+	$(BIN)/python bench/rollout.py
+	$(BIN)/python bench/retrieval.py --dense-sizes --out bench/results/retrieval_bm25.json
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/pipeline.py
+	$(BIN)/python bench/profile_step.py
 
 # Re-create the lock after changing dependencies in pyproject.toml.
 lock: | $(BIN)/uv

@@ -252,3 +252,63 @@ def test_prompt_filling_the_context_is_a_clear_error(tok):
     trajs = tr.collect(1)
     with pytest.raises(StageError, match="max_total_tokens"):
         tr.prepare(trajs, [score_episode(t, tr.reward_cfg) for t in trajs])
+
+
+# ----------------------------------------------------------------------------- vLLM weight sync
+class FakeInferenceEngine:
+    """Stands in for VLLMBackend: its own copy of the model (as a vLLM engine holds), filled only
+    through load_weights, generating with the HF backend code."""
+
+    def __init__(self, tok, model_path):
+        from agentr1.rollout.hf import HFBackend
+
+        self.model_path = model_path
+        self.model = R.tiny_policy(tok, seed=123)  # different weights until the first sync
+        self.backend = HFBackend(self.model, tok)
+        self.synced: list[dict[str, torch.Tensor]] = []
+
+    def load_weights(self, named_tensors):
+        named = {n: t.detach().clone() for n, t in named_tensors}
+        self.synced.append(named)
+        self.model.load_state_dict(named, strict=False)
+
+    def generate(self, *args, **kwargs):
+        return self.backend.generate(*args, **kwargs)
+
+
+def test_vllm_backend_gets_the_policy_weights_before_every_rollout(tok, monkeypatch):
+    built = []
+
+    def fake_make_backend(rollout_cfg, model=None, tokenizer=None, model_path=None):
+        assert rollout_cfg.backend == "vllm" and model is None
+        built.append(FakeInferenceEngine(tok, model_path))
+        return built[-1]
+
+    tr_hf, _ = make(tok, steps=2, dev={"every": 1, "examples": 4})
+    hf_history = tr_hf.train()
+    monkeypatch.setattr(trainer_mod, "make_backend", fake_make_backend)
+    logger = InMemoryLogger()
+    tr = Trainer(R.tiny_policy(tok), tok, R.train_cfg(steps=2, dev={"every": 1, "examples": 4}),
+                 R.rollout_cfg(backend="vllm"), R.reward_cfg(), env=R.ToyEnv(), train_questions=R.QUESTIONS,
+                 dev_questions=R.QUESTIONS, logger=logger, seed=0, model_path="ckpt/sft")
+    sync_points = []
+    orig = tr._synced_inference
+    tr._synced_inference = lambda cfg: (sync_points.append(R.params_of(tr.policy)), orig(cfg))[1]
+    history = tr.train()
+    [engine] = built  # built once, from the start checkpoint
+    assert engine.model_path == "ckpt/sft"
+    # 2 training rollouts + dev rollouts at steps 0, 1, 2; each after loading the weights of that moment
+    assert len(engine.synced) == len(sync_points) == 5
+    for synced, policy in zip(engine.synced, sync_points):
+        assert synced.keys() <= policy.keys()
+        assert all(torch.equal(t, policy[n]) for n, t in synced.items())
+    assert not all(torch.equal(engine.synced[0][n], engine.synced[-1][n]) for n in engine.synced[0])
+    # the engine saw the same weights as the trainer, so the run equals the hf-backend run
+    assert rewards(history) == rewards(hf_history)
+    assert [h.get("eval/dev/em") for h in history] == [h.get("eval/dev/em") for h in hf_history]
+
+
+def test_vllm_backend_needs_the_start_checkpoint(tok):
+    with pytest.raises(StageError, match="model_path"):
+        Trainer(R.tiny_policy(tok), tok, R.train_cfg(), R.rollout_cfg(backend="vllm"), R.reward_cfg(),
+                env=R.ToyEnv(), train_questions=R.QUESTIONS)

@@ -27,6 +27,7 @@ STAGES: dict[str, tuple[str, str]] = {
     "compare": ("agentr1.tracking.compare:run_compare", "compare MLflow runs or registry aliases (table + PNG)"),
     "promote": ("agentr1.tracking.compare:run_promote", "move the 'champion' alias if the challenger beats it beyond the CI"),
     "report": ("agentr1.report.stage:run_report", "Table 3/4 analogues, breakdowns, plots and summary.md from the evaluations"),
+    "profile": ("agentr1.profiles:run_profile", "merge profiles/NAME.yaml onto params.yaml, validate; --dry-run, --print-set, --write"),
 }
 
 
@@ -72,6 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "evaluate":
             sp.add_argument("--policy", required=True, metavar="NAME",
                             help="a named run of params `runs`, or a baseline: cold_start, base_tool_call, naive_rag")
+        if name == "profile":
+            sp.add_argument("name", metavar="NAME", help="nano (params.yaml as is), a profile in profiles/ (smol, paper) or a .yaml path")
+            mode = sp.add_mutually_exclusive_group()
+            mode.add_argument("--print-set", action="store_true",
+                              help='the -S arguments of `dvc exp run` (shell-quoted): eval "dvc exp run -n NAME $(agentr1 profile NAME --print-set)"')
+            mode.add_argument("--dry-run", action="store_true", help="the resolved config and every stage's command, in order")
+            mode.add_argument("--write", metavar="PATH", default=None, help="write the merged, validated params to PATH")
+            sp.add_argument("--nproc-per-node", type=int, default=None, metavar="N",
+                            help="processes per node for train (default: the profile's launch.nproc_per_node, else 1)")
     return parser
 
 

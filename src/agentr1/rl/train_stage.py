@@ -155,7 +155,7 @@ def run_train(cfg, args=None) -> dict | None:
             logger = srun.logger if srun is not None else NullLogger()
             model, tokenizer = load_checkpoint(sft_dir, cfg.model.dtype, cfg.model.trust_remote_code)
             trainer = Trainer(model, tokenizer, tcfg, cfg.rollout, cfg.reward, env=env, train_questions=train_q,
-                              dev_questions=dev_q, logger=logger, seed=run_seed, dist=dist, state_dir=state_dir)
+                              dev_questions=dev_q, logger=logger, seed=run_seed, dist=dist, state_dir=state_dir, model_path=sft_dir)
             if resume and ckpt.has_state(state_dir):
                 trainer.restore()
                 log.info("train@%s: resumed at step %d from %s", run, trainer.step, state_dir)

