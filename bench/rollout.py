@@ -12,7 +12,10 @@ time, and the ratio. The model is the scratch policy sized by ``params.yaml`` (`
 unless flags override it; its weights are random, so EOS/stop strings are rare and turns run to
 ``--turn-tokens``.
 
-    python bench/rollout.py --batch 8 --turns 3 --turn-tokens 32
+    python bench/rollout.py --batch 8 --turns 3 --turn-tokens 32 --repeats 3
+
+The two modes are alternated ``--repeats`` times in one run (seconds: medians; ratio: the median of
+the per-round tokens/s ratios), so load from other processes on a shared machine hits both.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import platform
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -84,6 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--layers", type=int, default=None, help="override model.scratch.num_layers")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=3, help="alternated multi-turn / plain rounds")
     ap.add_argument("--out", default="bench/results/rollout.json")
     args = ap.parse_args(argv)
 
@@ -109,17 +114,22 @@ def main(argv: list[str] | None = None) -> dict:
     questions = [{"id": f"q{i}", "question": f"Who founded {_name(rng)} Holdings?", "answers": ["x"]} for i in range(args.batch)]
 
     engine.rollout(questions[:1], seed=args.seed)  # warm-up (allocator, first-call overheads)
-    t0 = time.perf_counter()
-    trajs = engine.rollout(questions, seed=args.seed)
-    multi_s = time.perf_counter() - t0
-    gen_tokens = sum(t.num_action_tokens for t in trajs)
-    resp_len = max(len(t.response_ids) for t in trajs)
-
-    prompts = [t.prompt_ids for t in trajs]
-    t0 = time.perf_counter()
-    plain = backend.generate(prompts, resp_len, [], rcfg.temperature, rcfg.top_p, args.seed)
-    plain_s = time.perf_counter() - t0
-    plain_tokens = sum(len(g.token_ids) for g in plain)
+    # --repeats rounds alternating multi-turn / plain (same seeds: same work every round); the
+    # reported seconds are the medians, the ratio the median of the per-round ratios
+    multi_runs, plain_runs, ratios = [], [], []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        trajs = engine.rollout(questions, seed=args.seed)
+        multi_runs.append(time.perf_counter() - t0)
+        gen_tokens = sum(t.num_action_tokens for t in trajs)
+        resp_len = max(len(t.response_ids) for t in trajs)
+        prompts = [t.prompt_ids for t in trajs]
+        t0 = time.perf_counter()
+        plain = backend.generate(prompts, resp_len, [], rcfg.temperature, rcfg.top_p, args.seed)
+        plain_runs.append(time.perf_counter() - t0)
+        plain_tokens = sum(len(g.token_ids) for g in plain)
+        ratios.append((gen_tokens / multi_runs[-1]) / (plain_tokens / plain_runs[-1]))
+    multi_s, plain_s = statistics.median(multi_runs), statistics.median(plain_runs)
 
     st = engine.stats
     result = {
@@ -132,14 +142,18 @@ def main(argv: list[str] | None = None) -> dict:
                        "backend_calls": st["backend_calls"]},
         "plain_generate": {"seconds": plain_s, "generated_tokens": plain_tokens, "tokens_per_s": plain_tokens / plain_s},
     }
-    result["ratio_multi_over_plain"] = result["multi_turn"]["tokens_per_s"] / result["plain_generate"]["tokens_per_s"]
+    result["ratio_multi_over_plain"] = statistics.median(ratios)
+    result["ratio_samples"] = [round(r, 3) for r in ratios]
+    result["multi_turn"]["seconds_samples"] = [round(x, 3) for x in multi_runs]
+    result["plain_generate"]["seconds_samples"] = [round(x, 3) for x in plain_runs]
     print(f"model {n_params / 1e6:.2f}M params (hidden {scratch.hidden_size}, {scratch.num_layers} layers), batch {args.batch}, "
           f"{args.turns} turns x {args.turn_tokens} tokens, response length {resp_len}")
     print(f"{'mode':<22}{'gen tokens':>12}{'seconds':>10}{'tokens/s':>11}")
     for name, key in (("multi-turn (tools)", "multi_turn"), ("plain generate", "plain_generate")):
         r = result[key]
         print(f"{name:<22}{r['generated_tokens']:>12}{r['seconds']:>10.2f}{r['tokens_per_s']:>11.1f}")
-    print(f"ratio multi/plain: {result['ratio_multi_over_plain']:.2f}  (engine: generate {st['generate_s']:.2f}s, env {st['env_s']:.3f}s)")
+    print(f"ratio multi/plain (median of {args.repeats} alternated rounds {result['ratio_samples']}): "
+          f"{result['ratio_multi_over_plain']:.2f}  (engine: generate {st['generate_s']:.2f}s, env {st['env_s']:.3f}s)")
     out = Path(args.out)
     write_json_atomic(out, result)
     print(f"wrote {out}")
