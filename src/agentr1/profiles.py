@@ -430,17 +430,15 @@ def checks(p: Profile) -> list[str]:
     import torch
 
     from agentr1.errors import StageError
-    from agentr1.rl.distributed import Dist
-    from agentr1.rl.trainer import Trainer
+    from agentr1.rl.trainer import check_train_config
 
     c, out = p.cfg, []
     world = p.nproc_per_node
     refused: dict[str, list[str]] = {}
     for run in c.runs:
-        probe = Trainer.__new__(Trainer)  # the trainer's own config check, without building a trainer
-        probe.tcfg, probe.rollout_cfg, probe.dist = c.train_for(run), c.rollout, Dist(world_size=world)
-        try:
-            probe._check_config()
+        tcfg = c.train_for(run)
+        try:  # the trainer's own check (the train stage passes the sft checkpoint as the start)
+            check_train_config(tcfg, c.rollout, world, tcfg.distributed.strategy)
         except StageError as exc:
             refused.setdefault(str(exc), []).append(f"train@{run}")
     for reason, stages in refused.items():

@@ -153,6 +153,10 @@ def run_train(cfg, args=None) -> dict | None:
             tracking = contextlib.nullcontext(None)
         with tracking as srun:
             logger = srun.logger if srun is not None else NullLogger()
+            if srun is not None and srun.enabled and run_seed != cfg.seed:
+                import mlflow
+
+                mlflow.set_tag("agentr1.seed", str(run_seed))  # the run's own seed (a replica), not params `seed`
             model, tokenizer = load_checkpoint(sft_dir, cfg.model.dtype, cfg.model.trust_remote_code)
             trainer = Trainer(model, tokenizer, tcfg, cfg.rollout, cfg.reward, env=env, train_questions=train_q,
                               dev_questions=dev_q, logger=logger, seed=run_seed, dist=dist, state_dir=state_dir, model_path=sft_dir)

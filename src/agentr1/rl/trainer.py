@@ -178,6 +178,27 @@ class _Collapse(Exception):
 
 
 # ----------------------------------------------------------------------------- the trainer
+def check_train_config(tcfg, rollout_cfg, world: int = 1, strategy: str = "ddp", has_start_checkpoint: bool = True) -> None:
+    """:class:`StageError` naming the setting when the trainer cannot run ``tcfg`` with
+    ``rollout_cfg`` on ``world`` ranks under ``strategy`` (``agentr1 profile --dry-run`` uses it too)."""
+    t = tcfg
+    if rollout_cfg.backend == "vllm" and not has_start_checkpoint:
+        raise StageError("rollout.backend: vllm needs the start checkpoint (Trainer(model_path=...)) to build "
+                         "the engine; or set rollout.backend: hf")
+    if rollout_cfg.backend == "vllm" and strategy == "fsdp" and world > 1 and t.dev.every:
+        raise StageError("train.dev.every > 0 with rollout.backend: vllm under FSDP: the rank-0 dev rollout "
+                         "cannot gather the sharded weights; set train.dev.every: 0 (evaluate after training)")
+    if t.old_logprobs == "rollout" and not t.loss_mask:
+        raise StageError("train.old_logprobs: rollout needs loss_mask: true (observation tokens have no "
+                         "sampling-time log-probs); use old_logprobs: recompute")
+    batch = t.batch_questions * t.group_size
+    if t.batch_questions % world:
+        raise StageError(f"train.batch_questions ({t.batch_questions}) must divide by the world size ({world})")
+    if batch % t.mini_batches or (batch // t.mini_batches) % world:
+        raise StageError(f"the batch of {batch} episodes (batch_questions x group_size) must split into "
+                         f"{t.mini_batches} mini-batches whose size divides by the world size ({world})")
+
+
 class Trainer:
     """The RL trainer (module docstring). ``policy`` is a transformers causal LM (the start
     policy, e.g. the SFT cold start), ``tcfg`` a ``TrainConfig`` (the run's merged ``train``
@@ -215,7 +236,8 @@ class Trainer:
         self.dev_questions = list(dev_questions or [])
         self.logger = logger
         self.state_dir = Path(state_dir) if state_dir is not None else None
-        self._check_config()
+        check_train_config(tcfg, rollout_cfg, self.dist.world_size, self.dist.strategy,
+                           has_start_checkpoint=self.model_path is not None)
 
         device = self.dist.device
         self.policy = policy.to(device)
@@ -242,24 +264,6 @@ class Trainer:
         self.events: list[dict[str, Any]] = []
         self._memory_state: tuple[dict, dict] | None = None
         self.on_step: Callable[[int, dict], None] | None = None  # hook after each finished step
-
-    def _check_config(self) -> None:
-        t, world = self.tcfg, self.dist.world_size
-        if self.rollout_cfg.backend == "vllm" and self.model_path is None:
-            raise StageError("rollout.backend: vllm needs the start checkpoint (Trainer(model_path=...)) to build "
-                             "the engine; or set rollout.backend: hf")
-        if self.rollout_cfg.backend == "vllm" and self.dist.strategy == "fsdp" and world > 1 and t.dev.every:
-            raise StageError("train.dev.every > 0 with rollout.backend: vllm under FSDP: the rank-0 dev rollout "
-                             "cannot gather the sharded weights; set train.dev.every: 0 (evaluate after training)")
-        if t.old_logprobs == "rollout" and not t.loss_mask:
-            raise StageError("train.old_logprobs: rollout needs loss_mask: true (observation tokens have no "
-                             "sampling-time log-probs); use old_logprobs: recompute")
-        batch = t.batch_questions * t.group_size
-        if t.batch_questions % world:
-            raise StageError(f"train.batch_questions ({t.batch_questions}) must divide by the world size ({world})")
-        if batch % t.mini_batches or (batch // t.mini_batches) % world:
-            raise StageError(f"the batch of {batch} episodes (batch_questions x group_size) must split into "
-                             f"{t.mini_batches} mini-batches whose size divides by the world size ({world})")
 
     # ------------------------------------------------------------------ 1-2: questions, rollout
     def sample_questions(self, step: int) -> list[dict]:
