@@ -30,6 +30,7 @@ from tracking_helpers import (
 @pytest.fixture(autouse=True)
 def _no_env_uri(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("AGENTR1_ARTIFACT_ROOT", raising=False)  # these tests set tracking.artifact_root
     monkeypatch.setenv("AGENTR1_PIPELINE_ID", "test-pipeline")
 
 
