@@ -313,3 +313,12 @@ def test_vllm_backend_needs_the_start_checkpoint(tok):
     with pytest.raises(StageError, match="model_path"):
         Trainer(R.tiny_policy(tok), tok, R.train_cfg(), R.rollout_cfg(backend="vllm"), R.reward_cfg(),
                 env=R.ToyEnv(), train_questions=R.QUESTIONS)
+
+
+def test_rollouts_are_traced_every_n_steps(tok):
+    tr, logger = make(tok, steps=4, trace_every=2)
+    tr.train()
+    assert logger.trajectories == [(2, "train", 16), (4, "train", 16)]  # the whole step's batch is handed over
+    tr_off, logger_off = make(tok, steps=2, trace_every=0)
+    tr_off.train()
+    assert logger_off.trajectories == []

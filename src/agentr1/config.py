@@ -480,6 +480,7 @@ class TrainConfig(_Section):
     num_threads: int | None = Field(1, ge=1)
     out_dir: str = "data/runs"
     seed: int | None = Field(None, ge=0)  # null = the top-level seed; a run's own seed makes it a replica
+    trace_every: int = Field(3, ge=0)  # every N steps a sample of the rollouts as MLflow traces (0 = off)
 
 
 

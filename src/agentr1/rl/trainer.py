@@ -609,6 +609,7 @@ class Trainer:
         t1 = time.perf_counter()
         scores = [score_episode(tr, self.reward_cfg) for tr in trajs]
         metrics = rollout_metrics(trajs, scores)
+        self._trace(trajs, step)
         try:
             drop = self._reward_drop(metrics["rollout/reward"])
             if drop is not None:
@@ -637,6 +638,14 @@ class Trainer:
         metrics["train/lr_scale"] = self.lr_scale
         self._record(step, metrics)
         return metrics
+
+    def _trace(self, trajs: Sequence[Trajectory], step: int) -> None:
+        """A sample of this step's episodes as traces (rank 0, every ``train.trace_every`` steps,
+        when the logger also logs trajectories: ``MLflowLogger`` does)."""
+        every = self.tcfg.trace_every
+        log_trajs = getattr(self.logger, "log_trajectories", None)
+        if every and step % every == 0 and log_trajs is not None and self.dist.is_main:
+            log_trajs(trajs, step=step, split="train")
 
     def _record(self, step: int, metrics: dict[str, float]) -> None:
         self.history.append({"step": step, **metrics})
