@@ -517,6 +517,14 @@ def merge_run(train: TrainConfig, override: dict[str, Any], name: str = "<run>")
 
 
 # ---------------------------------------------------------------------------------- evaluate
+def _distinct_splits(v: list[str]) -> list[str]:
+    """A non-empty list of distinct split names (``ValueError`` otherwise)."""
+    unknown = [s for s in v if s not in SPLITS]
+    if not v or unknown or len(set(v)) != len(v):
+        raise ValueError(f"splits must be a non-empty list of distinct names from {list(SPLITS)} (got {v})")
+    return v
+
+
 class BootstrapConfig(_Section):
     """Percentile bootstrap of a mean (``agentr1.eval.metrics``): ``samples`` resamples of the
     per-question scores, a central ``ci`` interval (0.95 = the 2.5th to 97.5th percentile)."""
@@ -546,21 +554,10 @@ class EvaluateConfig(_Section):
     @field_validator("splits")
     @classmethod
     def _known_splits(cls, v: list[str]) -> list[str]:
-        unknown = [s for s in v if s not in SPLITS]
-        if not v or unknown or len(set(v)) != len(v):
-            raise ValueError(f"splits must be a non-empty list of distinct names from {list(SPLITS)} (got {v})")
-        return v
+        return _distinct_splits(v)
 
 
 # ------------------------------------------------------------------------------------ report
-class ReportBootstrapConfig(_Section):
-    """The report's percentile bootstrap over questions (``agentr1.report.stats``), independent
-    of ``evaluate.bootstrap``: ``samples`` resamples, a central ``ci`` interval."""
-
-    samples: int = Field(1000, ge=100)
-    ci: float = Field(0.95, gt=0, lt=1)
-
-
 class ReportConfig(_Section):
     """Stage ``report`` (``agentr1.report.stage``): tables, plots and a summary from the
     evaluations in ``evaluate.out_dir`` into ``out_dir``. ``splits``: the evaluated splits
@@ -570,15 +567,12 @@ class ReportConfig(_Section):
     out_dir: str = "reports"
     splits: list[str] = Field(default_factory=lambda: ["test", "ood"])
     metric: Literal["em", "f1", "subem"] = "em"
-    bootstrap: ReportBootstrapConfig = ReportBootstrapConfig()
+    bootstrap: BootstrapConfig = BootstrapConfig()  # the report's own, independent of evaluate.bootstrap
 
     @field_validator("splits")
     @classmethod
     def _known_splits(cls, v: list[str]) -> list[str]:
-        unknown = [s for s in v if s not in SPLITS]
-        if not v or unknown or len(set(v)) != len(v):
-            raise ValueError(f"splits must be a non-empty list of distinct names from {list(SPLITS)} (got {v})")
-        return v
+        return _distinct_splits(v)
 
 
 # ---------------------------------------------------------------------------------- tracking
