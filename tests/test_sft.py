@@ -124,7 +124,8 @@ def test_passage_lm_loss_is_the_mean_nll_of_real_tokens(world):
     model = tw.model(tok)
     texts = [p["text"] for p in tw.corpus()[:3]]
     enc = tok(texts, return_tensors="pt", padding=True)
-    logits = model(input_ids=enc["input_ids"]).logits  # right padding: real tokens never see pads
+    with torch.no_grad():
+        logits = model(input_ids=enc["input_ids"]).logits  # right padding: real tokens never see pads
     total, count = 0.0, 0
     for i, text in enumerate(texts):
         n = len(tok(text)["input_ids"])
