@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,6 +103,16 @@ def default_smol_cache(cfg) -> str:
     if _is_checkpoint(ROOT / cfg.model.cache_dir / stem):
         return cfg.model.cache_dir
     return str(ROOT / "bench/.cache/models")
+
+
+def add_smol_args(ap) -> None:
+    """The smol step's size, shared by rl_step.py and trl_grpo.py (kept small: ~40 s per step on CPU)."""
+    ap.add_argument("--smol-questions", type=int, default=2)
+    ap.add_argument("--smol-group", type=int, default=2)
+    ap.add_argument("--smol-turn-tokens", type=int, default=32)
+    ap.add_argument("--smol-max-turns", type=int, default=2)
+    ap.add_argument("--smol-obs-chars", type=int, default=800)
+    ap.add_argument("--smol-max-total", type=int, default=1024)
 
 
 def bench_train_cfg(cfg, run: str = "grpo", **overrides):

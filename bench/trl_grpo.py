@@ -96,12 +96,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=1, help="alternations not measured")
     ap.add_argument("--alternations", type=int, default=3, help="measured (TRL step, agentr1 step) pairs")
-    ap.add_argument("--smol-questions", type=int, default=2)
-    ap.add_argument("--smol-group", type=int, default=2)
-    ap.add_argument("--smol-turn-tokens", type=int, default=32)
-    ap.add_argument("--smol-max-turns", type=int, default=2)
-    ap.add_argument("--smol-obs-chars", type=int, default=800)
-    ap.add_argument("--smol-max-total", type=int, default=1024)
+    _rl.add_smol_args(ap)
     ap.add_argument("--out", default="bench/results/trl_grpo.json")
     args = ap.parse_args(argv)
 

@@ -15,7 +15,6 @@ import tiny_world as tw
 import yaml
 
 from agentr1.config import ConfigError, config_from_dict
-from agentr1.data.schema import Dataset, write_dataset
 from agentr1.errors import StageError
 from agentr1.eval import stage as eval_stage
 from agentr1.eval.metrics import bootstrap_ci, paired_bootstrap_diff, summarize_split
@@ -171,25 +170,16 @@ POLICIES = ("grpo", "cold_start", "base_tool_call", "naive_rag")
 
 
 def _project_cfg(root: Path):
-    processed, index = root / "processed", root / "index"
     ood = [q for q in tw.questions("ood") if q["hops"] == 2]
-    write_dataset(Dataset(questions={"train": tw.questions("train"), "dev": tw.questions("dev")[:2],
-                                     "test": tw.questions("test"), "ood": ood}, corpus=tw.corpus()), processed)
-    tw.retriever().save(index)
-    return config_from_dict({
-        "data": {"processed_dir": str(processed)},
-        "retrieval": {"index_dir": str(index)},
-        "env": {"search": {"topk": 2, "passage_max_chars": 200}},
-        "model": {"scratch": tw.TINY_MODEL.model_dump()},
-        "rollout": {"max_turn_tokens": 24, "max_total_tokens": 1024, "batch_size": 8},
-        "sft": {"pretrain": {"steps": 0}, "steps": 100, "batch_size": 4, "warmup_steps": 5, "lr": 1e-2, "oracle_noise": 0.0, "train_examples": None,
-                "out_dir": str(root / "models" / "sft"), "init_dir": str(root / "models" / "init"),
-                "report_dir": str(root / "sft"), "num_threads": None},
-        "train": {"steps": 1, "batch_questions": 2, "group_size": 2, "micro_batch_size": 2, "out_dir": str(root / "runs"),
-                  "dev": {"every": 0}, "checkpoint": {"every": 0}},
-        "evaluate": {"out_dir": str(root / "eval"), "batch_size": 5, "bootstrap": {"samples": 200}},
-        "tracking": {"artifact_root": str(root / "artifacts"), "trace_sample": 3},
-    })
+    return tw.stage_config(
+        root, {"train": tw.questions("train"), "dev": tw.questions("dev")[:2], "test": tw.questions("test"), "ood": ood},
+        rollout={"max_turn_tokens": 24, "max_total_tokens": 1024, "batch_size": 8},
+        sft={"steps": 100, "batch_size": 4, "warmup_steps": 5, "lr": 1e-2, "oracle_noise": 0.0, "train_examples": None},
+        train={"steps": 1, "batch_questions": 2, "group_size": 2, "micro_batch_size": 2, "out_dir": str(root / "runs"),
+               "dev": {"every": 0}, "checkpoint": {"every": 0}},
+        evaluate={"out_dir": str(root / "eval"), "batch_size": 5, "bootstrap": {"samples": 200}},
+        tracking={"artifact_root": str(root / "artifacts"), "trace_sample": 3},
+    )
 
 
 TRACKED = ("grpo", "cold_start", "naive_rag")  # MLflow is the slow part: base_tool_call and the reruns go without

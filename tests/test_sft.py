@@ -11,8 +11,7 @@ import pytest
 import torch
 import tiny_world as tw
 
-from agentr1.config import RolloutConfig, SFTConfig, config_from_dict
-from agentr1.data.schema import Dataset, write_dataset
+from agentr1.config import RolloutConfig, SFTConfig
 from agentr1.errors import StageError
 from agentr1.models import build_scratch_model, load_checkpoint
 from agentr1.rl import sft_stage
@@ -172,19 +171,11 @@ def test_trained_model_reproduces_an_oracle_search(world):
 
 # ------------------------------------------------------------------------------ the stage
 def _stage_cfg(tmp_path, **sft):
-    processed, index = tmp_path / "processed", tmp_path / "index"
-    write_dataset(Dataset(questions={"train": tw.questions("train"), "dev": tw.questions("dev")[:4]}, corpus=tw.corpus()), processed)
-    tw.retriever().save(index)
-    return config_from_dict({
-        "data": {"processed_dir": str(processed)},
-        "retrieval": {"index_dir": str(index)},
-        "env": {"search": {"topk": 2, "passage_max_chars": 200}},
-        "model": {"scratch": tw.TINY_MODEL.model_dump()},
-        "rollout": {"max_turn_tokens": 24, "max_total_tokens": 1024, "batch_size": 4},
-        "sft": {"pretrain": {"steps": 0}, "steps": 4, "batch_size": 4, "warmup_steps": 1, "train_examples": 8,
-                "out_dir": str(tmp_path / "models" / "sft"), "init_dir": str(tmp_path / "models" / "init"),
-                "report_dir": str(tmp_path / "sft"), "num_threads": None, **sft},
-    })
+    return tw.stage_config(
+        tmp_path, {"train": tw.questions("train"), "dev": tw.questions("dev")[:4]},
+        rollout={"max_turn_tokens": 24, "max_total_tokens": 1024, "batch_size": 4},
+        sft={"steps": 4, "batch_size": 4, "warmup_steps": 1, "train_examples": 8, **sft},
+    )
 
 
 @pytest.fixture

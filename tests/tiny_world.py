@@ -45,6 +45,31 @@ def env(fmt: str = "tags", max_turns: int = 4) -> ToolEnv:
     return ToolEnv.from_config(cfg, retriever())
 
 
+def stage_config(root, splits: dict[str, list[dict]], **sections):
+    """A Config for running stages on this world under ``root``: ``splits`` written as
+    ``root/processed``, the BM25 index saved as ``root/index``, checkpoints and reports under
+    ``root``; ``sections`` override top-level sections (``sft`` merges into the base sft)."""
+    from pathlib import Path
+
+    from agentr1.config import config_from_dict
+    from agentr1.data.schema import Dataset, write_dataset
+
+    root = Path(root)
+    processed, index = root / "processed", root / "index"
+    write_dataset(Dataset(questions=splits, corpus=corpus()), processed)
+    retriever().save(index)
+    sft = {"pretrain": {"steps": 0}, "out_dir": str(root / "models" / "sft"), "init_dir": str(root / "models" / "init"),
+           "report_dir": str(root / "sft"), "num_threads": None, **sections.pop("sft", {})}
+    return config_from_dict({
+        "data": {"processed_dir": str(processed)},
+        "retrieval": {"index_dir": str(index)},
+        "env": {"search": {"topk": 2, "passage_max_chars": 200}},
+        "model": {"scratch": TINY_MODEL.model_dump()},
+        "sft": sft,
+        **sections,
+    })
+
+
 def tokenizer(texts: list[str]):
     base = [f"{p['title']}\n{p['text']}" for p in corpus()]
     return train_tokenizer(base + list(texts), TINY_MODEL.vocab_size, TOOL_TAGS)
