@@ -78,6 +78,13 @@ class SpyBackend:
         self.batches.append([list(p) for p in prompts])
         return self.inner.generate(prompts, *args)
 
+    def reset(self):
+        self.inner.reset()
+
+    @property
+    def counters(self):
+        return self.inner.counters
+
 
 def _turns(q) -> int:
     return int(q["supporting_ids"][0].split(":")[1])
@@ -95,10 +102,11 @@ def model(tok):
     return build_scratch_model(TINY, tok, seed=0)
 
 
-def _engine(model, tok, never_answer=False, max_turns=None, **cfg):
+def _engine(model, tok, never_answer=False, max_turns=None, reuse_cache=True, **cfg):
     rcfg = RolloutConfig(**{"max_turn_tokens": 12, "max_total_tokens": 400, "batch_size": 8, **cfg})
     env = FakeEnv(never_answer=never_answer)
-    return RolloutEngine(SpyBackend(HFBackend(model, tok)), env, tok, rcfg, max_turns=max_turns), env
+    backend = HFBackend(model, tok, reuse_cache=reuse_cache)
+    return RolloutEngine(SpyBackend(backend), env, tok, rcfg, max_turns=max_turns), env
 
 
 @pytest.fixture(scope="module")
@@ -271,6 +279,55 @@ def test_hf_backend_stops_on_a_stop_string_and_keeps_logprobs(model, tok):
     # the prompt ends in the same words: only generated text may match the stop string
     assert decode(tok, stopped.token_ids) == stop and len(stopped.token_ids) == 3
     assert stopped.logprobs == pytest.approx(free[0].logprobs[: len(stopped.token_ids)], abs=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_kv_cache_reuse_changes_nothing_but_the_prefill(model, tok, temperature):
+    runs = {}
+    for reuse in (True, False):
+        engine, _ = _engine(model, tok, reuse_cache=reuse, temperature=temperature, batch_size=4)
+        runs[reuse] = (engine.rollout(QUESTIONS, group_size=2, seed=11), dict(engine.stats))
+    (cached, s1), (plain, s0) = runs[True], runs[False]
+    assert [t.response_ids for t in cached] == [t.response_ids for t in plain]
+    for a, b in zip(cached, plain):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+    # every later turn reused its row's history and the first turn the shared system prompt
+    # (run once): only question tails, observations and the odd unfed last token were prefilled
+    assert s0["reused_tokens"] == s0["shared_prefix_tokens"] == 0 and s1["shared_prefix_tokens"] > 16
+    assert s1["prefilled_tokens"] - s1["shared_prefix_tokens"] + s1["reused_tokens"] == s0["prefilled_tokens"]
+    assert s1["prefilled_tokens"] < 0.6 * s0["prefilled_tokens"]
+    assert engine.backend.inner.store.entries == {}  # dropped after the rollout
+
+
+def test_cached_states_are_dropped_when_the_weights_change(tok):
+    model = build_scratch_model(TINY, tok, seed=3)
+    backend = HFBackend(model, tok)
+    prompt = tok("Question: Who founded", add_special_tokens=False)["input_ids"]
+    first = backend.generate([prompt], 6, [], 0.0, 1.0, 0)[0]
+    follow = prompt + first.token_ids + tok(OBS, add_special_tokens=False)["input_ids"]
+    assert backend.store.take(follow)[0] == len(prompt) + len(first.token_ids)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+    again = backend.generate([follow], 6, [], 0.0, 1.0, 0)[0]
+    assert backend.counters["reused"] == 0  # the step's in-place writes invalidated the store
+    fresh = HFBackend(model, tok, reuse_cache=False).generate([follow], 6, [], 0.0, 1.0, 0)[0]
+    assert again.token_ids == fresh.token_ids
+    assert again.logprobs == pytest.approx(fresh.logprobs, abs=1e-5)
+
+
+def test_prefix_store_takes_the_longest_prefix_and_stays_bounded():
+    from agentr1.rollout.hf import _PrefixStore
+
+    kv = lambda n: [(torch.zeros(1, n, 2), torch.zeros(1, n, 2))]  # noqa: E731 - 16 bytes per token
+    store = _PrefixStore(max_bytes=16 * 10)
+    store.put((1, 2), kv(2))
+    store.put((1, 2, 3, 4), kv(4))
+    assert store.take([1, 2, 3, 4, 5])[0] == 4
+    assert store.take([1, 2, 9])[0] == 2
+    assert store.take([7, 1, 2]) == (0, None)
+    store.put((5, 6, 7, 8, 9), kv(5))  # 11 tokens > 10: the least recently used entry goes
+    assert (1, 2, 3, 4) not in store.entries and store.nbytes == 16 * 7
 
 
 def test_hermes_chat_wrapping_keeps_chat_structure(model, tok):

@@ -281,6 +281,26 @@ def test_shared_prefix_gives_the_same_loss_and_gradients(world):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
 
 
+def test_trainer_logprob_pass_shares_the_prefix_without_changing_anything(world):
+    from agentr1.rl.critic import PolicyLogProbs
+
+    *_, tok, trajs = world
+    batch = collate(trajs[:4], tok.pad_token_id)
+    ids, attn, target = batch["input_ids"], batch["attention_mask"], batch["action_mask"]
+    weights = torch.randn(ids.shape, generator=torch.Generator().manual_seed(0))
+    outs = []
+    for share in (True, False):
+        model = tw.model(tok)
+        logp, ent = PolicyLogProbs(model, temperature=0.7, share_prefix=share)(ids, attn, target, with_entropy=True)
+        (logp * weights).sum().backward()
+        outs.append((logp.detach(), ent.detach(), [p.grad.clone() for p in model.parameters()]))
+    (lp1, e1, g1), (lp0, e0, g0) = outs
+    assert (lp0 != 0).sum() == target[:, 1:].sum()  # one log-prob per action token after the first column
+    assert torch.allclose(lp1, lp0, atol=1e-5) and torch.allclose(e1, e0, atol=1e-5)
+    for a, b in zip(g1, g0):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+
+
 def test_shared_prefix_never_covers_an_action_token():
     ids = torch.tensor([[1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 7]])
     action = torch.tensor([[0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 1, 1]])

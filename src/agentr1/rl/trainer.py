@@ -241,11 +241,12 @@ class Trainer:
 
         device = self.dist.device
         self.policy = policy.to(device)
-        self.actor = wrap(PolicyLogProbs(self.policy, rollout_cfg.temperature), self.dist)
+        share_prefix = not (self.dist.active and self.dist.strategy == "fsdp")
+        self.actor = wrap(PolicyLogProbs(self.policy, rollout_cfg.temperature, share_prefix), self.dist)
         self.ref: PolicyLogProbs | None = None
         if tcfg.kl.mode != "none" and tcfg.kl.coef > 0:
             ref_model = copy.deepcopy(policy).eval().requires_grad_(False)
-            self.ref = PolicyLogProbs(ref_model, rollout_cfg.temperature)
+            self.ref = PolicyLogProbs(ref_model, rollout_cfg.temperature, share_prefix)
         self.critic = None
         self.critic_opt = None
         if "values" in advantage_requires(tcfg.estimator):

@@ -1,5 +1,5 @@
 """agentr1.rollout: token-exact trajectories, the multi-turn rollout engine and its backends
-(transformers ``generate``; vLLM on GPU, imported lazily)."""
+(a transformers causal LM with the KV cache kept across turns; vLLM on GPU, imported lazily)."""
 
 from agentr1.rollout.backends import Backend, Generation, first_stop, make_backend
 from agentr1.rollout.engine import RolloutEngine

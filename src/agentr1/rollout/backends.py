@@ -11,8 +11,11 @@ after it), the log-probability of each under the sampling distribution at temper
 top-p truncation is *not* renormalised into them), and why it stopped: ``"stop"`` (a stop
 string), ``"eos"`` or ``"length"`` (``max_new_tokens`` reached).
 
-Implementations: :class:`agentr1.rollout.hf.HFBackend` (transformers ``generate``; CPU and GPU,
+Implementations: :class:`agentr1.rollout.hf.HFBackend` (a transformers causal LM, KV cache kept across turns; CPU and GPU,
 tested on CPU) and :class:`agentr1.rollout.vllm.VLLMBackend` (GPU only; imported lazily).
+
+A backend that keeps state between calls (the HF backend's per-row KV cache) also has
+``reset()``; the rollout engine calls it before and after every rollout.
 """
 
 from __future__ import annotations

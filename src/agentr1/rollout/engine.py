@@ -115,7 +115,20 @@ class RolloutEngine:
     def rollout(self, questions: list[dict[str, Any]], group_size: int = 1, seed: int = 0) -> list[Trajectory]:
         """Roll out every question ``group_size`` times; returns the trajectories in order
         (question-major: the ``group_size`` samples of question 0 first). Deterministic for a
-        given seed, weights and backend."""
+        given seed, weights and backend.
+
+        A backend that keeps state across turns (the HF backend's KV cache) is reset before and
+        after (``backend.reset()``, when it has one): the weights may change between rollouts."""
+        reset = getattr(self.backend, "reset", None)
+        if reset is not None:
+            reset()
+        try:
+            return self._rollout(questions, group_size, seed)
+        finally:
+            if reset is not None:
+                reset()
+
+    def _rollout(self, questions: list[dict[str, Any]], group_size: int, seed: int) -> list[Trajectory]:
         cfg = self.cfg
         trajs, supporting = self._start(questions, group_size)
         rng = torch.Generator().manual_seed(seed)
@@ -160,6 +173,10 @@ class RolloutEngine:
             stats["turns"] = turn
         for t in trajs:
             t.response_text = "".join(x for pair in _interleave(t.turn_texts, t.observations) for x in pair)
+        counters = getattr(self.backend, "counters", None)
+        if counters:
+            stats.update(prefilled_tokens=counters["prefilled"], shared_prefix_tokens=counters.get("shared", 0),
+                         reused_tokens=counters["reused"])
         self.stats = stats
         return trajs
 
