@@ -19,7 +19,10 @@ table and the LM head (attention + MLP + norms), a batch of sequences of real (n
 would halve it). ``T_head`` is the number of action (loss-mask) tokens: those are the only
 positions whose log-probs the loss needs, and agentr1 projects only them (TRL projects every
 completion token; its extra head FLOPs are not counted as useful work). Padding FLOPs are not
-counted either: they are overhead.
+counted either: they are overhead. The trainer runs the prompt prefix that a micro-batch's rows
+share once (``agentr1.rl.critic.PolicyLogProbs``), so the FLOP/s and MFU of its passes are
+computed from the FLOPs it executes (:func:`executed_forward_flops`), never from the larger
+count of the unshared computation.
 """
 
 from __future__ import annotations
@@ -161,6 +164,34 @@ def flop_counts(dims: Dims, seq_lens: list[int], head_tokens: int) -> dict[str, 
     sq = float(sum(s * s for s in seq_lens))
     fwd = 2 * dims.n_body * T + 2 * dims.hidden * dims.vocab * head_tokens + 4 * dims.layers * dims.hidden * sq
     return {"tokens": T, "head_tokens": float(head_tokens), "sum_sq": sq, "forward": fwd, "fwd_bwd": 3 * fwd}
+
+
+def executed_forward_flops(dims: Dims, batch: dict, groups: list[list[int]]) -> dict[str, float]:
+    """Forward FLOPs the trainer's micro-batches (``groups`` of rows) really execute: the prefix
+    ``P`` that a micro-batch's rows share (``agentr1.rl.sft.shared_prefix_length`` over its loss
+    mask, as ``PolicyLogProbs`` computes it) runs once, so per micro-batch of rows ``b`` with
+    lengths ``S_b``::
+
+        T_exec   = sum_b S_b - (n - 1) * P
+        sq_exec  = sum_b (S_b - P) * S_b + P^2     (each row's queries after P over all its keys)
+
+    and the forward is ``2 N_body T_exec + 2 d V T_head + 4 L d sq_exec`` (module docstring; with
+    ``P = 0`` this is :func:`flop_counts`)."""
+    from agentr1.rl.sft import shared_prefix_length
+
+    lens = batch["attention_mask"].sum(-1)
+    T = sq = head = 0.0
+    for rows in groups:
+        width = int(lens[rows].max())
+        sub = {"input_ids": batch["input_ids"][rows, :width], "attention_mask": batch["attention_mask"][rows, :width],
+               "action_mask": batch["loss_mask"][rows, :width]}
+        P = shared_prefix_length(sub)
+        S = [int(lens[b]) for b in rows]
+        T += sum(S) - (len(S) - 1) * P
+        sq += sum((x - P) * x for x in S) + P * P
+        head += float((batch["loss_mask"][rows] > 0).sum())
+    fwd = 2 * dims.n_body * T + 2 * dims.hidden * dims.vocab * head + 4 * dims.layers * dims.hidden * sq
+    return {"tokens": T, "head_tokens": head, "sum_sq": sq, "forward": fwd, "fwd_bwd": 3 * fwd}
 
 
 def batch_shape(batch: dict) -> tuple[list[int], int]:

@@ -27,7 +27,10 @@ against ``bench/results/peak.json`` at the same thread count. FLOPs (bench/_rl.p
 ``N_body`` = parameters outside the embedding table and LM head, ``T`` = real (non-pad) tokens of
 the batch, ``S_b`` = each sequence's length, ``T_act`` = action (loss-mask) tokens - the only
 positions sent through the LM head; padding is not counted (``pad_efficiency`` = real tokens /
-tokens the micro-batches compute). Rollout tokens/s counts generated (action) tokens; its FLOPs
+tokens the micro-batches compute). The prompt prefix a micro-batch's rows share runs once in the
+trainer, so ``T`` and ``sum_b S_b^2`` are counted as executed (``_rl.executed_forward_flops``:
+the prefix once per micro-batch; ``unshared_flops`` in the JSON keeps the count without sharing)
+and FLOP/s and MFU are never credited for work that was not done. Rollout tokens/s counts generated (action) tokens; its FLOPs
 are not modelled (decoding a small model on the CPU is bound by per-token overhead, not FLOPs).
 
 Results: a table on stdout and ``bench/results/rl_step.json`` (a run of one model keeps the other's
@@ -54,8 +57,8 @@ import torch  # noqa: E402
 PHASES = ("rollout", "old_logp", "ref_logp", "update")
 
 
-def _update_padded_tokens(trainer, batch: dict, step: int) -> int:
-    """Tokens the update's micro-batches compute (its row permutation re-derived from the seed)."""
+def _update_groups(trainer, batch: dict, step: int) -> list[list[int]]:
+    """The update's micro-batches (its row permutation re-derived from the seed)."""
     from agentr1.rl.trainer import _key
 
     t = trainer.tcfg
@@ -67,7 +70,7 @@ def _update_padded_tokens(trainer, batch: dict, step: int) -> int:
         for k in range(t.mini_batches):
             rows = perm[k * M : (k + 1) * M]
             groups += [rows[i : i + t.micro_batch_size] for i in range(0, len(rows), t.micro_batch_size)]
-    return _rl.padded_tokens(batch, t.micro_batch_size, groups)
+    return groups
 
 
 def measure_step(timer: _rl.PhaseTimer, dims: _rl.Dims, step: int) -> dict:
@@ -79,17 +82,26 @@ def measure_step(timer: _rl.PhaseTimer, dims: _rl.Dims, step: int) -> dict:
     epochs = tr.tcfg.ppo_epochs
     gen = sum(t.num_action_tokens for t in trajs)
     obs = sum(len(t.response_ids) - t.num_action_tokens for t in trajs)
-    row_padded = _rl.padded_tokens(batch, tr.tcfg.micro_batch_size)
-    upd_padded = _update_padded_tokens(tr, batch, step)
+    micro = tr.tcfg.micro_batch_size
+    row_groups = [list(range(i, min(i + micro, len(lens)))) for i in range(0, len(lens), micro)]
+    upd_groups = _update_groups(tr, batch, step)
+    row_padded = _rl.padded_tokens(batch, micro, row_groups)
+    upd_padded = _rl.padded_tokens(batch, micro, upd_groups)
+    # FLOPs the passes execute: each micro-batch's shared prompt prefix runs once
+    row_exec = _rl.executed_forward_flops(dims, batch, row_groups)
+    upd_exec = _rl.executed_forward_flops(dims, batch, upd_groups)
     phases = {
         "rollout": {"seconds": s["rollout"], "tokens": gen, "tokens_per_s": gen / s["rollout"],
                     "observation_tokens": obs, "episodes": len(trajs),
                     "turns_mean": sum(t.num_turns for t in trajs) / len(trajs)},
-        "old_logp": {"seconds": s.get("old_logp", 0.0), "tokens": fl["tokens"], "flops": fl["forward"],
+        "old_logp": {"seconds": s.get("old_logp", 0.0), "tokens": fl["tokens"], "flops": row_exec["forward"],
+                     "executed_tokens": row_exec["tokens"], "unshared_flops": fl["forward"],
                      "pad_efficiency": fl["tokens"] / row_padded},
-        "ref_logp": {"seconds": s.get("ref_logp", 0.0), "tokens": fl["tokens"], "flops": fl["forward"],
+        "ref_logp": {"seconds": s.get("ref_logp", 0.0), "tokens": fl["tokens"], "flops": row_exec["forward"],
+                     "executed_tokens": row_exec["tokens"], "unshared_flops": fl["forward"],
                      "pad_efficiency": fl["tokens"] / row_padded},
-        "update": {"seconds": s["update"], "tokens": fl["tokens"] * epochs, "flops": fl["fwd_bwd"] * epochs,
+        "update": {"seconds": s["update"], "tokens": fl["tokens"] * epochs, "flops": upd_exec["fwd_bwd"],
+                   "executed_tokens": upd_exec["tokens"], "unshared_flops": fl["fwd_bwd"] * epochs,
                    "pad_efficiency": fl["tokens"] * epochs / upd_padded,
                    "optimizer_steps": epochs * tr.tcfg.mini_batches},
     }

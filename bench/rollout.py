@@ -2,8 +2,8 @@
 
 Both sides use the same policy, batch and HF backend. The multi-turn side runs
 ``RolloutEngine.rollout`` against a scripted env (fixed observation, answer after ``--turns``
-turns; no retrieval cost, so the numbers isolate the engine: per-turn re-prefill of the whole
-history, observation tokenization, stop handling, bookkeeping). The plain side generates, for the
+turns; no retrieval cost, so the numbers isolate the engine: per-turn prefill of the tokens after
+the cached history, observation tokenization, stop handling, bookkeeping). The plain side generates, for the
 same prompts, as many new tokens in one ``generate`` call as the longest multi-turn response
 (policy + observation tokens) - the same total sequence length.
 
