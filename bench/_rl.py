@@ -118,6 +118,27 @@ def add_smol_args(ap) -> None:
     ap.add_argument("--smol-max-total", type=int, default=1024)
 
 
+def smol_world_overrides(kind: str, args) -> dict | None:
+    """The ToolEnv overrides of the smol step (``add_smol_args``); ``None`` for nano."""
+    if kind != "smol":
+        return None
+    return {"max_turns": args.smol_max_turns, "observation_max_chars": args.smol_obs_chars}
+
+
+def step_configs(kind: str, cfg, args):
+    """``(train config, rollout config)`` of one benchmarked step: nano = the named run
+    ``args.run`` as params.yaml has it; smol = the same run sized by ``add_smol_args`` (2
+    mini-batches, one micro-batch each)."""
+    if kind == "nano":
+        return bench_train_cfg(cfg, args.run), cfg.rollout
+    bq, g = args.smol_questions, args.smol_group
+    tcfg = bench_train_cfg(cfg, args.run, batch_questions=bq, group_size=g, mini_batches=2,
+                           micro_batch_size=max(bq * g // 2, 1))
+    rcfg = cfg.rollout.model_copy(update={"max_turn_tokens": args.smol_turn_tokens,
+                                          "max_total_tokens": args.smol_max_total})
+    return tcfg, rcfg
+
+
 def bench_train_cfg(cfg, run: str = "grpo", **overrides):
     """The named run's ``train`` section, no dev eval / checkpoints / collapse guard."""
     from agentr1.config import TrainConfig

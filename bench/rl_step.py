@@ -144,26 +144,14 @@ def aggregate(steps: list[dict], peak: float | None) -> dict:
 
 
 def run_model(kind: str, args, peak: dict[str, float]) -> dict:
-    world_over = None
-    if kind == "smol":
-        world_over = {"max_turns": args.smol_max_turns, "observation_max_chars": args.smol_obs_chars}
-    world = _rl.load_world(args.params, world_over)
+    world = _rl.load_world(args.params, _rl.smol_world_overrides(kind, args))
     cfg = world.cfg
     cache = args.smol_cache or _rl.default_smol_cache(cfg)
     model, tok, source = _rl.load_model(kind, cfg, smol_cache=cache,
                                         scratch_texts=[r["question"] for r in world.train_q])
     dims = _rl.Dims.of(model)
-    if kind == "nano":
-        tcfg = _rl.bench_train_cfg(cfg, args.run)
-        rcfg = cfg.rollout
-        n_steps, warmup = args.steps, args.warmup
-    else:
-        bq, g = args.smol_questions, args.smol_group
-        tcfg = _rl.bench_train_cfg(cfg, args.run, batch_questions=bq, group_size=g, mini_batches=2,
-                                   micro_batch_size=max(bq * g // 2, 1))
-        rcfg = cfg.rollout.model_copy(update={"max_turn_tokens": args.smol_turn_tokens,
-                                              "max_total_tokens": args.smol_max_total})
-        n_steps, warmup = args.smol_steps, 0
+    tcfg, rcfg = _rl.step_configs(kind, cfg, args)
+    n_steps, warmup = (args.steps, args.warmup) if kind == "nano" else (args.smol_steps, 0)
     trainer = _rl.make_trainer(model, tok, world, tcfg, rcfg)
     timer = _rl.PhaseTimer(trainer)
     print(f"[{kind}] {source}: {dims.n_params / 1e6:.2f}M params ({dims.n_body / 1e6:.2f}M body), "

@@ -68,21 +68,10 @@ import torch  # noqa: E402
 
 
 def build(args):
-    world_over = None
-    if args.model == "smol":
-        world_over = {"max_turns": args.smol_max_turns, "observation_max_chars": args.smol_obs_chars}
-    world = _rl.load_world(args.params, world_over)
+    world = _rl.load_world(args.params, _rl.smol_world_overrides(args.model, args))
     cfg = world.cfg
     cache = _rl.default_smol_cache(cfg)
-    if args.model == "nano":
-        tcfg = _rl.bench_train_cfg(cfg, args.run)
-        rcfg = cfg.rollout
-    else:
-        bq, g = args.smol_questions, args.smol_group
-        tcfg = _rl.bench_train_cfg(cfg, args.run, batch_questions=bq, group_size=g, mini_batches=2,
-                                   micro_batch_size=max(bq * g // 2, 1))
-        rcfg = cfg.rollout.model_copy(update={"max_turn_tokens": args.smol_turn_tokens,
-                                              "max_total_tokens": args.smol_max_total})
+    tcfg, rcfg = _rl.step_configs(args.model, cfg, args)
     model_a, tok_a, source = _rl.load_model(args.model, cfg, smol_cache=cache)
     model_t, tok_t, _ = _rl.load_model(args.model, cfg, smol_cache=cache)
     return world, tcfg, rcfg, (model_a, tok_a), (model_t, tok_t), source
