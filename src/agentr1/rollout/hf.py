@@ -214,9 +214,11 @@ class HFBackend:
             self._version = version
         device = self.model.device
         n_layers = self.model.config.get_text_config().num_hidden_layers
-        if self.reuse_cache:
-            self._seed_shared_prefix(prompts)
         taken = [self._take(p) for p in prompts]
+        fresh = [b for b, (n, _) in enumerate(taken) if n == 0]
+        if self.reuse_cache and self._seed_shared_prefix([prompts[b] for b in fresh]):
+            for b in fresh:
+                taken[b] = self._take(prompts[b])
         cache, mask = self._batch_cache(taken, n_layers, device)
         news = [list(p[n:]) for p, (n, _) in zip(prompts, taken)]
         width = max(len(s) for s in news)
@@ -280,25 +282,26 @@ class HFBackend:
             kv = [(k[:, :n], v[:, :n]) for k, v in kv] if n else None
         return (n, kv) if n else (0, None)
 
-    def _seed_shared_prefix(self, prompts, min_length: int = 16) -> None:
-        """Run the prefix that all prompts without stored states share (the system prompt and
-        chat header of a first turn) once, as one row, and store it: every row then starts
-        from it instead of prefilling it again."""
-        fresh = [p for p in prompts if self.store.take(p)[0] == 0]
+    def _seed_shared_prefix(self, fresh, min_length: int = 16) -> bool:
+        """Run the prefix that the prompts ``fresh`` (those without stored states) share - the
+        system prompt and chat header of a first turn - once, as one row, and store it, so that
+        every row starts from it instead of prefilling it again. Returns whether it did."""
         if len(fresh) < 2:
-            return
+            return False
         n = min(len(p) for p in fresh) - 1
         first = fresh[0]
         for p in fresh[1:]:
             n = next((i for i in range(n) if p[i] != first[i]), n)
         if n < min_length:
-            return
+            return False
         ids = torch.tensor([list(first[:n])], dtype=torch.long, device=self.model.device)
         out = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, logits_to_keep=1)
-        if self._plain(out.cache):
-            self.store.put(tuple(first[:n]), [(layer.keys[0], layer.values[0]) for layer in out.cache.layers])
-            self.counters["prefilled"] += n
-            self.counters["shared"] += n
+        if not self._plain(out.cache):
+            return False
+        self.store.put(tuple(first[:n]), [(layer.keys[0], layer.values[0]) for layer in out.cache.layers])
+        self.counters["prefilled"] += n
+        self.counters["shared"] += n
+        return True
 
     def _keep(self, prompts, gen_ids, cache, mask) -> None:
         """Store each row's states of its real tokens (prompt + generated) under their ids."""
