@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import random
 
 import pytest
 import torch
@@ -18,12 +19,17 @@ from agentr1.rl import sft_stage
 from agentr1.rl.sft import (
     action_logprobs,
     batch_indices,
+    common_prefix_length,
+    copy_probe,
+    copyable_positions,
+    linked_chain,
     lr_at,
     mean_action_nll,
     passage_lm_loss,
     pretrain_lm,
     sft_loss,
     shared_prefix_length,
+    title_links,
     train_sft,
 )
 from agentr1.rollout import collate
@@ -137,7 +143,7 @@ def test_passage_lm_loss_is_the_mean_nll_of_real_tokens(world):
 def test_pretraining_lowers_the_passage_loss_and_is_deterministic(world):
     *_, tok, _ = world
     texts = [f"{p['title']}\n{p['text']}" for p in tw.corpus()]
-    cfg = SFTConfig(pretrain={"steps": 25, "batch_size": 8, "lr": 1e-2, "warmup_steps": 3}).pretrain
+    cfg = SFTConfig(pretrain={"steps": 25, "batch_size": 8, "chain": 1, "lr": 1e-2, "warmup_steps": 3}).pretrain
     losses = []
     for _ in range(2):
         model = tw.model(tok)
@@ -147,6 +153,92 @@ def test_pretraining_lowers_the_passage_loss_and_is_deterministic(world):
     assert [h["step"] for h in history] == list(range(1, 26)) and not model.training
     assert _passage_nll(model, tok, texts) < 0.6 * before
     assert losses[0] == losses[1]
+
+
+def test_title_links_are_the_other_titles_a_passage_mentions_in_order():
+    titles = ["Ada Vell", "Orlek Ford", "Kurria", "Sutaro Films", "Ada"]
+    texts = [
+        "Ada Vell was born in Orlek Ford, a city of the Republic of Kurria.",   # self and "Ada" inside her name
+        "Orlek Ford lies in Kurria. Kurria's Sutaro Films was founded there.",  # repeated mention counted once
+        "Kurria is a country.",
+        "Sutaro Films is a studio; Ada Vellum is not Ada Vell's namesake.",     # whole words only
+        "Nothing here.",
+    ]
+    assert title_links(titles, texts) == [[4, 1, 2], [2, 3], [], [4, 0], []]
+    assert title_links(titles, texts, max_words=1)[1] == [2]                  # two-word titles not matched
+
+
+def test_linked_chain_follows_unvisited_links_and_jumps_when_there_are_none():
+    links = [[1], [0, 2], [0, 1], []]
+    rng = random.Random(0)
+    for _ in range(20):
+        chain = linked_chain(0, links, 3, rng)
+        assert chain == [0, 1, 2]                                 # 1 -> 0 is visited, so 1 -> 2
+    tails = {tuple(linked_chain(3, links, 2, rng)) for _ in range(50)}
+    assert {t[0] for t in tails} == {3} and len(tails) > 1     # no link: a uniform jump
+
+
+def test_pretraining_on_linked_chains_joins_the_passages_and_is_deterministic(world):
+    *_, tok, _ = world
+    corpus = tw.corpus()
+    texts = [f"{p['title']}\n{p['text']}" for p in corpus]
+    links = title_links([p["title"] for p in corpus], [p["text"] for p in corpus])
+    assert sum(map(len, links)) > 0
+    cfg = SFTConfig(pretrain={"steps": 6, "batch_size": 4, "chain": 3, "lr": 1e-2, "warmup_steps": 1}).pretrain
+    with pytest.raises(ValueError, match="chain 3 needs the passages' title links"):
+        pretrain_lm(tw.model(tok), tok, texts, cfg, seed=0, log_every=0)
+    seen: list[list[str]] = []
+
+    def spy(batch, **kw):
+        seen.append(list(batch))
+        return tok(batch, **kw)
+
+    runs = []
+    for _ in range(2):
+        runs.append([h["loss"] for h in pretrain_lm(tw.model(tok), spy, texts, cfg, seed=0, log_every=0, links=links)])
+    assert runs[0] == runs[1] and seen[:6] == seen[6:]
+    first = seen[0][0].split("\n\n")
+    assert len(first) == 3 and all(part in texts for part in first)
+    title_of = {t: p["title"] for t, p in zip(texts, corpus)}
+    followed = sum(title_of[b] in a for chain in seen for text in chain
+                   for a, b in zip(text.split("\n\n"), text.split("\n\n")[1:]))
+    assert followed > 0                                       # some next passage is one the previous names
+
+
+def test_copyable_tokens_are_action_tokens_only_the_context_supplies():
+    # prefix (system prompt) 1 2 3 | question 7 8 9 | action 1 8 9 2 | observation 5 6 | action 1 6 5 4 2
+    ids = [1, 2, 3, 7, 8, 9, 1, 8, 9, 2, 5, 6, 1, 6, 5, 4, 2]
+    act = [False] * 6 + [True] * 4 + [False] * 2 + [True] * 5
+    assert common_prefix_length([ids, ids[:3] + [0], ids[:2]]) == 2 and common_prefix_length([]) == 0
+    # 1/2 are shown by the prefix (tags), 4 was never in the context; 8 9 and 6 5 are copied names
+    assert copyable_positions(ids, act, prefix=3) == [(7, "start"), (8, "continue"), (13, "start"), (14, "continue")]
+    assert copyable_positions(ids, act, prefix=6) == [(13, "start"), (14, "continue")]  # the question counted as shown
+
+
+class _Scripted(torch.nn.Module):
+    """Logits with the maximum on a chosen token per position: the next token (a perfect copier)
+    or a constant one."""
+
+    def __init__(self, vocab: int, cheat: bool):
+        super().__init__()
+        self.vocab, self.cheat = vocab, cheat
+
+    def forward(self, input_ids, attention_mask):
+        target = torch.roll(input_ids, -1, dims=1) if self.cheat else torch.zeros_like(input_ids)
+        logits = torch.nn.functional.one_hot(target, self.vocab).float() * 30.0
+        return type("Out", (), {"logits": logits})()
+
+
+def test_copy_probe_scores_a_perfect_copier_one_and_a_constant_model_zero(world):
+    *_, tok, trajs = world
+    perfect = copy_probe(_Scripted(len(tok), cheat=True), trajs, tok.pad_token_id, batch_size=3)
+    constant = copy_probe(_Scripted(len(tok), cheat=False), trajs, tok.pad_token_id)
+    assert perfect["tokens"] == constant["tokens"] > 0
+    assert perfect["tokens"] == perfect["start"]["tokens"] + perfect["continue"]["tokens"]
+    assert perfect["top1"] == 1.0 and perfect["nll"] < 1e-3 and perfect["start"]["top1"] == 1.0
+    assert constant["top1"] == 0.0 and constant["nll"] > 5
+    with pytest.raises(ValueError, match="no trajectories"):
+        copy_probe(_Scripted(len(tok), cheat=True), [], tok.pad_token_id)
 
 
 def test_sft_is_deterministic(world):
@@ -198,7 +290,11 @@ def test_run_sft_writes_checkpoints_metrics_and_loss_curve(tmp_path, validated, 
     assert sum(p.numel() for p in model.parameters()) == metrics["model"]["parameters"]
     written = json.loads((tmp_path / "sft" / "metrics.json").read_text())
     assert written == json.loads(json.dumps(metrics))
-    assert set(written) == {"oracle", "pretrain", "train", "model"}  # the baselines moved to `agentr1 evaluate`
+    assert set(written) == {"oracle", "pretrain", "train", "copy", "model"}  # the baselines moved to `agentr1 evaluate`
+    copy = written["copy"]
+    assert (copy["split"], copy["episodes"]) == ("dev", 4) and set(copy) >= {"base", "cold_start"}
+    assert copy["cold_start"]["tokens"] == copy["base"]["tokens"] > 0   # same probe episodes for both models
+    assert 0 <= copy["cold_start"]["top1"] <= 1 and copy["cold_start"]["nll"] > 0
     assert written["pretrain"]["steps"] == 0
     assert written["oracle"]["n"] == 8 and written["oracle"]["em"] > 0.5
     assert written["train"]["steps"] == 4 and "time_s" not in written
@@ -221,6 +317,7 @@ def test_run_sft_writes_checkpoints_metrics_and_loss_curve(tmp_path, validated, 
     losses = client.get_metric_history(run.info.run_id, "sft/loss")
     assert [(m.step, round(m.value, 6)) for m in losses] == [(int(r["step"]), float(r["loss"])) for r in rows]
     assert run.data.metrics["final/oracle/em"] == written["oracle"]["em"]
+    assert run.data.metrics["final/copy/cold_start/top1"] == copy["cold_start"]["top1"]
 
     # deterministic metrics: a second run writes the same bytes
     first = (tmp_path / "sft" / "metrics.json").read_bytes()

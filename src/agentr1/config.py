@@ -323,11 +323,15 @@ class RolloutConfig(_Section):
 class PretrainConfig(_Section):
     """Language-model pretraining of a scratch policy on the corpus passages before SFT
     (``agentr1.rl.sft.pretrain_lm``): a scratch model stands in for a pretrained LLM, which has
-    read its Wikipedia. ``steps`` (0 = off) AdamW steps of ``batch_size`` passages each, lr
-    warmed up over ``warmup_steps`` then cosine-decayed. Runs only for ``model.kind: scratch``."""
+    read its Wikipedia. ``steps`` (0 = off) AdamW steps of ``batch_size`` texts each, lr
+    warmed up over ``warmup_steps`` then cosine-decayed. ``chain``: passages per text - 1 = one
+    passage, k > 1 = a chain of k passages, each next one a passage whose title the previous one
+    mentions (in-context pretraining over the corpus's links; ``agentr1.rl.sft``). Runs only for
+    ``model.kind: scratch``."""
 
-    steps: int = Field(400, ge=0)
-    batch_size: int = Field(32, ge=1)
+    steps: int = Field(300, ge=0)
+    batch_size: int = Field(8, ge=1)
+    chain: int = Field(4, ge=1)
     lr: float = Field(3e-3, gt=0)
     warmup_steps: int = Field(20, ge=0)
 
@@ -356,7 +360,7 @@ class SFTConfig(_Section):
     oracle_noise: float = Field(0.2, ge=0, le=1)
     oracle_lead_space: bool = True
     train_examples: int | None = Field(1000, ge=1)
-    steps: int = Field(400, ge=0)
+    steps: int = Field(300, ge=0)
     batch_size: int = Field(8, ge=1)
     lr: float = Field(3e-3, gt=0)
     warmup_steps: int = Field(30, ge=0)

@@ -27,6 +27,25 @@ It trains the embedding of every entity name in the world (each name is one toke
 episodes most of them are rare) and, because a passage repeats its title's names, the copying
 that the agent's queries need. Same optimiser and schedule as SFT (own ``lr`` and warmup).
 
+Linked texts (``pretrain.chain`` = ``k`` > 1; in-context pretraining, Shi et al. 2024, with the
+corpus's own links as the relatedness). One text is a chain of ``k`` passages
+``p_1 .. p_k`` joined by a blank line: ``p_1`` is drawn as above, and ``p_{j+1}`` is drawn
+uniformly from the passages whose title ``p_j`` mentions and the chain does not hold yet (a
+uniform passage when there is none; :func:`title_links`). Each title after the first is then a
+name that appeared earlier in the context - the hop an agent makes when it copies a name from an
+observation into its next query - so the LM loss rewards copying over recall. Chains also vary
+less in length than single passages, so a batch holds less padding.
+
+Copy probe (:func:`copy_probe`). What the agent's queries and answers need is copying: a name
+from the question or an observation, written again. With ``P`` the prefix every probed episode
+shares (system prompt and chat header), an action token ``x_t`` is *copyable* when its id is
+absent from ``x_<P`` (so not a tag or word the instructions show) and present in ``x_P .. x_t-1``
+(the question, an observation or an earlier call). The probe reports, under teacher forcing,
+``top1`` = share of copyable tokens with ``argmax p(.|x_<t) = x_t`` and ``nll`` = their mean
+``-log p(x_t|x_<t)``, separately for ``start`` tokens (the first token of a copied span: the
+model must select which name) and ``continue`` tokens (the previous token is copyable too: the
+next piece of a name already begun - what an induction head does).
+
 The stage itself (:func:`run_sft`) lives in :mod:`agentr1.rl.sft_stage`.
 """
 
@@ -35,6 +54,8 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import random
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 
@@ -229,6 +250,43 @@ def passage_lm_loss(model, input_ids: torch.Tensor, attention_mask: torch.Tensor
     return torch.nn.functional.cross_entropy(logits[mask].float(), input_ids[:, 1:][mask])
 
 
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(re.findall(r"\w+", text))
+
+
+def title_links(titles: Sequence[str], texts: Sequence[str], max_words: int = 6) -> list[list[int]]:
+    """``links[i]``: the indices of the other passages whose title ``texts[i]`` mentions, in order
+    of first mention. A mention is a run of words (``\\w+``) equal to all of a title's words, so
+    a one-word title inside a longer name counts too; titles of more than ``max_words`` words are
+    never matched (a chain then continues at a uniform passage)."""
+    index: dict[tuple[str, ...], int] = {}
+    for i, title in enumerate(titles):
+        key = _words(title)
+        if 0 < len(key) <= max_words:
+            index.setdefault(key, i)
+    lengths = sorted({len(k) for k in index}, reverse=True)
+    links: list[list[int]] = []
+    for i, text in enumerate(texts):
+        words, found = _words(text), {}
+        for start in range(len(words)):
+            for n in lengths:
+                j = index.get(words[start : start + n])
+                if j is not None and j != i:
+                    found.setdefault(j, start)
+        links.append(sorted(found, key=found.get))
+    return links
+
+
+def linked_chain(first: int, links: Sequence[Sequence[int]], length: int, rng: random.Random) -> list[int]:
+    """A chain of ``length`` passage indices from ``first``, each next one a uniform choice among
+    the unvisited passages the current one links to (a uniform passage when there is none)."""
+    chain = [first]
+    while len(chain) < length:
+        options = [j for j in links[chain[-1]] if j not in chain]
+        chain.append(rng.choice(options) if options else rng.randrange(len(links)))
+    return chain
+
+
 def pretrain_lm(
     model,
     tokenizer,
@@ -237,13 +295,20 @@ def pretrain_lm(
     seed: int,
     on_step: Callable[[dict], None] | None = None,
     log_every: int = 50,
+    links: Sequence[Sequence[int]] | None = None,
 ) -> list[dict]:
     """Train ``model`` in place for ``pretrain_cfg.steps`` steps of ``L_LM`` (module docstring)
     on batches of ``pretrain_cfg.batch_size`` texts (seeded permutation, reshuffled each epoch).
+    With ``pretrain_cfg.chain`` > 1, each drawn passage starts a linked chain of that many
+    passages (``links``: :func:`title_links` of the passages; module docstring).
     Returns one record per step (``step``, ``loss``, ``lr``, ``grad_norm``, ``tokens``,
     ``elapsed_s``); the model is left in eval mode."""
     if not texts:
         raise ValueError("no texts to pretrain on")
+    chain = getattr(pretrain_cfg, "chain", 1)
+    if chain > 1 and (links is None or len(links) != len(texts)):
+        raise ValueError(f"sft.pretrain.chain {chain} needs the passages' title links, one list per text")
+    follow = random.Random(seed)
     opt = make_optimizer(model, pretrain_cfg.lr, 0.01)
     draws = batch_indices(len(texts), pretrain_cfg.batch_size, seed)
     device = next(model.parameters()).device
@@ -254,7 +319,8 @@ def pretrain_lm(
         lr = lr_at(step, pretrain_cfg.lr, pretrain_cfg.warmup_steps, pretrain_cfg.steps)
         for group in opt.param_groups:
             group["lr"] = lr
-        enc = tokenizer([texts[i] for i in next(draws)], return_tensors="pt", padding=True)
+        batch = [linked_chain(i, links, chain, follow) if chain > 1 else [i] for i in next(draws)]
+        enc = tokenizer(["\n\n".join(texts[j] for j in c) for c in batch], return_tensors="pt", padding=True)
         ids, attn = enc["input_ids"].to(device), enc["attention_mask"].to(device)
         loss = passage_lm_loss(model, ids, attn)
         opt.zero_grad(set_to_none=True)
@@ -288,3 +354,63 @@ def mean_action_nll(model, trajectories: Sequence[Trajectory], pad_id: int, batc
         count += int(mask.sum())
     model.train(was_training)
     return total / max(count, 1)
+
+
+def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
+    """Length of the longest prefix all ``sequences`` share (0 for none)."""
+    if not sequences:
+        return 0
+    n = min(len(x) for x in sequences)
+    first = sequences[0]
+    for i in range(n):
+        if any(x[i] != first[i] for x in sequences):
+            return i
+    return n
+
+
+def copyable_positions(ids: Sequence[int], is_action: Sequence[bool], prefix: int) -> list[tuple[int, str]]:
+    """``(t, kind)`` for every copyable action token of ``ids`` (module docstring): ``kind`` is
+    ``"continue"`` when position ``t - 1`` is a copyable action token too, else ``"start"``."""
+    shown = set(ids[:prefix])
+    seen: set[int] = set()
+    out: list[tuple[int, str]] = []
+    for t in range(len(ids)):
+        if t >= prefix and is_action[t] and ids[t] not in shown and ids[t] in seen:
+            kind = "continue" if out and out[-1][0] == t - 1 else "start"
+            out.append((t, kind))
+        if t >= prefix:
+            seen.add(ids[t])
+    return out
+
+
+@torch.no_grad()
+def copy_probe(model, trajectories: Sequence[Trajectory], pad_id: int, batch_size: int = 8) -> dict:
+    """Teacher-forced copying of ``model`` on ``trajectories`` (module docstring): ``tokens``,
+    ``top1`` and ``nll`` over all copyable tokens and per kind (``start``, ``continue``); a
+    count of 0 gives ``None`` values."""
+    if not trajectories:
+        raise ValueError("no trajectories to probe")
+    prefix = common_prefix_length([t.prompt_ids for t in trajectories])
+    hits = {"start": [], "continue": []}
+    nlls = {"start": [], "continue": []}
+    was_training = model.training
+    model.eval()
+    for start in range(0, len(trajectories), batch_size):
+        chunk = list(trajectories[start : start + batch_size])
+        batch = collate(chunk, pad_id)
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
+        for row, traj in enumerate(chunk):
+            ids = traj.input_ids
+            is_action = [False] * len(traj.prompt_ids) + [bool(a) for a in traj.action_mask]
+            for t, kind in copyable_positions(ids, is_action, prefix):
+                logp = torch.log_softmax(logits[row, t - 1], -1)
+                hits[kind].append(float(int(logp.argmax()) == ids[t]))
+                nlls[kind].append(-float(logp[ids[t]]))
+    model.train(was_training)
+
+    def stats(h: list[float], n: list[float]) -> dict:
+        return {"tokens": len(h), "top1": sum(h) / len(h) if h else None, "nll": sum(n) / len(n) if n else None}
+
+    out = stats(hits["start"] + hits["continue"], nlls["start"] + nlls["continue"])
+    out.update({kind: stats(hits[kind], nlls[kind]) for kind in hits})
+    return out

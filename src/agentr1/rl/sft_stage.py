@@ -11,16 +11,20 @@ Steps (each timed; the times go into ``timing.json``, so ``metrics.json`` is det
    observations, answers), and the model is initialised with seed ``cfg.seed``; ``hf``/``gguf`` -
    :func:`agentr1.models.load_policy`;
 4. ``pretrain`` (scratch models with ``sft.pretrain.steps`` > 0): LM pretraining on the corpus
-   passages (:func:`agentr1.rl.sft.pretrain_lm`), the stand-in for a pretrained LLM;
+   passages, single or in linked chains (:func:`agentr1.rl.sft.pretrain_lm`), the stand-in for a
+   pretrained LLM;
    ``save_init``: the base policy - pretrained, not tuned on tool use (checkpoint in
    ``sft.init_dir``: the ``base_tool_call`` baseline of ``agentr1 evaluate``);
 5. ``oracle_rollout``: the scripts through the real :class:`RolloutEngine` + ToolEnv
    (token-exact trajectories, ``action_mask`` = the oracle's turns);
 6. ``train``: :func:`agentr1.rl.sft.train_sft` (skipped with ``sft.enabled: false``);
+   ``copy_probe``: :func:`agentr1.rl.sft.copy_probe` of the base policy and of the cold start on
+   clean oracle episodes of up to :data:`PROBE_EXAMPLES` dev questions (unseen entities; skipped
+   without a dev split) - can the model copy the names its calls and answers need?
 7. outputs, written only when everything above succeeded (each atomically): the cold-start
    checkpoint (safetensors + tokenizer) in ``sft.out_dir``, the base policy in ``sft.init_dir``;
    ``sft.report_dir`` with ``metrics.json`` (oracle episode metrics, the training summary, the
-   model), ``timing.json`` (seconds per step, tokens/s), ``loss.csv`` (DVC plot: step vs loss),
+   copy probe, the model), ``timing.json`` (seconds per step, tokens/s), ``loss.csv`` (DVC plot: step vs loss),
    ``pretrain_loss.csv`` (the same for pretraining; header only when it is off) and ``oracle_examples.jsonl`` (a few oracle trajectories for humans). A failure anywhere
    leaves no partial output.
 
@@ -50,7 +54,7 @@ from agentr1.eval.quick import episode_metrics, summarize
 from agentr1.io import atomic_dir, write_json_atomic
 from agentr1.models import load_policy, save_checkpoint
 from agentr1.retrieval.base import RetrieverError
-from agentr1.rl.sft import pretrain_lm, train_sft
+from agentr1.rl.sft import copy_probe, pretrain_lm, title_links, train_sft
 from agentr1.rollout import save_trajectories
 from agentr1.rollout.oracle import corpus_titles, oracle_rollout, oracle_texts, plan_all, unique_questions
 
@@ -59,6 +63,7 @@ log = logging.getLogger(__name__)
 LOSS_FIELDS = ("step", "loss", "lr", "grad_norm", "action_tokens", "tokens", "elapsed_s")
 PRETRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "tokens", "elapsed_s")
 ORACLE_EXAMPLES = 20
+PROBE_EXAMPLES = 64
 
 
 @contextlib.contextmanager
@@ -97,6 +102,16 @@ def _questions(ds, cfg):
     if not train:
         raise StageError(f"no train questions in {cfg.data.processed_dir}: the oracle has nothing to demonstrate")
     return train
+
+
+def probe_episodes(ds, env, tokenizer, cfg, titles: dict[str, str], limit: int = PROBE_EXAMPLES) -> list:
+    """Clean oracle episodes (no noise) of the first ``limit`` distinct dev questions, the inputs
+    of the copy probe; ``[]`` without a dev split."""
+    questions = unique_questions(ds.split("dev"))[:limit]
+    if not questions:
+        return []
+    plans = plan_all(questions, titles, env.fmt, 0.0, cfg.seed, env.max_turns, cfg.sft.oracle_lead_space)
+    return oracle_rollout(questions, env, tokenizer, cfg.rollout, plans)
 
 
 def _oracle_summary(trajs, plans, reward_cfg) -> dict:
@@ -154,8 +169,11 @@ def run_sft(cfg, args=None) -> dict:
         if scfg.pretrain.steps > 0 and cfg.model.kind == "scratch":
             with _phase(times, "pretrain"):
                 passages = [f"{p['title']}\n{p['text']}" for p in ds.corpus]
+                links = None
+                if scfg.pretrain.chain > 1:
+                    links = title_links([p["title"] for p in ds.corpus], [p["text"] for p in ds.corpus])
                 pre_history = pretrain_lm(model, tokenizer, passages, scfg.pretrain, seed=cfg.seed, on_step=lambda r: run.logger.log(
-                    {"pretrain/loss": r["loss"], "pretrain/lr": r["lr"]}, step=int(r["step"])))
+                    {"pretrain/loss": r["loss"], "pretrain/lr": r["lr"]}, step=int(r["step"])), links=links)
         elif scfg.pretrain.steps > 0:
             log.info("sft: sft.pretrain skipped: model.kind %s is pretrained already", cfg.model.kind)
         with _phase(times, "save_init"):  # renamed into sft.init_dir only when the whole stage succeeds
@@ -164,6 +182,11 @@ def run_sft(cfg, args=None) -> dict:
             tokenizer.save_pretrained(init_tmp)
         with _phase(times, "oracle_rollout"):
             oracle = oracle_rollout(train_q, env, tokenizer, cfg.rollout, plans)
+            probe_eps = probe_episodes(ds, env, tokenizer, cfg, titles)
+        copy = {"split": "dev", "episodes": len(probe_eps)}
+        if probe_eps:
+            with _phase(times, "probe_base"):
+                copy["base"] = copy_probe(model, probe_eps, tokenizer.pad_token_id)
         oracle_summary = _oracle_summary(oracle, plans, cfg.reward)
         log.info("sft: %d oracle episodes, oracle EM %.3f, kinds %s", len(oracle), oracle_summary["em"], oracle_summary["kinds"])
 
@@ -176,6 +199,12 @@ def run_sft(cfg, args=None) -> dict:
             if scfg.enabled and scfg.steps > 0:
                 history = train_sft(model, oracle, tokenizer.pad_token_id, scfg, seed=cfg.seed, on_step=log_step,
                                     log_every=scfg.log_every)
+        if probe_eps:
+            with _phase(times, "probe_cold_start"):
+                copy["cold_start"] = copy_probe(model, probe_eps, tokenizer.pad_token_id)
+            log.info("sft: copy probe (dev, teacher-forced top-1 of copyable tokens) base %.3f -> cold start %.3f "
+                     "(start %.3f, continue %.3f)", copy["base"]["top1"] or 0, copy["cold_start"]["top1"] or 0,
+                     copy["cold_start"]["start"]["top1"] or 0, copy["cold_start"]["continue"]["top1"] or 0)
         tail = history[-10:]
         pre_tail = pre_history[-10:]
         metrics = {
@@ -191,6 +220,7 @@ def run_sft(cfg, args=None) -> dict:
                 "first_loss": history[0]["loss"] if history else None,
                 "final_loss": sum(r["loss"] for r in tail) / len(tail) if tail else None,
             },
+            "copy": copy,
             "model": {"kind": cfg.model.kind, "parameters": n_params, "vocab_size": len(tokenizer), "device": device},
         }
         with atomic_dir(scfg.report_dir) as tmp:  # the report appears only if the checkpoints were saved
