@@ -391,21 +391,29 @@ def copy_probe(model, trajectories: Sequence[Trajectory], pad_id: int, batch_siz
     if not trajectories:
         raise ValueError("no trajectories to probe")
     prefix = common_prefix_length([t.prompt_ids for t in trajectories])
-    hits = {"start": [], "continue": []}
-    nlls = {"start": [], "continue": []}
+    hits: dict[str, list[float]] = {"start": [], "continue": []}
+    nlls: dict[str, list[float]] = {"start": [], "continue": []}
+    device = next(model.parameters(), torch.empty(0)).device
     was_training = model.training
     model.eval()
     for start in range(0, len(trajectories), batch_size):
         chunk = list(trajectories[start : start + batch_size])
-        batch = collate(chunk, pad_id)
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
+        picks = []  # (row, position whose logits predict the token, token, kind)
         for row, traj in enumerate(chunk):
-            ids = traj.input_ids
             is_action = [False] * len(traj.prompt_ids) + [bool(a) for a in traj.action_mask]
-            for t, kind in copyable_positions(ids, is_action, prefix):
-                logp = torch.log_softmax(logits[row, t - 1], -1)
-                hits[kind].append(float(int(logp.argmax()) == ids[t]))
-                nlls[kind].append(-float(logp[ids[t]]))
+            picks += [(row, t - 1, traj.input_ids[t], kind) for t, kind in copyable_positions(traj.input_ids, is_action, prefix)]
+        if not picks:
+            continue
+        rows, positions, targets, kinds = zip(*picks)
+        batch = collate(chunk, pad_id)
+        logits = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)).logits
+        logp = torch.log_softmax(logits[list(rows), list(positions)].float(), -1)  # only the scored positions in fp32
+        target = torch.tensor(targets, device=logp.device)
+        hit = (logp.argmax(-1) == target).tolist()
+        nll = (-logp.gather(-1, target[:, None]).squeeze(-1)).tolist()
+        for kind, h, n in zip(kinds, hit, nll):
+            hits[kind].append(float(h))
+            nlls[kind].append(n)
     model.train(was_training)
 
     def stats(h: list[float], n: list[float]) -> dict:
