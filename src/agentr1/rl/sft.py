@@ -33,8 +33,9 @@ corpus's own links as the relatedness). One text is a chain of ``k`` passages
 uniformly from the passages whose title ``p_j`` mentions and the chain does not hold yet (a
 uniform passage when there is none; :func:`title_links`). Each title after the first is then a
 name that appeared earlier in the context - the hop an agent makes when it copies a name from an
-observation into its next query - so the LM loss rewards copying over recall. Chains also vary
-less in length than single passages, so a batch holds less padding.
+observation into its next query - so part of the LM loss can be lowered by copying from the
+context rather than by recall. (On the nano budget it does not make the model copy; see the copy
+probe below.) Chains also vary less in length than single passages, so a batch holds less padding.
 
 Copy probe (:func:`copy_probe`). What the agent's queries and answers need is copying: a name
 from the question or an observation, written again. With ``P`` the prefix every probed episode
