@@ -15,6 +15,10 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+from agentr1.numerics import pin_cpu_numerics  # noqa: E402
+
+pin_cpu_numerics()  # before anything imports torch: tests run the kernels the stages run
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Real-format samples of HotpotQA / 2Wiki / MuSiQue / FlashRAG live in ../shared/fixtures.
 SHARED_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"

@@ -78,6 +78,22 @@ def test_tokenizer_special_tokens_and_template(tok):
     assert len(tok(" Zorvath", add_special_tokens=False)["input_ids"]) <= 2
 
 
+def test_whole_words_are_one_token_each_and_stay_lossless():
+    rare = ["Nukdia", "Brisarnel", "Thobrube", "Krelvia"]  # in no training text
+    plain = train_tokenizer(CORPUS, TINY.vocab_size)
+    whole = train_tokenizer(CORPUS, TINY.vocab_size, whole_words=[*rare, "Zorvath", "Vantrix Holdings", "x-y"])
+    assert all(len(plain(" " + w, add_special_tokens=False)["input_ids"]) > 1 for w in rare)
+    for w in (*rare, "Zorvath", "Vantrix", "Holdings"):
+        assert len(whole(" " + w, add_special_tokens=False)["input_ids"]) == 1, w
+    split = [w for w in (*rare, "Zorvath", "Vantrix", "Holdings") if len(plain(" " + w, add_special_tokens=False)["input_ids"]) > 1]
+    assert len(whole) == len(plain) + len(split)  # one token more per split word; "x-y" is no single word
+    text = "In which country? Nukdia, officially the Commonwealth of Nukdia.\n<answer> Nukdiaville</answer>"
+    ids = whole(text, add_special_tokens=False)["input_ids"]
+    assert whole.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False) == text
+    assert train_tokenizer(CORPUS, TINY.vocab_size, whole_words=rare).get_vocab() == \
+        train_tokenizer(CORPUS, TINY.vocab_size, whole_words=rare[::-1]).get_vocab()
+
+
 def test_tokenizer_training_is_deterministic(tok):
     again = train_tokenizer(CORPUS, TINY.vocab_size)
     assert again.get_vocab() == tok.get_vocab()
@@ -135,3 +151,34 @@ def test_find_gguf_file_errors():
 def test_hf_kind_requires_a_path():
     with pytest.raises(ValueError, match="name_or_path"):
         ModelConfig(kind="hf")
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_restricted_vocabulary_keeps_the_world_tokens_and_their_logits(tok, tmp_path, tied):
+    from agentr1.models.vocab import restrict_vocabulary
+
+    world = CORPUS[:4]
+    cfg = TINY.model_copy(update={"tie_embeddings": tied})
+    model = build_scratch_model(cfg, tok, seed=1)
+    before = {t: tok(t, add_special_tokens=False)["input_ids"] for t in world}
+    with torch.no_grad():
+        logits = {t: model(input_ids=torch.tensor([ids])).logits[0] for t, ids in before.items()}
+    model, small, info = restrict_vocabulary(model, tok, world)
+    assert info["before"] == len(tok) and info["after"] == len(small) < len(tok)
+    assert model.config.vocab_size == len(small) and model.get_output_embeddings().weight.shape[0] == len(small)
+    assert (model.get_output_embeddings().weight is model.get_input_embeddings().weight) == tied
+    kept = torch.tensor(tok.convert_tokens_to_ids(small.convert_ids_to_tokens(list(range(len(small))))))
+    for text, ids in before.items():
+        new = small(text, add_special_tokens=False)["input_ids"]
+        assert small.convert_ids_to_tokens(new) == tok.convert_ids_to_tokens(ids)  # same pieces
+        with torch.no_grad():
+            assert torch.allclose(model(input_ids=torch.tensor([new])).logits[0], logits[text][:, kept], atol=1e-5)
+    # still lossless for any text (byte-level symbols kept), and the chat/EOS tokens survive
+    for text in TRICKY:
+        ids = small(text, add_special_tokens=False)["input_ids"]
+        assert small.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False) == text
+    assert small.eos_token == "<|im_end|>" and model.config.eos_token_id == small.eos_token_id
+    assert len(small("<search>", add_special_tokens=False)["input_ids"]) == 1
+    save_checkpoint(model, small, tmp_path / "cut")
+    again, again_tok = load_checkpoint(tmp_path / "cut")
+    assert again.config.vocab_size == len(again_tok) == len(small)

@@ -98,6 +98,23 @@ def test_noise_makes_the_seeded_share_of_episodes_imperfect():
     assert all(p.kind != "clean" for p in plan_all(qs[:300], TITLES, fmt, 1.0, 7, 4))
 
 
+def test_per_kind_noise_shares():
+    fmt = get_format("tags", [SearchTool(tw.retriever())])
+    qs = _many_questions(3000)
+    shares = {"early_answer": 0.5, "wrong_query": 0.1}
+    plans = plan_all(qs, TITLES, fmt, shares, seed=7, max_turns=4)
+    two_hop = Counter(p.kind for p, q in zip(plans, qs) if q["hops"] == 2)
+    n = sum(two_hop.values())
+    assert abs(two_hop["early_answer"] / n - 0.5) < 0.04 and abs(two_hop["wrong_query"] / n - 0.1) < 0.03
+    assert two_hop["redundant_query"] == 0 and abs(two_hop["clean"] / n - 0.4) < 0.04
+    # a kind that does not fit (1 hop cannot answer early) leaves the episode clean
+    one_hop = Counter(p.kind for p, q in zip(plans, qs) if q["hops"] == 1)
+    assert one_hop["early_answer"] == 0 and one_hop["clean"] > one_hop["wrong_query"] > 0
+    assert plan_all(qs, TITLES, fmt, shares, 7, 4) == plans
+    with pytest.raises(ValueError, match="unknown oracle noise kind"):
+        plan_all(qs[:5], TITLES, fmt, {"typo_query": 0.5}, 7, 4)
+
+
 def test_each_imperfect_kind_is_what_it_says():
     fmt = get_format("tags", [SearchTool(tw.retriever())])
     q = tw.questions()[0]  # 2 hops: film -> company -> founder

@@ -184,7 +184,7 @@ def test_pretraining_on_linked_chains_joins_the_passages_and_is_deterministic(wo
     texts = [f"{p['title']}\n{p['text']}" for p in corpus]
     links = title_links([p["title"] for p in corpus], [p["text"] for p in corpus])
     assert sum(map(len, links)) > 0
-    cfg = SFTConfig(pretrain={"steps": 6, "batch_size": 4, "chain": 3, "lr": 1e-2, "warmup_steps": 1}).pretrain
+    cfg = SFTConfig(pretrain={"steps": 6, "batch_size": 4, "texts": "corpus", "chain": 3, "lr": 1e-2, "warmup_steps": 1}).pretrain
     with pytest.raises(ValueError, match="chain 3 needs the passages' title links"):
         pretrain_lm(tw.model(tok), tok, texts, cfg, seed=0, log_every=0)
     seen: list[list[str]] = []
@@ -326,7 +326,7 @@ def test_run_sft_writes_checkpoints_metrics_and_loss_curve(tmp_path, validated, 
 
 
 def test_run_sft_pretrains_the_base_policy_first(tmp_path, validated):
-    cfg = _stage_cfg(tmp_path, pretrain={"steps": 3, "batch_size": 4, "warmup_steps": 1})
+    cfg = _stage_cfg(tmp_path, pretrain={"steps": 3, "batch_size": 4, "warmup_steps": 1, "drills": False})
     cfg.tracking.enabled = False
     metrics = sft_stage.run_sft(cfg, None)
     assert metrics["pretrain"]["steps"] == 3 and metrics["pretrain"]["final_loss"] > 0

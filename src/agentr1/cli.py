@@ -14,6 +14,7 @@ from typing import Any
 
 from agentr1.config import ConfigError, load_config
 from agentr1.errors import StageError
+from agentr1.numerics import pin_cpu_numerics
 
 # subcommand -> ("module:function", help). Each function takes (cfg, args) and returns None.
 STAGES: dict[str, tuple[str, str]] = {
@@ -86,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        pin_cpu_numerics()  # before any stage imports torch (agentr1.numerics)
+    except ValueError as exc:
+        print(f"agentr1: {exc}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

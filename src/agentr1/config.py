@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -211,14 +211,14 @@ class RetrievalConfig(_Section):
 
 # --------------------------------------------------------------------------------------- env
 class SearchToolConfig(_Section):
-    topk: int = Field(3, ge=1, le=50)
+    topk: int = Field(1, ge=1, le=50)
     max_query_chars: int = Field(256, ge=1)
     passage_max_chars: int = Field(400, ge=16)
 
 
 class EnvConfig(_Section):
     format: Literal["tags", "hermes"] = "tags"
-    max_turns: int = Field(4, ge=1, le=32)
+    max_turns: int = Field(5, ge=1, le=32)
     multi_call: Literal["first", "all"] = "first"
     max_calls_per_turn: int = Field(3, ge=1, le=16)
     observation_max_chars: int = Field(1600, ge=64)
@@ -274,7 +274,9 @@ class ModelConfig(_Section):
     """The policy. ``kind``: ``scratch`` (small model + trained tokenizer), ``hf`` (a hub id or
     local path in ``name_or_path``) or ``gguf`` (a GGUF file shipped inside the installed Python
     package ``gguf_package``; ``gguf_file`` picks one when it holds several), converted once to
-    safetensors under ``cache_dir``."""
+    safetensors under ``cache_dir``. ``restrict_vocab`` (``hf``/``gguf``): the sft stage cuts the
+    pretrained vocabulary to the tokens the world's texts use before any training
+    (``agentr1.models.vocab``; every later stage loads the cut checkpoint)."""
 
     kind: Literal["scratch", "hf", "gguf"] = "scratch"
     name_or_path: str | None = None
@@ -282,6 +284,7 @@ class ModelConfig(_Section):
     gguf_file: str | None = None
     cache_dir: str = "data/models/base"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    restrict_vocab: bool = False
     trust_remote_code: bool = False
     scratch: ScratchModelConfig = ScratchModelConfig()
 
@@ -321,26 +324,54 @@ class RolloutConfig(_Section):
 
 # --------------------------------------------------------------------------------------- sft
 class PretrainConfig(_Section):
-    """Language-model pretraining of a scratch policy on the corpus passages before SFT
-    (``agentr1.rl.sft.pretrain_lm``): a scratch model stands in for a pretrained LLM, which has
-    read its Wikipedia. ``steps`` (0 = off) AdamW steps of ``batch_size`` texts each, lr
-    warmed up over ``warmup_steps`` then cosine-decayed. ``chain``: passages per text - 1 = one
-    passage, k > 1 = a chain of k passages, each next one a passage whose title the previous one
-    mentions (in-context pretraining over the corpus's links; ``agentr1.rl.sft``). Runs only for
-    ``model.kind: scratch``."""
+    """Language-model pretraining of a scratch policy before SFT (``agentr1.rl.sft.pretrain_lm``;
+    runs only for ``model.kind: scratch``): a scratch model stands in for a pretrained LLM, which
+    can already read and copy. ``steps`` (0 = off) AdamW steps of ``batch_size`` texts each, lr
+    warmed up over ``warmup_steps`` then cosine-decayed. ``texts`` picks what it reads:
 
-    steps: int = Field(300, ge=0)
-    batch_size: int = Field(8, ge=1)
-    chain: int = Field(4, ge=1)
+    - ``episodes``: the transcripts of the oracle's episodes on every train question (question,
+      calls, the env's observations, answer; no system prompt), every token a target. Names are
+      mostly predictable only by copying them from earlier in the transcript (the question into
+      the first query, the query into the observation's title, a name after a relation into the
+      next query or the answer), so the model learns to copy (the copy probe: 0.00 after corpus
+      pretraining, ~0.5 on the first token of a name after this; bench/RESULTS.md section 10).
+      ``noise``: the oracle noise of these transcripts (0 = clean); ``drills`` (synthetic world
+      only): also a one-hop reading drill per train entity and fact ("Who is the father of
+      <person>?": search it, answer from its passage; ``agentr1.data.drills``), ~30k short
+      transcripts that each end in picking the name after the asked relation;
+    - ``corpus``: the corpus passages, one per text (``chain`` = 1) or chains of ``chain`` linked
+      passages (each next one a passage whose title the previous one mentions: in-context
+      pretraining over the corpus's links);
+    - ``mix``: both, drawn uniformly from their union.
+    """
+
+    steps: int = Field(600, ge=0)
+    batch_size: int = Field(16, ge=1)
+    texts: Literal["episodes", "corpus", "mix"] = "episodes"
+    noise: float = Field(0.0, ge=0, le=1)
+    drills: bool = True
+    chain: int = Field(1, ge=1)
     lr: float = Field(3e-3, gt=0)
     warmup_steps: int = Field(20, ge=0)
+
+    @model_validator(mode="after")
+    def _chains_link_passages(self) -> "PretrainConfig":
+        if self.chain > 1 and self.texts != "corpus":
+            raise ValueError(f"chain {self.chain} links corpus passages, so it needs texts: corpus (got {self.texts}); "
+                             "set chain: 1 or texts: corpus")
+        return self
+
+
+Share = Annotated[float, Field(ge=0, le=1)]
 
 
 class SFTConfig(_Section):
     """The supervised cold start on oracle trajectories (stage ``sft``, ``agentr1.rl.sft``).
 
     ``oracle_noise``: share of oracle episodes made imperfect (a wrong or redundant query, or an
-    early answer with a bridge entity) so the cold start leaves room for RL;
+    early answer with a bridge entity, uniformly) so the cold start leaves room for RL, or a share
+    per kind (``{early_answer: 0.5, wrong_query: 0.05}``, summing to at most 1;
+    ``agentr1.rollout.oracle``);
     ``oracle_lead_space``: write queries and answers with a space before the name (``<search>
     Ada Vell</search>``) so a name is tokenized exactly as in passage text, which makes copying
     it from an observation easier; ``train_examples``: oracle episodes built from the train split
@@ -357,11 +388,11 @@ class SFTConfig(_Section):
 
     enabled: bool = True
     pretrain: PretrainConfig = PretrainConfig()
-    oracle_noise: float = Field(0.2, ge=0, le=1)
+    oracle_noise: Share | dict[Literal["wrong_query", "redundant_query", "early_answer"], Share] = 0.2
     oracle_lead_space: bool = True
-    train_examples: int | None = Field(1000, ge=1)
+    train_examples: int | None = Field(None, ge=1)
     steps: int = Field(300, ge=0)
-    batch_size: int = Field(8, ge=1)
+    batch_size: int = Field(16, ge=1)
     lr: float = Field(3e-3, gt=0)
     warmup_steps: int = Field(30, ge=0)
     weight_decay: float = Field(0.01, ge=0)
@@ -371,6 +402,13 @@ class SFTConfig(_Section):
     init_dir: str = "data/models/init"
     report_dir: str = "data/sft"
     num_threads: int | None = Field(2, ge=1)
+
+    @field_validator("oracle_noise")
+    @classmethod
+    def _noise_shares(cls, v):
+        if isinstance(v, dict) and sum(v.values()) > 1 + 1e-9:
+            raise ValueError(f"the per-kind shares sum to {sum(v.values()):g}; they must sum to at most 1")
+        return v
 
 
 # ------------------------------------------------------------------------------------- train
@@ -403,15 +441,15 @@ class DevEvalConfig(_Section):
     """Greedy dev EM during training every ``every`` steps (0 = off; always after the last step
     when on) on the first ``examples`` dev questions."""
 
-    every: int = Field(3, ge=0)
-    examples: int = Field(16, ge=1)
+    every: int = Field(10, ge=0)
+    examples: int = Field(64, ge=1)
 
 
 class CheckpointConfig(_Section):
     """Resumable training state (policy, critic, optimizers, schedulers, RNG, step, metrics) under
     ``<out_dir>/<run>/state`` every ``every`` steps (0 = only the start state for roll-backs)."""
 
-    every: int = Field(4, ge=0)
+    every: int = Field(10, ge=0)
 
 
 class CollapseConfig(_Section):
@@ -451,7 +489,7 @@ class TrainConfig(_Section):
     ``seed`` are replicas of one method (the report groups them). Named runs (``runs`` at the top level)
     override these keys."""
 
-    steps: int = Field(6, ge=0)
+    steps: int = Field(30, ge=0)
     batch_questions: int = Field(4, ge=1)
     group_size: int = Field(4, ge=1)
     estimator: Literal["gae", "grpo", "reinforce_pp", "reinforce_pp_baseline", "rloo"] = "grpo"
@@ -467,7 +505,7 @@ class TrainConfig(_Section):
     dual_clip: float | None = Field(None, gt=1)
     agg_mode: AGG = "token-mean"
     old_logprobs: Literal["recompute", "rollout"] = "recompute"
-    lr: float = Field(2e-4, gt=0)
+    lr: float = Field(1e-4, gt=0)
     lr_schedule: Literal["constant", "cosine"] = "constant"
     warmup_steps: int = Field(0, ge=0)
     min_lr_ratio: float = Field(0.1, ge=0, le=1)
@@ -486,7 +524,7 @@ class TrainConfig(_Section):
     num_threads: int | None = Field(2, ge=1)
     out_dir: str = "data/runs"
     seed: int | None = Field(None, ge=0)  # null = the top-level seed; a run's own seed makes it a replica
-    trace_every: int = Field(6, ge=0)  # every N steps a sample of the rollouts as MLflow traces (0 = off)
+    trace_every: int = Field(10, ge=0)  # every N steps a sample of the rollouts as MLflow traces (0 = off)
 
 
 

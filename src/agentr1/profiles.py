@@ -379,6 +379,8 @@ def summary_lines(p: Profile) -> list[str]:
     else:
         sc = m.scratch
         model = f"scratch Llama {sc.num_layers}x{sc.hidden_size}, BPE vocab {sc.vocab_size}"
+    if m.kind != "scratch" and m.restrict_vocab:
+        model += ", vocabulary cut to the world's tokens"
     lines = [f"  model      {model}, dtype {m.dtype}"]
     if d.source == "synthetic":
         q = d.synthetic.questions
@@ -402,8 +404,11 @@ def summary_lines(p: Profile) -> list[str]:
     if not s.enabled or s.steps == 0:
         sft = "off: the base policy is saved as the cold start"
     else:
-        pre = f"{s.pretrain.steps} LM pretraining steps, then " if m.kind == "scratch" and s.pretrain.steps else ""
-        sft = f"{pre}{s.steps} steps x batch {s.batch_size}, lr {_fmt(s.lr)}, oracle noise {_fmt(s.oracle_noise)}"
+        pre = (f"{s.pretrain.steps} LM pretraining steps on {s.pretrain.texts}, then "
+               if m.kind == "scratch" and s.pretrain.steps else "")
+        noise = (", ".join(f"{k} {_fmt(v)}" for k, v in s.oracle_noise.items()) if isinstance(s.oracle_noise, dict)
+                 else _fmt(s.oracle_noise))
+        sft = f"{pre}{s.steps} steps x batch {s.batch_size}, lr {_fmt(s.lr)}, oracle noise {noise}"
     lines.append(f"  sft        {sft}")
     kl = f"kl {t.kl.mode} {_fmt(t.kl.coef)} ({t.kl.estimator})" if t.kl.mode != "none" else "kl off"
     lines.append(f"  train      {t.steps} steps x {t.batch_questions} questions x {t.group_size} rollouts (group), "

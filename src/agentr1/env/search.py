@@ -59,8 +59,10 @@ class SearchTool(Tool):
         self.max_query_chars = max_query_chars
         self.passage_max_chars = passage_max_chars
         self.description = (
-            f"Search the knowledge base. Returns the {topk} most relevant passages for the query, "
-            "each with its title. Use short, specific queries (a name and what you want to know)."
+            ("Search the knowledge base. Returns the most relevant passage for the query, with its title. "
+             if topk == 1 else
+             f"Search the knowledge base. Returns the {topk} most relevant passages for the query, each with its title. ")
+            + "Use short, specific queries (a name and what you want to know)."
         )
         self.parameters = {
             "type": "object",

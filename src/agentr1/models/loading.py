@@ -103,11 +103,13 @@ def load_policy(
     tokenizer_texts: Iterable[str] | None = None,
     tokenizer=None,
     seed: int = 0,
+    whole_words: Iterable[str] = (),
 ):
     """Build or load the policy named by ``model_cfg`` (a ``ModelConfig``) -> ``(model, tokenizer)``.
 
     ``scratch`` needs a tokenizer: pass one (``tokenizer``) or the texts to train it on
-    (``tokenizer_texts``); ``seed`` seeds the initial weights. ``hf`` and ``gguf`` ignore both.
+    (``tokenizer_texts``, with ``whole_words`` kept one token each); ``seed`` seeds the initial
+    weights. ``hf`` and ``gguf`` ignore them.
     The model is returned in eval mode on the CPU in ``model_cfg.dtype``.
     """
     dtype = model_cfg.dtype
@@ -115,7 +117,7 @@ def load_policy(
         if tokenizer is None:
             if tokenizer_texts is None:
                 raise ValueError("model.kind 'scratch' needs tokenizer= or tokenizer_texts= to train one on")
-            tokenizer = train_tokenizer(tokenizer_texts, model_cfg.scratch.vocab_size, TOOL_TAGS)
+            tokenizer = train_tokenizer(tokenizer_texts, model_cfg.scratch.vocab_size, TOOL_TAGS, whole_words=whole_words)
         return build_scratch_model(model_cfg.scratch, tokenizer, seed=seed, dtype=torch_dtype(dtype)), tokenizer
     if model_cfg.kind == "hf":
         return load_checkpoint(model_cfg.name_or_path, dtype, model_cfg.trust_remote_code)

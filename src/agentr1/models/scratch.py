@@ -1,10 +1,16 @@
 """A small policy trained from scratch: byte-level BPE tokenizer + Llama-architecture causal LM.
 
 The tokenizer is lossless: byte-level BPE maps every UTF-8 byte to a symbol, so
-``decode(encode(text)) == text`` for any string (unicode, newlines, leading spaces). The synthetic
-world's invented names are built from a fixed inventory of word parts, so a vocabulary of a few
-thousand merges learned on the corpus makes each part one or two tokens - which is what lets a
-small model copy names from observations into its next query.
+``decode(encode(text)) == text`` for any string (unicode, newlines, leading spaces).
+
+Whole words (``whole_words``). A small model copies a name from an observation into its next
+query far more easily when every part of the name is one token. The synthetic world's names are
+built from a fixed inventory of parts, but BPE merges follow frequency, and a rare part (most
+country names) would still split into 2-3 pieces. So every word in ``whole_words`` (the sft stage
+passes the words of every passage title, i.e. the entity names) is added to the vocabulary as one
+token, in its running-text form with a leading space (``" Nukdia"``), and the BPE model runs with
+``ignore_merges``: a pre-tokenized word found in the vocabulary is emitted whole, anything else
+goes through the learned merges (and, at worst, single bytes) - still lossless.
 
 Special tokens (never split, one id each):
 
@@ -19,6 +25,7 @@ transformers and vLLM.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -54,17 +61,39 @@ CHATML_TEMPLATE = (
 )
 
 
+def _add_whole_words(tok: Tokenizer, words: Iterable[str]) -> Tokenizer:
+    """``tok`` with each word of ``words`` that BPE splits added to the vocabulary as one token
+    (leading-space form, module docstring) and ``ignore_merges`` on; new ids follow the largest id."""
+    byte_map = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    data = json.loads(tok.to_str())
+    vocab = data["model"]["vocab"]
+    next_id = 1 + max([*vocab.values(), *(t["id"] for t in data["added_tokens"])])
+    for word in sorted({w for w in words if w and not w.isspace()}):
+        chunks = byte_map.pre_tokenize_str(" " + word.strip())
+        if len(chunks) != 1:  # not one pre-tokenizer word (punctuation, digits after letters): leave it to BPE
+            continue
+        piece = chunks[0][0]
+        if piece not in vocab:
+            vocab[piece] = next_id
+            next_id += 1
+    data["model"]["ignore_merges"] = True
+    return Tokenizer.from_str(json.dumps(data))
+
+
 def train_tokenizer(
     texts: Iterable[str],
     vocab_size: int,
     special_tokens: Sequence[str] = TOOL_TAGS,
     min_frequency: int = 2,
+    whole_words: Iterable[str] = (),
 ) -> PreTrainedTokenizerFast:
     """Train a lossless byte-level BPE tokenizer on ``texts``.
 
     ``special_tokens`` are the tool-format tags (added as single, non-special tokens); the ChatML
-    markers and ``<|pad|>`` are always added as special tokens. ``vocab_size`` counts everything
-    (256 byte symbols + merges + added tokens). Training is deterministic for the same texts.
+    markers and ``<|pad|>`` are always added as special tokens. ``vocab_size`` counts the 256 byte
+    symbols, the merges and the added tokens; each word of ``whole_words`` that the merges would
+    split gets one more token on top (module docstring). Training is deterministic for the same
+    texts and words.
     Returns a ``PreTrainedTokenizerFast`` with pad = ``<|pad|>``, eos = ``<|im_end|>``, no BOS and
     a ChatML chat template.
     """
@@ -81,6 +110,7 @@ def train_tokenizer(
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
+    tok = _add_whole_words(tok, whole_words)
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in tags])
     wrapped = PreTrainedTokenizerFast(
         tokenizer_object=tok,

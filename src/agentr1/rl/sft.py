@@ -18,24 +18,25 @@ and biases), learning rate warmed up linearly over ``warmup_steps`` then cosine-
 epoch. Everything is seeded from ``cfg.seed``; on the CPU a run is deterministic.
 
 Pretraining (:func:`pretrain_lm`, ``cfg.sft.pretrain``; scratch models only). Before SFT, a
-scratch model reads the corpus like a base LLM reads Wikipedia: for a batch of passages
-``x^(i)`` (title + text, right-padded, ``m_t`` = 1 on real tokens)::
+scratch model reads texts the way a base LLM reads the web: for a batch of texts ``x^(i)``
+(right-padded, ``m_t`` = 1 on real tokens)::
 
     L_LM(theta) = - sum_i sum_{t>=1} m_t log p_theta(x^(i)_t | x^(i)_<t)  /  sum_i sum_{t>=1} m_t
 
-It trains the embedding of every entity name in the world (each name is one token; in the
-episodes most of them are rare) and, because a passage repeats its title's names, the copying
-that the agent's queries need. Same optimiser and schedule as SFT (own ``lr`` and warmup).
+Same optimiser and schedule as SFT (own ``lr`` and warmup). What it reads
+(``pretrain.texts``, chosen by the sft stage): the oracle's episode transcripts (question,
+calls, observations, answer), the corpus passages, or both. On the transcripts most name tokens
+can only be predicted by copying - the question's entity into the first query, the query into
+the observation's title, the name after a relation into the next query or the answer - and every
+token is a target, so the model gets hundreds of copy targets per step where SFT's action tokens
+give a few dozen: this is what makes the nano model copy (corpus pretraining, linked or not, and
+SFT alone left the copy probe at 0.00-0.02 on the first token of a name).
 
-Linked texts (``pretrain.chain`` = ``k`` > 1; in-context pretraining, Shi et al. 2024, with the
-corpus's own links as the relatedness). One text is a chain of ``k`` passages
-``p_1 .. p_k`` joined by a blank line: ``p_1`` is drawn as above, and ``p_{j+1}`` is drawn
-uniformly from the passages whose title ``p_j`` mentions and the chain does not hold yet (a
-uniform passage when there is none; :func:`title_links`). Each title after the first is then a
-name that appeared earlier in the context - the hop an agent makes when it copies a name from an
-observation into its next query - so part of the LM loss can be lowered by copying from the
-context rather than by recall. (On the nano budget it does not make the model copy; see the copy
-probe below.) Chains also vary less in length than single passages, so a batch holds less padding.
+Linked texts (``pretrain.chain`` = ``k`` > 1 with ``texts: corpus``; in-context pretraining, Shi
+et al. 2024, with the corpus's own links as the relatedness). One text is a chain of ``k``
+passages ``p_1 .. p_k`` joined by a blank line: ``p_1`` is drawn as above, and ``p_{j+1}`` is
+drawn uniformly from the passages whose title ``p_j`` mentions and the chain does not hold yet (a
+uniform passage when there is none; :func:`title_links`).
 
 Copy probe (:func:`copy_probe`). What the agent's queries and answers need is copying: a name
 from the question or an observation, written again. With ``P`` the prefix every probed episode

@@ -8,11 +8,14 @@ Steps (each timed; the times go into ``timing.json``, so ``metrics.json`` is det
    ``cfg.seed``);
 3. ``policy``: ``model.kind: scratch`` - the oracle episodes are played as text through the env,
    the tokenizer is trained on the corpus + those episode texts (system prompt, questions, calls,
-   observations, answers), and the model is initialised with seed ``cfg.seed``; ``hf``/``gguf`` -
+   observations, answers) with every word of a passage title (each part of an entity name) kept
+   one token, and the model is initialised with seed ``cfg.seed``; ``hf``/``gguf`` -
    :func:`agentr1.models.load_policy`;
-4. ``pretrain`` (scratch models with ``sft.pretrain.steps`` > 0): LM pretraining on the corpus
-   passages, single or in linked chains (:func:`agentr1.rl.sft.pretrain_lm`), the stand-in for a
-   pretrained LLM;
+4. ``pretrain`` (scratch models with ``sft.pretrain.steps`` > 0): LM pretraining
+   (:func:`agentr1.rl.sft.pretrain_lm`), the stand-in for a pretrained LLM, on the texts
+   ``sft.pretrain.texts`` picks (:func:`pretrain_texts`): the oracle transcripts of the train
+   questions (every token a target; this is what teaches the model to copy names), the corpus
+   passages (single or in linked chains), or both;
    ``save_init``: the base policy - pretrained, not tuned on tool use (checkpoint in
    ``sft.init_dir``: the ``base_tool_call`` baseline of ``agentr1 evaluate``);
 5. ``oracle_rollout``: the scripts through the real :class:`RolloutEngine` + ToolEnv
@@ -46,6 +49,7 @@ from pathlib import Path
 
 import torch
 
+from agentr1.data.drills import one_hop_questions, regenerate
 from agentr1.data.schema import read_dataset
 from agentr1.data.validation import require_validated
 from agentr1.env import ToolEnv
@@ -53,6 +57,7 @@ from agentr1.errors import StageError
 from agentr1.eval.quick import episode_metrics, summarize
 from agentr1.io import atomic_dir, write_json_atomic
 from agentr1.models import load_policy, save_checkpoint
+from agentr1.models.vocab import restrict_vocabulary
 from agentr1.retrieval.base import RetrieverError
 from agentr1.rl.sft import copy_probe, pretrain_lm, title_links, train_sft
 from agentr1.rollout import save_trajectories
@@ -114,6 +119,43 @@ def probe_episodes(ds, env, tokenizer, cfg, titles: dict[str, str], limit: int =
     return oracle_rollout(questions, env, tokenizer, cfg.rollout, plans)
 
 
+def world_texts(ds, env, questions, plans) -> list[str]:
+    """Everything a policy of this world reads or writes, for ``model.restrict_vocab``: the
+    passages, the questions of every split and the oracle's episode texts (system prompt, calls,
+    observations, answers)."""
+    passages = [f"{p['title']}\n{p['text']}" for p in ds.corpus]
+    asked = [str(q["question"]) for split in sorted(ds.questions) for q in ds.split(split)]
+    return passages + asked + oracle_texts(questions, env, plans)
+
+
+def pretrain_texts(ds, env, cfg, titles: dict[str, str]) -> tuple[list[str], list[list[int]] | None]:
+    """The texts of ``sft.pretrain`` (``PretrainConfig``) and, for linked corpus chains, the
+    passages' title links: ``episodes`` - the oracle transcripts (noise ``pretrain.noise``, no
+    system prompt) of every distinct train question and, with ``pretrain.drills`` on the
+    synthetic world, of a one-hop reading drill per train entity and fact
+    (:mod:`agentr1.data.drills`); ``corpus`` - the passages; ``mix`` - both."""
+    pcfg = cfg.sft.pretrain
+    texts: list[str] = []
+    if pcfg.texts in ("corpus", "mix"):
+        texts += [f"{p['title']}\n{p['text']}" for p in ds.corpus]
+    if pcfg.texts in ("episodes", "mix"):
+        questions = list(unique_questions(ds.split("train")))
+        if pcfg.drills and cfg.data.source == "synthetic":
+            try:
+                world = regenerate(cfg.data.synthetic, cfg.seed, ds.corpus)
+            except ValueError as exc:
+                raise StageError(str(exc)) from None
+            questions += one_hop_questions(world, "train")
+        elif pcfg.drills:
+            log.info("sft: sft.pretrain.drills skipped: they need the synthetic world (data.source %s)", cfg.data.source)
+        plans = plan_all(questions, titles, env.fmt, pcfg.noise, cfg.seed, env.max_turns, cfg.sft.oracle_lead_space)
+        texts += oracle_texts(questions, env, plans, system=False)
+    links = None
+    if pcfg.chain > 1:  # texts: corpus (config)
+        links = title_links([p["title"] for p in ds.corpus], [p["text"] for p in ds.corpus])
+    return texts, links
+
+
 def _oracle_summary(trajs, plans, reward_cfg) -> dict:
     rows = [episode_metrics(t, reward_cfg) for t in trajs]
     summary = summarize(rows)
@@ -160,19 +202,22 @@ def run_sft(cfg, args=None) -> dict:
         with _phase(times, "policy"):
             texts = None
             if cfg.model.kind == "scratch":
-                texts = [f"{p['title']}\n{p['text']}" for p in ds.corpus] + oracle_texts(train_q, env, plans)
-            model, tokenizer = load_policy(cfg.model, tokenizer_texts=texts, seed=cfg.seed)
+                passages = [f"{p['title']}\n{p['text']}" for p in ds.corpus]
+                texts = passages + oracle_texts(train_q, env, plans)
+                whole = [w for p in ds.corpus for w in str(p["title"]).split()]  # entity names: one token per part
+            model, tokenizer = load_policy(cfg.model, tokenizer_texts=texts, seed=cfg.seed,
+                                           whole_words=whole if texts is not None else ())
+            if cfg.model.kind != "scratch" and cfg.model.restrict_vocab:
+                model, tokenizer, cut = restrict_vocabulary(model, tokenizer, world_texts(ds, env, train_q, plans))
+                log.info("sft: vocabulary restricted to the world's tokens: %d -> %d", cut["before"], cut["after"])
             model.to(device)
         n_params = sum(p.numel() for p in model.parameters())
         log.info("sft: policy %s with %.2fM parameters, vocabulary %d", cfg.model.kind, n_params / 1e6, len(tokenizer))
         pre_history: list[dict] = []
         if scfg.pretrain.steps > 0 and cfg.model.kind == "scratch":
             with _phase(times, "pretrain"):
-                passages = [f"{p['title']}\n{p['text']}" for p in ds.corpus]
-                links = None
-                if scfg.pretrain.chain > 1:
-                    links = title_links([p["title"] for p in ds.corpus], [p["text"] for p in ds.corpus])
-                pre_history = pretrain_lm(model, tokenizer, passages, scfg.pretrain, seed=cfg.seed, on_step=lambda r: run.logger.log(
+                pre_texts, links = pretrain_texts(ds, env, cfg, titles)
+                pre_history = pretrain_lm(model, tokenizer, pre_texts, scfg.pretrain, seed=cfg.seed, on_step=lambda r: run.logger.log(
                     {"pretrain/loss": r["loss"], "pretrain/lr": r["lr"]}, step=int(r["step"])), links=links)
         elif scfg.pretrain.steps > 0:
             log.info("sft: sft.pretrain skipped: model.kind %s is pretrained already", cfg.model.kind)

@@ -10,7 +10,10 @@ Its script for a question with ``n`` hops is::
 **Noise** (``noise`` in [0, 1]): each episode is imperfect with probability ``noise``, decided by
 a private RNG seeded from ``(seed, question id)`` (so the decision for a question does not
 depend on which other questions are in the batch). An imperfect episode gets one of three kinds,
-uniformly, among the kinds that fit the env's turn limit:
+uniformly, among the kinds that fit the env's turn limit. ``noise`` may instead map kinds to
+their own shares (``{"early_answer": 0.5, "wrong_query": 0.1}``, summing to at most 1): one
+uniform draw ``u`` picks the first kind whose cumulative share (in :data:`NOISE_KINDS` order)
+exceeds ``u``, and an episode whose picked kind does not fit stays clean. The kinds:
 
 * ``wrong_query``   - at a random hop, first search a random other corpus title, then go on
   correctly (one wasted turn, the final answer is still right);
@@ -68,7 +71,7 @@ def plan_episode(
     question: Mapping[str, Any],
     titles: Mapping[str, str],
     fmt,
-    noise: float,
+    noise: float | Mapping[str, float],
     seed: int,
     max_turns: int,
     all_titles: Sequence[str] | None = None,
@@ -90,9 +93,14 @@ def plan_episode(
     if len(hops) + 1 > max_turns:
         raise ValueError(f"{qid}: {len(hops)} searches + answer do not fit in max_turns={max_turns}")
     rng = _episode_rng(seed, qid)
-    imperfect = rng.random() < noise
-    kinds = [k for k in NOISE_KINDS if _fits(k, len(hops), max_turns)]
-    kind = rng.choice(kinds) if imperfect and kinds else CLEAN
+    if isinstance(noise, Mapping):
+        kind = _pick_kind(noise, rng.random())
+        if kind != CLEAN and not _fits(kind, len(hops), max_turns):
+            kind = CLEAN
+    else:
+        imperfect = rng.random() < noise
+        kinds = [k for k in NOISE_KINDS if _fits(k, len(hops), max_turns)]
+        kind = rng.choice(kinds) if imperfect and kinds else CLEAN
     queries = list(hops)
     final = answer
     if kind == "wrong_query":
@@ -114,6 +122,19 @@ def plan_episode(
     sp = " " if lead_space else ""
     turns = [fmt.render_call(tool, {"query": sp + q}) for q in queries] + [fmt.render_answer(sp + final)]
     return OraclePlan(qid, tuple(turns), kind)
+
+
+def _pick_kind(shares: Mapping[str, float], u: float) -> str:
+    """The kind whose cumulative share (in :data:`NOISE_KINDS` order) first exceeds ``u``."""
+    unknown = set(shares) - set(NOISE_KINDS)
+    if unknown:
+        raise ValueError(f"unknown oracle noise kind(s) {sorted(unknown)}; allowed: {', '.join(NOISE_KINDS)}")
+    total = 0.0
+    for kind in NOISE_KINDS:
+        total += shares.get(kind, 0.0)
+        if u < total:
+            return kind
+    return CLEAN
 
 
 def _fits(kind: str, hops: int, max_turns: int) -> bool:
@@ -215,11 +236,13 @@ def oracle_rollout(
     return engine.rollout([dict(q) for q in questions], group_size=1, seed=0)
 
 
-def oracle_texts(questions, env, plans: Sequence[OraclePlan]) -> list[str]:
+def oracle_texts(questions, env, plans: Sequence[OraclePlan], system: bool = True) -> list[str]:
     """Text of each oracle episode (system prompt, question, turns and the env's observations),
     produced by stepping ``env`` on the scripts without any tokenizer - what a scratch model's
-    tokenizer is trained on before the token-level rollout can run."""
-    transcripts = [[env.system_prompt(), env.user_prompt(q["question"])] for q in questions]
+    tokenizer is trained on before the token-level rollout can run, and (``system=False``: without
+    the system prompt) what it is pretrained on."""
+    head = [env.system_prompt()] if system else []
+    transcripts = [[*head, env.user_prompt(q["question"])] for q in questions]
     live = list(range(len(questions)))
     turn = 0
     while live:
