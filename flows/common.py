@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from agentr1.tracking.redact import redact_uri
+
 log = logging.getLogger("agentr1.flows")
 
 # Output lines kept for the error message of a failed command.
@@ -285,7 +287,7 @@ def resolve_tracking_uri(project_dir: str | os.PathLike[str], tracking_uri: str 
 
 def run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str:
     if tracking_uri.startswith(("http://", "https://")):
-        return f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+        return f"{redact_uri(tracking_uri).rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
     return f"runs:/{run_id}"
 
 
@@ -301,7 +303,7 @@ def mlflow_runs_since(tracking_uri: str | None, since_ms: int, max_runs: int = 5
         try:
             urllib.request.urlopen(f"{tracking_uri.rstrip('/')}/health", timeout=5).close()
         except Exception as exc:  # noqa: BLE001
-            return [], f"could not read MLflow runs from {tracking_uri}: server unreachable ({exc})"
+            return [], f"could not read MLflow runs from {redact_uri(tracking_uri)}: server unreachable ({redact_uri(str(exc))})"
     try:
         from mlflow import MlflowClient
         from mlflow.entities import ViewType
@@ -309,7 +311,7 @@ def mlflow_runs_since(tracking_uri: str | None, since_ms: int, max_runs: int = 5
         client = MlflowClient(tracking_uri=tracking_uri)
         exps = client.search_experiments(view_type=ViewType.ACTIVE_ONLY)
         if not exps:
-            return [], f"no experiments in {tracking_uri}"
+            return [], f"no experiments in {redact_uri(tracking_uri)}"
         runs = client.search_runs(
             [e.experiment_id for e in exps],
             filter_string=f"attributes.start_time >= {int(since_ms)}",
@@ -317,7 +319,7 @@ def mlflow_runs_since(tracking_uri: str | None, since_ms: int, max_runs: int = 5
             order_by=["attributes.start_time ASC"],
         )
     except Exception as exc:  # noqa: BLE001 - links are a convenience; never fail the flow
-        return [], f"could not read MLflow runs from {tracking_uri}: {type(exc).__name__}: {exc}"
+        return [], f"could not read MLflow runs from {redact_uri(tracking_uri)}: {type(exc).__name__}: {redact_uri(str(exc))}"
     names = {e.experiment_id: e.name for e in exps}
     rows = []
     for r in runs:
@@ -328,7 +330,7 @@ def mlflow_runs_since(tracking_uri: str | None, since_ms: int, max_runs: int = 5
             "status": r.info.status,
             "url": run_url(tracking_uri, r.info.experiment_id, r.info.run_id),
         })
-    note = None if rows else f"no MLflow runs started during this flow run in {tracking_uri}"
+    note = None if rows else f"no MLflow runs started during this flow run in {redact_uri(tracking_uri)}"
     return rows, note
 
 

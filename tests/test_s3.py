@@ -223,6 +223,35 @@ def test_storage_sync_round_trip(aws_env, tmp_path):
     assert len(files) == 2
 
 
+@pytest.mark.parametrize("bad", ["../escape.txt", "a/../../escape.txt", "a//etc/escape.txt", "/abs/escape.txt",
+                                 "a\\..\\..\\escape.txt", "C:/escape.txt", "./x.txt"])
+def test_hostile_keys_are_refused_and_nothing_is_written(aws_env, tmp_path, bad):
+    from agentr1.tracking.storage import S3Storage, UnsafeKeyError
+
+    prefix = f"hostile/{abs(hash(bad)) % 10_000}"
+    client = aws_env["client"]
+    client.put_object(Bucket=BUCKET, Key=f"{prefix}/report/good.txt", Body=b"fine")
+    client.put_object(Bucket=BUCKET, Key=f"{prefix}/report/{bad}", Body=b"owned")
+    store = S3Storage(BUCKET, prefix, endpoint_url=aws_env["endpoint"])
+    dest = tmp_path / "deep" / "inside" / "dest"
+    for call in (lambda: store.sync_down("report", dest), lambda: store.download("report", dest)):
+        with pytest.raises(UnsafeKeyError, match="refusing S3 object .*nothing was downloaded"):
+            call()
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert written == [], written  # not even the good file: the transfer is refused as a whole
+
+
+def test_safe_target_accepts_ordinary_keys(tmp_path):
+    from agentr1.tracking.storage import UnsafeKeyError, safe_target
+
+    assert safe_target(tmp_path, "plots/em.png", "k") == tmp_path / "plots" / "em.png"
+    assert safe_target(tmp_path, "run:2026-12-01T10:00/metrics.json", "k").name == "metrics.json"
+    (tmp_path / "link").symlink_to("/tmp")
+    for bad in ("", "..", "a/..", "a//b", "/x", "a\\b", "link/x"):
+        with pytest.raises(UnsafeKeyError):
+            safe_target(tmp_path, bad, "k")
+
+
 def test_storage_errors_name_the_fix(aws_env, tmp_path, monkeypatch):
     from agentr1.tracking.storage import (
         S3BucketNotFoundError, S3CredentialsError, S3EndpointError, S3Storage, StorageError,

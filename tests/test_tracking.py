@@ -119,6 +119,24 @@ def test_unreachable_server_fails_at_stage_start(tmp_path: Path) -> None:
     assert uri in str(exc.value) and "unreachable" in str(exc.value) and not entered
 
 
+def test_credentials_in_the_tracking_uri_never_reach_errors_or_logs(tmp_path: Path, caplog) -> None:
+    from agentr1.tracking import stage_run
+    from agentr1.tracking.redact import redact_uri
+
+    assert redact_uri("http://alice:s3cret@127.0.0.1:5000/x") == "http://***@127.0.0.1:5000/x"
+    assert redact_uri("sqlite:///mlflow/mlflow.db") == "sqlite:///mlflow/mlflow.db"
+    assert redact_uri("boom: http://u:p@h:1/health") == "boom: http://***@h:1/health"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = tracking_cfg(f"http://alice:s3cret@127.0.0.1:{port}", tmp_path / "art", connect_timeout_s=1.0)
+    with pytest.raises(StageError) as exc, caplog.at_level("DEBUG"):
+        with stage_run(cfg, "sft"):
+            pass
+    assert f"http://***@127.0.0.1:{port}" in str(exc.value)
+    assert "s3cret" not in str(exc.value) and "alice" not in str(exc.value) and "s3cret" not in caplog.text
+
+
 def test_tracking_disabled_runs_without_mlflow(tmp_path: Path) -> None:
     from agentr1.tracking import stage_run
 

@@ -244,8 +244,23 @@ def test_named_runs_merge_into_train():
 
 
 def test_batch_must_split_over_mini_batches(tok):
-    with pytest.raises(StageError, match="mini-batches"):
-        make(tok, batch_questions=3, group_size=1, mini_batches=2)
+    with pytest.raises(ValueError, match="mini_batches 4 does not divide the batch of 6 episodes"):
+        make(tok, batch_questions=3, group_size=2, mini_batches=4)  # refused when the config is built
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "reinforce_pp_baseline"])
+def test_a_group_estimator_with_groups_of_one_is_refused(tok, estimator):
+    with pytest.raises(ValueError, match="group_size 1 gives every episode advantage 0"):
+        make(tok, estimator=estimator, group_size=1)
+
+
+@pytest.mark.parametrize("key", ["lr", "entropy_coef"])
+def test_infinite_or_nan_settings_are_refused(key):
+    from agentr1.config import config_from_dict
+
+    for bad in (float("inf"), float("nan")):
+        with pytest.raises(ValueError, match=f"train.{key}: Input should be a finite number"):
+            config_from_dict({"train": {key: bad}})
 
 
 def test_prompt_filling_the_context_is_a_clear_error(tok):

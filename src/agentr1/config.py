@@ -26,9 +26,11 @@ class ConfigError(ValueError):
 
 
 class _Section(BaseModel):
-    """Base for every section: unknown keys are errors, values are validated on assignment."""
+    """Base for every section: unknown keys are errors, values are validated on assignment, and no
+    float may be inf or nan (``lr: .inf`` or ``kl.coef: .nan`` would make training a silent no-op
+    or a crash many steps later)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False)
 
 
 # --------------------------------------------------------------------------------------- data
@@ -474,6 +476,9 @@ class DistributedConfig(_Section):
     strategy: Literal["ddp", "fsdp"] = "ddp"
 
 
+GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_pp_baseline")  # advantage = reward against the question's group
+
+
 class TrainConfig(_Section):
     """The RL trainer (stage ``train``, ``agentr1.rl.trainer``). One step: ``batch_questions``
     train questions x ``group_size`` rollouts -> rewards -> old/ref log-probs (+ values) ->
@@ -525,6 +530,18 @@ class TrainConfig(_Section):
     out_dir: str = "data/runs"
     seed: int | None = Field(None, ge=0)  # null = the top-level seed; a run's own seed makes it a replica
     trace_every: int = Field(10, ge=0)  # every N steps a sample of the rollouts as MLflow traces (0 = off)
+
+    @model_validator(mode="after")
+    def _trains_something(self) -> "TrainConfig":
+        if self.estimator in GROUP_ESTIMATORS and self.group_size < 2 and self.steps > 0:
+            raise ValueError(f"estimator {self.estimator} compares the rollouts of one question, so group_size "
+                             f"{self.group_size} gives every episode advantage 0 and training would not move the "
+                             "policy: set group_size >= 2 (or estimator gae / reinforce_pp)")
+        batch = self.batch_questions * self.group_size
+        if batch % self.mini_batches:
+            raise ValueError(f"mini_batches {self.mini_batches} does not divide the batch of {batch} episodes "
+                             f"(batch_questions x group_size): pick a divisor of {batch}")
+        return self
 
 
 

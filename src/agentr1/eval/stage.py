@@ -24,7 +24,8 @@ Outputs, in ``<evaluate.out_dir>/<NAME>/`` (one atomic directory; a failure leav
   ``splits: {split: summary}`` and the flat keys ``<split>/<metric>`` (``test/em``,
   ``test/em_ci_lower``, ``ood/f1``, ...) that MLflow and the promotion gate read;
 * ``episodes.jsonl``: one row per question, sorted by split then id (:data:`EPISODE_FIELDS`);
-* ``timing.json``: seconds per phase, the device and the MLflow run / registry outcome.
+* ``timing.json``: seconds per phase, the device and the MLflow run / registry outcome (no DVC
+  output and git-ignored, so that everything DVC tracks is the same bits on every run).
 
 MLflow (``tracking.enabled``): one run ``evaluate@<NAME>`` (``evaluate_baseline@<NAME>`` for the
 baselines, matching their ``dvc.lock`` key) with the flat metrics at step 0, a seeded sample of

@@ -7,7 +7,7 @@ Outputs:
   supporting passages (mean fraction of a question's ``supporting_ids`` among the top k hits when
   the question text is the query) and ``all_supporting@k`` (fraction of questions with every
   supporting passage in the top k), plus passages and index size on disk;
-- ``retrieval.report_dir/timing.json`` (DVC metric, not cached): build seconds and queries/s.
+- ``retrieval.report_dir/timing.json`` (no DVC output, git-ignored): build seconds and queries/s.
 
 Timings live in their own file so that ``report.json`` depends only on data and params: rebuilding
 gives byte-identical metrics, ``dvc metrics diff`` shows only real changes, and the stage's outputs

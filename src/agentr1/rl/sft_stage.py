@@ -1,6 +1,8 @@
 """Stage ``sft``: oracle trajectories -> the base policy -> supervised cold start.
 
-Steps (each timed; the times go into ``timing.json``, so ``metrics.json`` is deterministic):
+Steps (each timed; the times go into ``timing.json``, which is no DVC output and git-ignored, so
+everything DVC tracks - checkpoints, ``metrics.json``, the loss curves - is the same bits on every
+run):
 
 1. ``load``: the validated dataset, the retriever (``agentr1 index``) and the ToolEnv;
 2. ``oracle_plans``: the oracle's scripts for the first ``sft.train_examples`` train questions
@@ -65,8 +67,8 @@ from agentr1.rollout.oracle import corpus_titles, oracle_rollout, oracle_texts, 
 
 log = logging.getLogger(__name__)
 
-LOSS_FIELDS = ("step", "loss", "lr", "grad_norm", "action_tokens", "tokens", "elapsed_s")
-PRETRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "tokens", "elapsed_s")
+LOSS_FIELDS = ("step", "loss", "lr", "grad_norm", "action_tokens", "tokens")  # no wall times: DVC outputs are the
+PRETRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "tokens")                # same bits on every run (timing.json)
 ORACLE_EXAMPLES = 20
 PROBE_EXAMPLES = 64
 

@@ -11,10 +11,12 @@ Outputs in ``<train.out_dir>/<run>/`` (written only when training finished, each
 * ``checkpoint/`` - the final policy (safetensors + tokenizer; DVC out, loadable by stock
   transformers / vLLM);
 * ``curve.csv`` - one row per step (DVC plots): reward, EM, format rate, tool calls, turns,
-  response length, KL, entropy, clip fraction, grad norm, lr, dev EM (when evaluated) and the
-  step time split;
+  response length, KL, entropy, clip fraction, grad norm, lr and dev EM (when evaluated);
 * ``metrics.json`` - the final numbers (DVC metrics): first/last rewards, dev EM at the start,
-  at the end and the best, time per step split into rollout / prepare / update, collapse events.
+  at the end and the best, collapse events;
+* ``timing.json`` - wall times (not a DVC output, git-ignored: everything DVC tracks is the
+  same bits on every run): total, per step split into rollout / prepare / update, dev
+  evaluation, and the per-step series. They are MLflow metrics too (``time/*``).
 
 ``state/`` next to them holds the resumable training state (every ``train.checkpoint.every``
 steps). ``--resume`` continues from it (a run killed at step k restarts at its last checkpoint and
@@ -54,8 +56,8 @@ CURVE = {
     "tool_calls": "rollout/tool_calls", "turns": "rollout/turns", "response_length": "rollout/response_length",
     "kl_ref": "train/kl_ref", "entropy": "train/entropy", "clipfrac": "train/clipfrac",
     "grad_norm": "train/grad_norm", "lr": "train/lr", "vf_loss": "train/vf_loss", "dev_em": "eval/dev/em",
-    "rollout_s": "time/rollout_s", "prepare_s": "time/prepare_s", "update_s": "time/update_s", "step_s": "time/step_s",
 }
+TIMES = {"rollout_s": "time/rollout_s", "prepare_s": "time/prepare_s", "update_s": "time/update_s", "step_s": "time/step_s"}
 
 
 def curve_csv(history: list[dict]) -> str:
@@ -72,15 +74,12 @@ def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def summarize(history: list[dict], trainer: Trainer, run: str, wall_s: float) -> dict:
+def summarize(history: list[dict], trainer: Trainer, run: str) -> dict:
+    """The run's deterministic summary (``metrics.json``)."""
     steps = [h for h in history if "rollout/reward" in h]
     dev = [(h["step"], h["eval/dev/em"]) for h in history if "eval/dev/em" in h]
     rewards = [h["rollout/reward"] for h in steps]
     t = trainer.tcfg
-
-    def per_step(key: str) -> float | None:
-        return _mean([h[key] for h in steps if key in h])
-
     return {
         "run": run,
         "estimator": t.estimator,
@@ -95,17 +94,27 @@ def summarize(history: list[dict], trainer: Trainer, run: str, wall_s: float) ->
         "dev_em_final": dev[-1][1] if dev else None,
         "dev_em_best": max((v for _, v in dev), default=None),
         "dev_examples": min(t.dev.examples, len(trainer.dev_questions)) if t.dev.every else 0,
-        "time_s": {
-            "total": round(wall_s, 2),
-            "per_step": per_step("time/step_s"),
-            "rollout_per_step": per_step("time/rollout_s"),
-            "prepare_per_step": per_step("time/prepare_s"),
-            "update_per_step": per_step("time/update_s"),
-            "eval_total": sum(h.get("time/eval_s", 0.0) for h in history),
-        },
         "collapse_events": len(trainer.events),
         "rollbacks": trainer.rollbacks,
         "world_size": trainer.dist.world_size,
+    }
+
+
+def timing(history: list[dict], wall_s: float) -> dict:
+    """Wall times of the run (``timing.json``): total, means per step, dev evaluation, series."""
+    steps = [h for h in history if "rollout/reward" in h]
+
+    def per_step(key: str) -> float | None:
+        return _mean([h[key] for h in steps if key in h])
+
+    return {
+        "total": round(wall_s, 2),
+        "per_step": per_step("time/step_s"),
+        "rollout_per_step": per_step("time/rollout_s"),
+        "prepare_per_step": per_step("time/prepare_s"),
+        "update_per_step": per_step("time/update_s"),
+        "eval_total": sum(h.get("time/eval_s", 0.0) for h in history),
+        "steps": {name: [round(float(h[key]), 4) for h in steps if key in h] for name, key in TIMES.items()},
     }
 
 
@@ -172,17 +181,18 @@ def run_train(cfg, args=None) -> dict | None:
             history = trainer.train()
             metrics = None
             if dist.is_main:
-                metrics = summarize(history, trainer, run, time.perf_counter() - t_start)
+                metrics = summarize(history, trainer, run)
+                times = timing(history, time.perf_counter() - t_start)
                 with full_params(trainer.actor):
                     save_checkpoint(trainer.policy, tokenizer, run_dir / "checkpoint")
                 write_text_atomic(run_dir / "curve.csv", curve_csv(history))
                 write_json_atomic(run_dir / "metrics.json", metrics)
+                write_json_atomic(run_dir / "timing.json", times)
                 flat = {f"final/{k}": v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-                flat.update({f"final/time_{k}": v for k, v in metrics["time_s"].items() if v is not None})
+                flat.update({f"final/time_{k}": v for k, v in times.items() if isinstance(v, (int, float))})
                 logger.log(flat, step=trainer.step)
                 log.info("train@%s: reward %.3f -> %.3f, dev EM %s -> %s in %.0fs", run, metrics["reward_first3"] or 0,
-                         metrics["reward_last3"] or 0, metrics["dev_em_start"], metrics["dev_em_final"],
-                         metrics["time_s"]["total"])
+                         metrics["reward_last3"] or 0, metrics["dev_em_start"], metrics["dev_em_final"], times["total"])
             dist.barrier()
             return metrics
     finally:

@@ -20,6 +20,7 @@ from mlflow.exceptions import MlflowException
 
 from agentr1.errors import StageError
 from agentr1.tracking.mlflow_adapter import STAGE_TAG, connect
+from agentr1.tracking.redact import redact_uri
 from agentr1.tracking.registry import promote, version_by_alias, version_metrics
 
 Row = dict[str, Any]  # {"label": str, "source": str, "metrics": {name: value}}
@@ -104,7 +105,7 @@ def run_compare(cfg, args: argparse.Namespace) -> None:
     else:
         rows = rows_for_aliases(client, args.model or cfg.tracking.registered_model, args.aliases)
     metrics = args.metric or [cfg.tracking.gate_metric]
-    print(f"MLflow {uri}")
+    print(f"MLflow {redact_uri(uri)}")
     print(format_table(rows, metrics))
     print(f"plot: {plot(rows, metrics[0], args.out)}")
 

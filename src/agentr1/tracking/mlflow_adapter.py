@@ -37,6 +37,7 @@ from mlflow.exceptions import MlflowException
 from agentr1.errors import StageError
 from agentr1.tracking import provenance
 from agentr1.tracking.logger import MetricsLogger, NullLogger, check_metrics
+from agentr1.tracking.redact import redact_uri
 
 if TYPE_CHECKING:
     from agentr1.config import Config
@@ -74,7 +75,7 @@ def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
         except (urllib.error.URLError, OSError, ValueError) as exc:
             problem = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
         raise StageError(
-            f"MLflow tracking server {uri} is unreachable ({problem}). Start it (e.g. `mlflow server "
+            f"MLflow tracking server {redact_uri(uri)} is unreachable ({redact_uri(problem)}). Start it (e.g. `mlflow server "
             f"--host 127.0.0.1 --port 5000 --backend-store-uri sqlite:///mlflow/mlflow.db`) or point "
             f"MLFLOW_TRACKING_URI / tracking.uri at a reachable server or a sqlite:/// store."
         )
@@ -83,7 +84,7 @@ def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
         try:
             db.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise StageError(f"MLflow tracking store {uri}: cannot create {db.parent} ({exc})") from None
+            raise StageError(f"MLflow tracking store {redact_uri(uri)}: cannot create {db.parent} ({exc})") from None
 
 
 def experiment_name(cfg: "Config") -> str:
@@ -123,7 +124,7 @@ def connect(cfg: "Config") -> tuple[MlflowClient, str, str]:
         exp_id = ensure_experiment(client, experiment_name(cfg), artifacts)
         mlflow.set_experiment(experiment_id=exp_id)  # fluent calls (tables, traces) default to it
     except MlflowException as exc:
-        raise StageError(f"MLflow tracking store {uri} refused the experiment setup: {exc}") from None
+        raise StageError(f"MLflow tracking store {redact_uri(uri)} refused the experiment setup: {exc}") from None
     return client, uri, exp_id
 
 
@@ -262,13 +263,13 @@ def stage_run(cfg: "Config", stage: str, run_name: str | None = None, lock_path:
         parent = _parent_run(client, exp_id, tags) if cfg.tracking.parent_run else None
         active = mlflow.start_run(experiment_id=exp_id, run_name=name, parent_run_id=parent, tags=tags)
     except MlflowException as exc:
-        raise StageError(f"MLflow tracking store {uri}: cannot start a run for stage {stage}: {exc}") from None
+        raise StageError(f"MLflow tracking store {redact_uri(uri)}: cannot start a run for stage {stage}: {exc}") from None
     run_id = active.info.run_id
     status = "FAILED"
     try:
         _log_params(client, run_id, cfg)
         mlflow.log_dict(cfg.model_dump(mode="json", by_alias=True), "config.json", run_id=run_id)
-        log.info("MLflow run %s (%s) for stage %s in %s", run_id, name, stage, uri)
+        log.info("MLflow run %s (%s) for stage %s in %s", run_id, name, stage, redact_uri(uri))
         logger = MLflowLogger(run_id, client, cfg.tracking.trace_sample, cfg.seed)
         yield StageRun(cfg, stage, run_id, exp_id, uri, tags[PIPELINE_TAG], logger)
         status = "FINISHED"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
@@ -47,6 +48,30 @@ _MISSING_BUCKET_CODES = {"NoSuchBucket"}
 
 class StorageError(StageError):
     """An S3 operation failed for a reason the user can fix; the message names the fix."""
+
+
+class UnsafeKeyError(StorageError):
+    """An object key would be written outside the destination folder (``..``, ``//``, an absolute
+    path or a backslash): anyone who can write to the bucket could otherwise write any file."""
+
+
+def safe_target(dest: Path, rel: str, key: str) -> Path:
+    """``dest / rel`` for the part ``rel`` of object ``key`` below the downloaded prefix, or
+    :class:`UnsafeKeyError` when it would leave ``dest``: an empty, ``.`` or ``..`` segment
+    (``a/../b``, ``a//b``), a leading ``/``, a backslash or a drive letter, or a resolved path
+    outside ``dest`` (a symlink inside it)."""
+    parts = rel.split("/")
+    bad = (not rel or rel.startswith("/") or "\\" in rel or re.match(r"[A-Za-z]:", parts[0]) is not None
+           or any(p in ("", ".", "..") for p in parts))
+    out = dest / rel
+    if not bad:
+        root = dest.resolve()
+        bad = root != out.resolve() and root not in out.resolve().parents
+    if bad:
+        raise UnsafeKeyError(f"refusing S3 object {key!r}: its key would write outside {dest} (no '..', empty, "
+                             "absolute or backslash path segments are allowed); nothing was downloaded. "
+                             "Remove or rename that object in the bucket")
+    return out
 
 
 class S3CredentialsError(StorageError):
@@ -304,17 +329,24 @@ class S3Storage:
                 self.client.download_file(self.bucket, key, str(dest))
                 return [dest]
             written = []
-            for obj in self._iter_objects(src):
-                rel = obj["Key"][len(key) + 1:]
-                out = dest / rel
+            for obj, out in self._targets(list(self._iter_objects(src)), key, dest):
                 out.parent.mkdir(parents=True, exist_ok=True)
                 self.client.download_file(self.bucket, obj["Key"], str(out))
                 written.append(out)
+        except UnsafeKeyError:
+            raise
         except Exception as exc:  # noqa: BLE001
             raise self._translate(exc, "download") from exc
         if not written:
             raise StorageError(f"download: nothing at s3://{self.bucket}/{key} ({self._where()})")
         return written
+
+    def _targets(self, objects: list[dict[str, Any]], base: str, dest: Path) -> list[tuple[dict[str, Any], Path]]:
+        """``(object, local path)`` for every object under ``base``, each path checked by
+        :func:`safe_target` before anything is written (one bad key refuses the whole transfer)."""
+        cut = len(base) + 1 if base else 0
+        files = [obj for obj in objects if not obj["Key"].endswith("/")]  # "folder" marker objects hold no file
+        return [(obj, safe_target(dest, obj["Key"][cut:], obj["Key"])) for obj in files]
 
     def _remote_md5(self, obj: dict[str, Any]) -> str | None:
         etag = str(obj.get("ETag", "")).strip('"')
@@ -363,9 +395,7 @@ class S3Storage:
         try:
             base = self.key(src)
             seen = set()
-            for obj in self._iter_objects(src):
-                rel = obj["Key"][len(base) + 1:] if base else obj["Key"]
-                out = dest / rel
+            for obj, out in self._targets(list(self._iter_objects(src)), base, dest):
                 seen.add(out.resolve())
                 if out.is_file() and out.stat().st_size == obj.get("Size") and _md5(out) == self._remote_md5(obj):
                     result.skipped.append(str(out))
@@ -373,6 +403,8 @@ class S3Storage:
                 out.parent.mkdir(parents=True, exist_ok=True)
                 self.client.download_file(self.bucket, obj["Key"], str(out))
                 result.transferred.append(str(out))
+        except UnsafeKeyError:
+            raise
         except Exception as exc:  # noqa: BLE001
             raise self._translate(exc, "sync_down") from exc
         if delete and dest.is_dir():
