@@ -9,11 +9,18 @@ pretraining, SFT on oracle episodes) with the overrides given on the command lin
   searches that found a supporting passage;
 * the wall time of each phase.
 
-    python bench/copy_recipe.py --name base
-    python bench/copy_recipe.py --name top1 --set env.search.topk=1 --set sft.steps=600
+    python bench/copy_recipe.py --name B --set sft.pretrain.steps=0 --set sft.steps=600 --set sft.batch_size=8
+    # row L of bench/RESULTS.md section 10 (the recipe the sft stage now runs by default):
+    python bench/copy_recipe.py --name L --pre-main --drills --pre-texts episodes --pre-noise 0 \
+        --set sft.pretrain.steps=600 --set sft.pretrain.batch_size=16 --set sft.steps=300 --set sft.batch_size=16
 
-``--set KEY=VALUE`` takes any params key (YAML value). One JSON line per run is appended to
-``bench/results/copy_recipe.jsonl``.
+``--set KEY=VALUE`` takes any params key (YAML value). Pretraining texts (``--pre-texts``): the
+corpus passages (``corpus``, as params say), or oracle episode transcripts without the system
+prompt (``episodes``) of ``--aux-worlds`` freshly generated worlds, of the main train split
+(``--pre-main``) and of the one-hop reading drills (``--drills``), or both (``mix``).
+``--aux-only`` trains SFT on the aux worlds' episodes only; ``--save``/``--save-base`` keep the
+cold start / the pretrained base, ``--base`` starts SFT from a saved base. One JSON line per run
+is appended to ``bench/results/copy_recipe.jsonl``.
 """
 
 from __future__ import annotations
@@ -43,35 +50,12 @@ from agentr1.rollout import make_backend  # noqa: E402
 from agentr1.rollout.oracle import corpus_titles, oracle_rollout, oracle_texts, plan_all, unique_questions  # noqa: E402
 
 
-ONE_HOP = {
-    "person": {"born_in": "Where was {x} born?", "@birth_year": "In which year was {x} born?",
-               "father": "Who is the father of {x}?", "mother": "Who is the mother of {x}?",
-               "spouse": "Who is the spouse of {x}?"},
-    "city": {"located_in": "In which country is {x}?"},
-    "film": {"directed_by": "Who directed {x}?", "produced_by": "Which company produced {x}?",
-             "@release_year": "In which year was {x} released?"},
-    "company": {"founded_by": "Who founded {x}?", "headquartered_in": "Where is {x} headquartered?",
-                "@founded_year": "When was {x} founded?"},
-}
-
-
 def drill_questions(cfg) -> list[dict]:
+    """The one-hop reading drills of the train split (what ``sft.pretrain.drills`` adds)."""
+    from agentr1.data.drills import one_hop_questions
     from agentr1.data.synthetic import generate
-    w, _ = generate(cfg.data.synthetic, cfg.seed)
-    out = []
-    for e in w.entities:
-        if e.split != "train":
-            continue
-        for rel, text in ONE_HOP.get(e.kind, {}).items():
-            if rel.startswith("@"):
-                ans = [str(e.attrs[rel[1:]])]
-            elif rel in e.rels:
-                ans = w.entities[e.rels[rel]].answers
-            else:
-                continue
-            out.append({"id": f"drill-{e.pid}-{rel}", "question": text.format(x=e.name), "answers": ans, "type": "single",
-                        "hops": 1, "supporting_ids": [e.pid]})
-    return out
+
+    return one_hop_questions(generate(cfg.data.synthetic, cfg.seed)[0], "train")
 
 
 def main() -> None:
