@@ -55,9 +55,10 @@ def main() -> None:
     full, tok, source = _rl.load_model("smol", cfg, smol_cache=cache)
     cut, cut_tok, _ = _rl.load_model("smol", cfg, smol_cache=cache)
     ds = read_dataset(cfg.data.processed_dir)
+    full_env = _rl.load_world(a.params).env  # the texts come from the params' env, not the step's shortened one
     train = unique_questions(world.train_q)[:200]
-    plans = plan_all(train, corpus_titles(ds.corpus), world.env.fmt, 0.0, cfg.seed, world.env.max_turns, True)
-    cut, cut_tok, info = restrict_vocabulary(cut, cut_tok, world_texts(ds, world.env, train, plans))
+    plans = plan_all(train, corpus_titles(ds.corpus), full_env.fmt, 0.0, cfg.seed, full_env.max_turns, True)
+    cut, cut_tok, info = restrict_vocabulary(cut, cut_tok, world_texts(ds, full_env, train, plans))
     sides = {"full": _rl.make_trainer(full, tok, world, tcfg, rcfg), "cut": _rl.make_trainer(cut, cut_tok, world, tcfg, rcfg)}
     times: dict[str, list[dict]] = {k: [] for k in sides}
     for step in range(a.rounds + 1):

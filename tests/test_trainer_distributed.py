@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
 import pytest
 import torch
@@ -25,6 +26,7 @@ from agentr1.rl.trainer import Trainer, deterministic_metrics, score_episode
 from agentr1.rollout import load_trajectories, save_trajectories
 
 WORLD = 2
+SPAWN_TIMEOUT_S = 300
 
 
 def _free_port() -> int:
@@ -73,7 +75,14 @@ def setup(tmp_path_factory):
     tr = _trainer(d / "policy")
     trajs = tr.collect(1)
     save_trajectories(trajs, d / "trajs.jsonl")
-    mp.spawn(_worker, args=(_free_port(), str(d / "policy"), str(d / "trajs.jsonl"), str(d)), nprocs=WORLD, join=True)
+    procs = mp.spawn(_worker, args=(_free_port(), str(d / "policy"), str(d / "trajs.jsonl"), str(d)), nprocs=WORLD,
+                     join=False)
+    deadline = time.monotonic() + SPAWN_TIMEOUT_S
+    while not procs.join(timeout=5):  # raises if a rank failed
+        if time.monotonic() > deadline:
+            for p in procs.processes:
+                p.kill()
+            pytest.fail(f"the {WORLD} ranks did not finish within {SPAWN_TIMEOUT_S} s")
     return d
 
 

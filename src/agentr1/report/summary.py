@@ -106,11 +106,19 @@ def summarize(rows: Sequence[Row], vs_baselines: Mapping[str, Mapping[str, list[
         lines.append("- No mask ablation with a full-mask method to compare.")
     elif not beyond:
         lines.append(f"- No ablation difference exceeds the noise: every {ci:.0%} CI of Δ (ablation − full mask) "
-                     "contains 0.")
+                     "contains 0, so the paper's direction (masks on beat masks off) is not shown here.")
     else:
         parts = [f"{abl.display} vs {full.display} on {d.split}: {d.diff:+.3f} [{d.ci_lower:+.3f}, {d.ci_upper:+.3f}]"
                  for abl, full, d in beyond]
         lines.append("- Ablation differences beyond noise: " + "; ".join(parts) + ".")
+        worse = sum(d.diff < 0 for _, _, d in beyond)
+        verdict = ("holds: every one of them is worse than its full-mask method" if worse == len(beyond) else
+                   "is reversed: every one of them is better than its full-mask method" if worse == 0 else
+                   "holds for some and is reversed for others")
+        lines.append(f"- The paper's direction (masks on beat masks off) {verdict}.")
+    facts["mask_direction"] = ("not shown" if pairs and not beyond else None if not pairs else
+                               "holds" if all(d.diff < 0 for _, _, d in beyond) else
+                               "reversed" if all(d.diff > 0 for _, _, d in beyond) else "mixed")
     facts["lines"] = lines
     return facts
 

@@ -121,7 +121,11 @@ def init_distributed(dist_cfg=None, timeout_s: float = 1800.0) -> Dist:
 
 
 def shutdown(ctx: Dist) -> None:
+    """Leave the process group. Every rank first meets at a barrier: a rank that destroys the
+    group while another still has gloo traffic in flight can leave that one blocked for ever in
+    ``destroy_process_group`` (seen in CI with two ranks)."""
     if ctx.active and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 
