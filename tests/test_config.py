@@ -98,3 +98,60 @@ def test_section_hash_is_stable_and_sensitive() -> None:
     b.env.max_turns = 2
     assert a.section_hash("env") != b.section_hash("env")
     assert a.section_hash("data") == b.section_hash("data")
+
+
+# ----------------------------------------------------------------- impossible budgets, non-finite values
+def test_total_tokens_must_leave_room_for_a_prompt_and_a_turn() -> None:
+    with pytest.raises(ConfigError) as exc:
+        config_from_dict({"rollout": {"max_total_tokens": 16}})  # default max_turn_tokens 48
+    msg = str(exc.value)
+    assert "rollout" in msg and "max_total_tokens (16)" in msg and "max_turn_tokens (48)" in msg
+    assert "raise rollout.max_total_tokens" in msg
+    with pytest.raises(ConfigError, match="max_total_tokens"):
+        config_from_dict({"rollout": {"max_turn_tokens": 100, "max_total_tokens": 100}})
+    assert config_from_dict({"rollout": {"max_turn_tokens": 100, "max_total_tokens": 101}}).rollout.max_total_tokens == 101
+
+
+@pytest.mark.parametrize("text, path", [
+    ("train: {lr: .inf}", "train.lr"),
+    ("train: {kl: {coef: .inf}}", "train.kl.coef"),
+    ("reward: {process: {invalid_call: .nan}}", "reward.process.invalid_call"),
+    ("train: {critic: {lr: -.inf}}", "train.critic.lr"),
+])
+def test_non_finite_values_are_refused(tmp_path: Path, text: str, path: str) -> None:
+    p = tmp_path / "params.yaml"
+    p.write_text(text + "\n")
+    with pytest.raises(ConfigError, match=rf"{path}: Input should be a finite number"):
+        load_config(p)
+
+
+# ------------------------------------------------------------- unreadable params files, bad --set paths
+def _cli(argv, capsys):
+    from agentr1 import cli
+
+    rc = cli.main(argv)
+    return rc, capsys.readouterr().err
+
+
+def test_params_file_that_is_not_utf8_or_a_directory(tmp_path: Path, capsys) -> None:
+    latin = tmp_path / "latin1.yaml"
+    latin.write_bytes("seed: 1  # caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"latin1\.yaml is not UTF-8 text .*byte 0xe9"):
+        load_config(latin)
+    with pytest.raises(ConfigError, match=r"is a directory"):
+        load_config(tmp_path)
+    for params in (latin, tmp_path):
+        rc, err = _cli(["--params", str(params), "prepare"], capsys)
+        assert rc == 2 and "Traceback" not in err and str(params) in err
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("train.steps.x=1", r"--set train\.steps\.x=1: train\.steps is 30, not a mapping"),
+    ("env.tools.x=1", r"--set env\.tools\.x=1: env\.tools is a list, not a mapping"),
+    ("train..lr=1", r"--set train\.\.lr=1: empty key"),
+    ("train.lr=[1", r"--set train\.lr=\[1: the value is not valid YAML"),
+])
+def test_bad_set_paths_are_config_errors(tmp_path: Path, capsys, setting: str, message: str, repo_root: Path) -> None:
+    rc, err = _cli(["--params", str(repo_root / "params.yaml"), "--set", setting, "prepare"], capsys)
+    assert rc == 2 and "Traceback" not in err
+    assert __import__("re").search(message, err), err

@@ -122,11 +122,23 @@ def test_smol_dry_run_single_process_and_world_size_check(capsys):
     assert rc == 0
     assert "agentr1 train --run grpo" in out and "agentr1 train --run ppo" in out
     assert "torchrun" not in out and "train@rloo" not in out
-    rc, out, _ = run_cli(["profile", "smol", "--dry-run", "--nproc-per-node", "3"], capsys)
-    assert rc == 0
+    rc, out, err = run_cli(["profile", "smol", "--dry-run", "--nproc-per-node", "3"], capsys)
+    assert rc != 0  # an error the dry run reports fails it (the environment notes under "checks" do not)
     assert "torchrun --nproc_per_node 3 -m agentr1.cli train --run-name grpo" in out
     assert "train@ppo, train@grpo (world size 3): the trainer refuses this config" in out
     assert "must divide by the world size (3)" in out
+    assert "errors (the pipeline would fail):" in out and "1 error" in err
+
+
+def test_dry_run_exits_non_zero_on_a_mini_batch_split_it_reports(capsys, tmp_path):
+    """mini_batches dividing the batch but not into per-rank shares: valid params, refused by the trainer."""
+    prof = tmp_path / "split.yaml"
+    prof.write_text("launch: {nproc_per_node: 2}\ntrain: {batch_questions: 2, group_size: 3, mini_batches: 6}\n")
+    rc, out, err = run_cli(["profile", str(prof), "--dry-run"], capsys)
+    assert "split into 6 mini-batches whose size divides by the world size (2)" in out
+    assert rc != 0 and "--dry-run found 1 error" in err
+    rc, out, _ = run_cli(["profile", str(prof), "--dry-run", "--nproc-per-node", "1"], capsys)
+    assert rc == 0 and "errors" not in out
 
 
 def test_stage_commands_expand_foreach_and_params():

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
+import http.client
 import json
+import logging
 import re
 import socket
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -22,6 +26,7 @@ CORPUS = [
     {"id": "p3", "title": "Quindar Works", "text": "Quindar Works is a company that makes brass gears."},
     {"id": "p4", "title": "Ostrin", "text": "Ostrin is a mountainous province; its capital is Belmor."},
 ]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 QUERIES = ["Who founded Quindar Works?", "Miravel river", "capital of Ostrin", "nothing matches zzz"]
 
 
@@ -48,7 +53,7 @@ def free_port() -> int:
 def test_server_binds_loopback_and_reports_health(server):
     assert server.url.startswith("http://127.0.0.1:")
     health = requests.get(server.url + "/health", timeout=5).json()
-    assert health == {"status": "ok", "max_queries": 4, "max_topk": 5, "default_topk": 2,
+    assert health == {"status": "ok", "max_queries": 4, "max_topk": 5, "default_topk": 2, "max_query_chars": 4096,
                       "backend": "bm25", "passages": 4}
 
 
@@ -169,3 +174,230 @@ def test_hit_from_a_search_r1_document_without_title_fields():
     assert hit_from_item({"id": "8", "contents": "no title line"}) == Hit("8", "no title line", "", 0.0)
     assert json.loads(json.dumps(hit.to_dict())) == {"id": "7", "title": "Some Title", "text": "body text\nmore",
                                                      "score": 1.5}
+
+
+# ------------------------------------------------------------------ hardening: raw HTTP on sockets
+SERVER_LOG = "agentr1.retrieval.server"
+
+
+def exchange(srv, data: bytes, *, method: str = "GET", half_close: bool = True,
+             timeout: float = 5.0) -> tuple[int, dict[str, str], bytes]:
+    """Send raw bytes on a fresh connection; parse one HTTP response -> (status, headers, body)."""
+    with socket.create_connection(srv.httpd.server_address[:2], timeout=timeout) as sock:
+        sock.sendall(data)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        resp = http.client.HTTPResponse(sock, method=method)
+        resp.begin()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+
+
+def post(body: bytes, *headers: bytes, length: bytes | None = None) -> bytes:
+    """A raw ``POST /retrieve`` with ``body``; ``length`` overrides the Content-Length header."""
+    length = str(len(body)).encode() if length is None else length
+    head = [b"POST /retrieve HTTP/1.1", b"Host: t", b"Content-Type: application/json",
+            *([b"Content-Length: " + length] if length != b"" else []), *headers]
+    return b"\r\n".join(head) + b"\r\n\r\n" + body
+
+
+def wait_idle(srv, timeout: float = 5.0) -> None:
+    """Until the server has closed every connection (its log lines for them are written)."""
+    end = time.monotonic() + timeout
+    while srv.open_connections and time.monotonic() < end:
+        time.sleep(0.01)
+    assert srv.open_connections == 0
+
+
+HUGE_TOPK = b'{"queries": ["a"], "topk": ' + b"1" * 5000 + b"}"
+BAD_REQUESTS = {
+    # name: (raw request, expected status, regex the error message matches)
+    "deep_nesting": (post(b"[" * 100_000), 400, "nested"),
+    "topk_of_5000_digits": (post(HUGE_TOPK), 422, "topk must be an integer.*5000-digit"),
+    "topk_huge_float": (post(b'{"queries": ["a"], "topk": 1e999}'), 422, "topk must be an integer"),
+    "topk_long_float": (post(b'{"queries": ["a"], "topk": ' + b"9" * 5000 + b'.5}'), 422, "topk must be an integer"),
+    "topk_boolean": (post(b'{"queries": ["a"], "topk": true}'), 422, "topk must be an integer"),
+    "nan_literal": (post(b'{"queries": ["a"], "topk": NaN}'), 400, "NaN"),
+    "infinity_literal": (post(b'{"queries": ["a"], "return_scores": -Infinity}'), 400, "Infinity"),
+    "invalid_utf8": (post(b'{"queries": ["\xff\xfe\xc3"]}'), 400, "UTF-8"),
+    "lone_surrogate_query": (post(b'{"queries": ["\\ud800 x"]}'), 422, r"queries\[0\].*surrogate"),
+    "non_object_with_huge_int": (post(b"[" + b"7" * 5000 + b"]"), 400, "JSON object"),
+    "cl_superscript_digit": (post(b"{}", length=b"\xb2"), 400, "Content-Length"),
+    "cl_arabic_indic_digits": (post(b"{}", length="١٢".encode()), 400, "Content-Length"),
+    "cl_garbage": (post(b"{}", length=b"12abc"), 400, "Content-Length"),
+    "cl_negative": (post(b"{}", length=b"-5"), 400, "Content-Length"),
+    "cl_5000_digits": (post(b"{}", length=b"9" * 5000), 413, "exceeds"),
+    "cl_conflicting": (post(b"{}", b"Content-Length: 3"), 400, "Content-Length"),
+    "cl_missing": (post(b"{}", length=b""), 411, "Content-Length"),
+    "chunked": (post(b"2\r\n{}\r\n0\r\n\r\n", b"Transfer-Encoding: chunked", length=b""), 411, "Content-Length"),
+    "truncated_body": (post(b'{"queries": ["a"]', length=b"40"), 400, "ended after 17 of 40 bytes"),
+    "http_0_9": (b"GET /health\r\n\r\n", 400, "HTTP/0.9"),
+    "garbage_request_line": (b"\x00\x01\x02\r\n\r\n", 400, "(?i)bad request (line|syntax)"),
+    "blank_request_line": (b"   \t \r\n\r\n", 400, "request line"),
+    "header_too_long": (b"GET /health HTTP/1.1\r\nX: " + b"x" * 70_000 + b"\r\n\r\n", 431, "too long"),
+    "unknown_method": (b"BREW /retrieve HTTP/1.1\r\nHost: t\r\n\r\n", 405, "POST /retrieve"),
+    "bad_method_token": (b"G(T /health HTTP/1.1\r\nHost: t\r\n\r\n", 400, "method"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_REQUESTS))
+def test_bad_request_gets_json_4xx_and_one_log_line(server, name, caplog, capfd):
+    raw, status, message = BAD_REQUESTS[name]
+    caplog.set_level(logging.INFO, logger=SERVER_LOG)
+    got, headers, body = exchange(server, raw)
+    assert got == status, body[:300]
+    assert headers["content-type"] == "application/json"
+    error = json.loads(body)["error"]
+    assert re.search(message, error) and len(error) < 300
+    wait_idle(server)
+    lines = [r for r in caplog.records if r.name == SERVER_LOG]
+    assert len(lines) == 1 and lines[0].exc_info is None, [r.getMessage()[:200] for r in lines]
+    assert str(status) in lines[0].getMessage() and len(lines[0].getMessage()) < 600
+    assert "Traceback" not in capfd.readouterr().err
+    assert requests.get(server.url + "/health", timeout=5).status_code == 200
+
+
+class Garbled(Retriever):
+    """A retriever whose answer is not hits: the handler fails after the search."""
+
+    def search(self, queries, k):
+        return [[object()] for _ in queries]
+
+
+def test_unexpected_handler_exception_is_json_500_with_one_log_line(caplog, capfd):
+    caplog.set_level(logging.INFO, logger=SERVER_LOG)
+    with RetrievalServer(Garbled(), "127.0.0.1", 0) as srv:
+        status, headers, body = exchange(srv, post(b'{"queries": ["a"]}'))
+        assert status == 500 and headers["content-type"] == "application/json"
+        assert "AttributeError" in json.loads(body)["error"]
+        wait_idle(srv)
+        lines = [r for r in caplog.records if r.name == SERVER_LOG]
+        assert len(lines) == 1 and "AttributeError" in lines[0].getMessage() and lines[0].levelno == logging.ERROR
+        assert "Traceback" not in capfd.readouterr().err
+        assert requests.get(srv.url + "/health", timeout=5).status_code == 200
+
+
+def test_retriever_failure_is_one_log_line(caplog, capfd):
+    caplog.set_level(logging.INFO, logger=SERVER_LOG)
+    with RetrievalServer(Broken(), "127.0.0.1", 0) as srv:
+        assert exchange(srv, post(b'{"queries": ["a"]}'))[0] == 500
+        wait_idle(srv)
+    lines = [r for r in caplog.records if r.name == SERVER_LOG]
+    assert len(lines) == 1 and "index exploded" in lines[0].getMessage() and lines[0].exc_info is None
+    assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("method", ["PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"])
+@pytest.mark.parametrize(("path", "allow"), [("/retrieve", "POST"), ("/health", "GET")])
+def test_other_methods_get_json_405_with_allow(server, method, path, allow):
+    with socket.create_connection(server.httpd.server_address[:2], timeout=5) as sock:
+        sock.sendall(f"{method} {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+        resp = http.client.HTTPResponse(sock, method=method)
+        resp.begin()
+        assert resp.status == 405 and resp.getheader("Allow") == allow
+        assert resp.getheader("Content-Type") == "application/json"
+        body = resp.read()
+        if method == "HEAD":  # no body: the next response on this connection starts right away
+            assert body == b""
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+            after = http.client.HTTPResponse(sock, method="GET")
+            after.begin()
+            assert after.status == 200 and json.loads(after.read())["status"] == "ok"
+        else:
+            assert f"{allow} {path}" in json.loads(body)["error"]
+
+
+def test_query_length_is_capped(retriever):
+    with RetrievalServer(retriever, "127.0.0.1", 0, max_query_chars=64) as srv:
+        ok = requests.post(srv.url + "/retrieve", json={"queries": ["q" * 64]}, timeout=5)
+        assert ok.status_code == 200
+        resp = requests.post(srv.url + "/retrieve", json={"queries": ["Miravel", "q" * 65]}, timeout=5)
+        assert resp.status_code == 422
+        assert re.search(r"queries\[1\] has 65 characters.*at most 64", resp.json()["error"])
+        assert srv.health()["max_query_chars"] == 64
+
+
+def test_error_messages_never_echo_unbounded_input(server):
+    resp = requests.post(server.url + "/retrieve", json={"queries": ["a"], "topk": "x" * 10_000_000}, timeout=30)
+    assert resp.status_code == 422 and len(resp.content) < 400, resp.content[:200]
+    resp = requests.get(server.url + "/" + "n" * 60_000, timeout=5)
+    assert resp.status_code == 404 and len(resp.content) < 400
+    resp = requests.post(server.url + "/retrieve", json={"queries": [["nested"] * 100_000]}, timeout=5)
+    assert resp.status_code == 422 and len(resp.content) < 400
+
+
+def test_a_slow_client_is_cut_off_at_the_request_deadline(retriever):
+    """One byte every 0.1 s kept the connection forever (the timeout was per read)."""
+    with RetrievalServer(retriever, "127.0.0.1", 0, request_deadline_s=0.5) as srv:
+        with socket.create_connection(srv.httpd.server_address[:2], timeout=5) as sock:
+            t0 = time.monotonic()
+            request = b"POST /retrieve HTTP/1.1\r\nHost: t\r\nX-Slow: " + b"z" * 100
+            try:
+                for byte in request:
+                    sock.sendall(bytes([byte]))
+                    time.sleep(0.1)
+            except OSError:  # the server gave up on us: good
+                pass
+            resp = http.client.HTTPResponse(sock)
+            resp.begin()
+            assert resp.status == 408 and "0.5" in json.loads(resp.read())["error"]
+            assert time.monotonic() - t0 < 3
+        # a body that never completes gets the same answer
+        status, _, body = exchange(srv, post(b'{"queries"', length=b"50"), half_close=False)
+        assert status == 408
+        assert requests.get(srv.url + "/health", timeout=5).status_code == 200
+
+
+def test_connections_beyond_the_cap_get_503(retriever):
+    with RetrievalServer(retriever, "127.0.0.1", 0, max_connections=2) as srv:
+        addr = srv.httpd.server_address[:2]
+        held = [socket.create_connection(addr, timeout=5) for _ in range(2)]
+        try:
+            for sock in held:
+                sock.sendall(b"GET /hea")  # a request under way: the connection holds its slot
+            end = time.monotonic() + 5
+            while srv.open_connections < 2 and time.monotonic() < end:
+                time.sleep(0.01)
+            status, headers, body = exchange(srv, b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert status == 503 and "max_connections" in json.loads(body)["error"]
+            assert headers["content-type"] == "application/json" and headers["retry-after"]
+        finally:
+            for sock in held:
+                sock.close()
+        wait_idle(srv)
+        assert requests.get(srv.url + "/health", timeout=5).status_code == 200
+
+
+def test_server_limits_are_validated_params(repo_root):
+    from pydantic import ValidationError
+
+    from agentr1.config import ServerConfig, load_config
+
+    scfg = load_config(repo_root / "params.yaml").retrieval.server
+    assert scfg.host == "127.0.0.1"
+    assert (scfg.max_query_chars, scfg.request_deadline_s, scfg.max_connections) == (4096, 10.0, 128)
+    for field in ("max_query_chars", "request_deadline_s", "max_connections"):
+        with pytest.raises(ValidationError):
+            ServerConfig(**{field: 0})
+
+
+def test_run_server_passes_the_limits(retriever, monkeypatch):
+    from agentr1.config import load_config
+    from agentr1.retrieval import factory
+    from agentr1.retrieval import server as server_module
+
+    cfg = load_config(REPO_ROOT / "params.yaml")
+    cfg.retrieval.server.max_query_chars = 77
+    cfg.retrieval.server.request_deadline_s = 1.5
+    cfg.retrieval.server.max_connections = 9
+    seen = {}
+
+    def fake_serve(self):
+        seen.update(host=self.httpd.server_address[0], chars=self.max_query_chars,
+                    deadline=self.request_deadline_s, conns=self.max_connections)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(factory, "load_index", lambda *a: retriever)
+    monkeypatch.setattr(server_module.RetrievalServer, "serve_forever", fake_serve)
+    monkeypatch.setattr(server_module.signal, "signal", lambda *a: None)
+    server_module.run_server(cfg, argparse.Namespace(host=None, port=0))
+    assert seen == {"host": "127.0.0.1", "chars": 77, "deadline": 1.5, "conns": 9}

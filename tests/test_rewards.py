@@ -171,3 +171,18 @@ def test_rewards_from_a_real_episode():
     assert placed == [(0, len(turns[0]), 0.1), (1, len(turns[1]), -0.1)]
     for t, end, _ in placed:
         assert end <= len(turns[t]) and turns[t][:end].endswith(("</search>", "Korvash"))
+
+
+def test_gold_that_normalizes_to_nothing_never_matches():
+    # "?" and "the" normalize to "": such a gold must not reward an empty (or article-only) answer
+    assert normalize_answer("?") == "" and normalize_answer("The") == ""
+    for pred in ("the", "", "?", "a an"):
+        assert exact_match(pred, ["?"]) == 0.0
+        assert exact_match(pred, "the") == 0.0
+        assert f1_score(pred, ["?"]) == 0.0
+        assert substring_exact_match(pred, ["?"]) == 0.0
+    assert outcome_reward("", ["?"], 1.0, RewardConfig()) == 0.0
+    # a blank gold next to a real one changes nothing for the real one
+    assert exact_match("Korvash", ["?", "korvash"]) == 1.0
+    assert f1_score("Ada Vell", ["", "Ada Vell"]) == 1.0
+    assert exact_match("the", ["?", "korvash"]) == 0.0

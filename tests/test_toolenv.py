@@ -310,6 +310,30 @@ def test_bad_inputs_to_step_batch_do_not_raise():
         env.step_batch(["a"], [0, 1])
 
 
+@pytest.mark.parametrize("args, message", [
+    ((None, [0]), r"turn_texts must be a list"),
+    (("<search>a</search>", [0] * 18), r"turn_texts must be a list"),
+    ((["<search>a</search>"], None), r"turn_indices must be a list"),
+    ((["a", "b"], [0, None]), r"turn_indices\[1\] must be an int >= 0 \(got None\)"),
+    ((["a"], [-1]), r"turn_indices\[0\] must be an int >= 0 \(got -1\)"),
+    ((["a"], [True]), r"turn_indices\[0\] must be an int >= 0 \(got True\)"),
+    ((["a", "b"], [0, 0], [["p1"], "p1"]), r"supporting_ids\[1\] must be a list of passage ids or None \(got str\)"),
+    ((["a"], [0], [3]), r"supporting_ids\[0\] must be a list of passage ids or None \(got int\)"),
+    ((["a"], [0], "p1"), r"supporting_ids must be a list"),
+])
+def test_step_batch_refuses_malformed_batches_naming_the_index(args, message):
+    """The batch's structure is the caller's contract (a ValueError before any tool runs); what a
+    model generates never raises (a turn that is not a string is a malformed turn)."""
+    retriever = FakeRetriever()
+    env = make_env("tags", retriever)
+    with pytest.raises(ValueError, match=message):
+        env.step_batch(*args)
+    assert retriever.calls == []
+    res = env.step_batch(["<search>Ada</search>", None], [0, 0], [None, ["p1"]])  # None support = none known
+    assert res[0].outcomes[0].success and not res[0].outcomes[0].found_support
+    assert "could not read the turn" in res[1].outcomes[0].error
+
+
 def test_from_config():
     cfg = config_from_dict({"env": {"format": "hermes", "max_turns": 2, "multi_call": "all",
                                     "search": {"topk": 1, "max_query_chars": 10}}})

@@ -18,6 +18,7 @@ from agentr1.tracking.gate import GateStats, gate
 from agentr1.tracking.provenance import dvc_dep_hashes, flat_params, pipeline_id
 from tracking_helpers import (
     check_registry,
+    check_tampered_model_is_refused,
     check_stage_run,
     check_traces,
     good_trajectory,
@@ -226,6 +227,8 @@ def test_registry_and_cli_sqlite(sqlite_store, checkpoint: Path, repo_root: Path
 
     assert main([*base, "promote", "--metric", "test/f1"]) == 1
     assert "test/f1" in capsys.readouterr().err
+
+    check_tampered_model_is_refused(MlflowClient(tracking_uri=uri), "agentr1-policy")
 
 
 def test_foreach_stage_finds_its_lock_entry_by_run_name(tmp_path: Path) -> None:

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from agentr1.cli import main
 from agentr1.config import config_from_dict, load_config
-from agentr1.data.schema import Dataset, write_dataset
+from agentr1.data.schema import Dataset, write_dataset, write_questions
 from agentr1.data.validation import (
     GX_RESULT_FILE,
     MARKER_FILE,
@@ -23,7 +26,9 @@ from agentr1.data.validation import (
     normalize_text,
     require_validated,
     run_validate,
+    summary_metrics,
 )
+from agentr1.data.multihop import load_sources
 from agentr1.errors import StageError
 
 
@@ -118,7 +123,7 @@ def test_clean_dataset_passes_writes_reports_and_marker(tmp_path):
 
     gx_text = (Path(cfg.validate_.report_dir) / GX_RESULT_FILE).read_text()
     gx = json.loads(gx_text)
-    assert set(gx) == {"questions", "corpus"} and gx["questions"]["success"] is True
+    assert set(gx) == {"files", "questions", "corpus"} and gx["questions"]["success"] is True
     for volatile in ("validation_time", "run_id", "ge_load_time", "validation_id"):
         assert volatile not in gx_text
 
@@ -174,17 +179,32 @@ def _dup_passage(ds: Dataset) -> None:
     ds.corpus.append(dict(ds.corpus[2], text="A second passage with the same id."))
 
 
+def _zero_width_question(ds: Dataset) -> None:
+    ds.questions["train"][1]["question"] = "\u200b\u200c \u2060\ufeff\u200d"  # category Cf + a space
+
+
+def _answer_normalizes_to_nothing(ds: Dataset) -> None:
+    ds.questions["dev"][0]["answers"] = ["Orsk", "?"]  # normalize_answer("?") == ""
+
+
+def _article_answer(ds: Dataset) -> None:
+    ds.questions["test"][0]["answers"] = ["The"]
+
+
 CORRUPTIONS: list[tuple[str, Callable[[Dataset], None], str, str, str]] = [
     # (name, mutate, failed check, offending id, offending value in the message)
     ("duplicate_id", _dup_id, "questions.id_unique", "t1", "'t1'"),
     ("missing_supporting_passage", _missing_passage, "questions.supporting_ids_in_corpus", "t1", "'p404'"),
-    ("empty_answer", _empty_answer, "questions.answers_not_blank", "d1", "0"),
+    ("empty_answer", _empty_answer, "questions.answers_not_blank", "d1", "' '"),
+    ("answer_normalizes_to_nothing", _answer_normalizes_to_nothing, "questions.answers_not_blank", "d1", "'?'"),
+    ("article_answer", _article_answer, "questions.answers_not_blank", "e1", "'The'"),
     ("no_answers", _no_answers, "questions.answers_not_empty", "e1", "0"),
     ("hops_out_of_range", _hops_out_of_range, "questions.hops_in_range", "o1", "7"),
     ("answer_leak", _leak, "questions.no_answer_leak", "d1", "'Orsk'"),
     ("question_in_two_splits", _question_in_two_splits, "questions.splits_disjoint_questions", "e1", "'test,train'"),
     ("id_in_two_splits", _id_in_two_splits, "questions.splits_disjoint_ids", "t2", "'dev,train'"),
     ("blank_question", _blank_question, "questions.question_not_blank", "t2", "'   '"),
+    ("zero_width_question", _zero_width_question, "questions.question_not_blank", "t2", r"'\u200b\u200c"),
     ("wrong_split_value", _wrong_split, "questions.split_matches_file", "e1", "dev"),
     ("duplicate_passage_id", _dup_passage, "corpus.id_unique", "p3", "'p3'"),
 ]
@@ -217,12 +237,176 @@ def test_corruption_fails_with_message_and_no_marker(tmp_path, mutate, check, ba
     assert json.loads((Path(cfg.validate_.report_dir) / GX_RESULT_FILE).read_text())["questions"]
 
 
+# ------------------------------------------------------------------------- broken files
+def _delete_dev(d: Path) -> None:
+    (d / "dev.parquet").unlink()
+
+
+def _empty_train(d: Path) -> None:
+    write_questions([], d / "train.parquet")
+
+
+def _drop_answers(d: Path) -> None:
+    table = pq.read_table(d / "train.parquet")
+    pq.write_table(table.drop_columns(["answers"]), d / "train.parquet")
+
+
+def _truncate_test(d: Path) -> None:
+    data = (d / "test.parquet").read_bytes()
+    (d / "test.parquet").write_bytes(data[: len(data) // 2])
+
+
+def _random_corpus(d: Path) -> None:
+    (d / "corpus.parquet").write_bytes(bytes(random.Random(0).randrange(256) for _ in range(2048)))
+
+
+def _answers_as_text(d: Path) -> None:
+    table = pq.read_table(d / "ood.parquet")
+    i = table.schema.get_field_index("answers")
+    texts = pa.array([",".join(a) for a in table.column("answers").to_pylist()], pa.string())
+    pq.write_table(table.set_column(i, "answers", texts), d / "ood.parquet")
+
+
+FILE_CORRUPTIONS: list[tuple[str, Callable[[Path], None], str, str, str]] = [
+    # (name, damage the processed dir, failed check, offending file, text in its value)
+    ("split_file_deleted", _delete_dev, "files.present", "dev.parquet", "not found"),
+    ("train_split_empty", _empty_train, "files.split_not_empty", "train.parquet", "0 questions"),
+    ("answers_column_dropped", _drop_answers, "files.schema", "train.parquet", "missing column 'answers'"),
+    ("answers_column_wrong_type", _answers_as_text, "files.schema", "ood.parquet", "'answers'"),
+    ("truncated_parquet", _truncate_test, "files.readable", "test.parquet", "not a readable parquet"),
+    ("random_bytes_parquet", _random_corpus, "files.readable", "corpus.parquet", "not a readable parquet"),
+]
+
+
+@pytest.mark.parametrize(("damage", "check", "bad_file", "bad_value"),
+                         [c[1:] for c in FILE_CORRUPTIONS], ids=[c[0] for c in FILE_CORRUPTIONS])
+def test_broken_processed_files_fail_by_name_without_marker(tmp_path, capsys, damage, check, bad_file, bad_value):
+    raw = {
+        "data": {"processed_dir": str(tmp_path / "processed"), "hops": {"min": 1, "max": 4}},
+        "validate": {"report_dir": str(tmp_path / "validation")},
+    }
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(raw))
+    cfg = load_config(params)
+    write(cfg, clean_dataset())
+    assert main(["--params", str(params), "validate"]) == 0  # a passing run leaves a marker ...
+    assert marker(cfg).exists()
+
+    damage(Path(cfg.data.processed_dir))
+    capsys.readouterr()
+    assert main(["--params", str(params), "validate"]) == 1  # a named failure, not a traceback
+    err = capsys.readouterr().err
+    assert err.startswith("agentr1 validate: dataset validation failed") and "Traceback" not in err
+    line = next(ln for ln in err.splitlines() if ln.strip().startswith(f"- {check} "))
+    assert "1 unexpected" in line
+    example = next(ln for ln in err.splitlines() if f"id={bad_file!r}" in ln)
+    assert bad_value in example
+    assert "fix:" in err and "agentr1 prepare" in err
+    assert not marker(cfg).exists()  # ... which the failing run removed
+    with pytest.raises(StageError, match="not passed validation"):
+        require_validated(cfg)
+    s = summary(cfg)
+    assert s["success"] is False and s["expectations"][check]["success"] is False
+
+
+def test_required_splits_option_allows_an_empty_split(tmp_path):
+    cfg = make_cfg(tmp_path, required_splits=["train", "dev", "test"])
+    ds = clean_dataset()
+    ds.questions["ood"] = []
+    write(cfg, ds)
+    assert run_validate(cfg, None).success
+    with pytest.raises(StageError, match=r"files\.split_not_empty") as info:
+        run_validate(make_cfg(tmp_path), None)
+    assert "id='ood.parquet'" in str(info.value)
+
+
+def test_stale_marker_removed_even_when_nothing_can_be_read(tmp_path):
+    cfg = make_cfg(tmp_path)
+    write(cfg, clean_dataset())
+    run_validate(cfg, None)
+    for f in Path(cfg.data.processed_dir).iterdir():
+        f.unlink()
+    with pytest.raises(StageError, match="agentr1 prepare"):
+        run_validate(cfg, None)
+    assert not marker(cfg).exists()
+    assert not [p.name for p in Path(cfg.validate_.report_dir).iterdir() if ".tmp-" in p.name]
+
+
 def test_leak_in_comparison_fails_when_type_not_allowed(tmp_path):
     cfg = make_cfg(tmp_path, leak_allowed_types=[])
     write(cfg, clean_dataset())
     with pytest.raises(StageError, match=r"questions\.no_answer_leak") as info:
         run_validate(cfg, None)
     assert "id='t2' value='Alva Brenn'" in str(info.value)
+
+
+# ----------------------------------------------------- leak tolerance on real-format samples
+# Measured on the fixtures with the default leak_allowed_types (comparison types exempt): an answer
+# appears verbatim in the question of 5 of the 300 HotpotQA (all "bridge") and 2 of the 100
+# MuSiQue questions.
+HOTPOT_LEAKS = sorted([
+    "hotpotqa:5adfdc7d55429942ec259b64", "hotpotqa:5ab2123155429970612095b9", "hotpotqa:5ab45a0b5542991779162c7e",
+    "hotpotqa:5a8a793555429930ff3c0de7", "hotpotqa:5a8f43795542997ba9cb3204",
+])
+MUSIQUE_LEAKS = sorted(["musique:3hop2__14777_8533_9331", "musique:3hop1__379315_160713_77246"])
+
+
+def real_fixture_cfg(tmp_path: Path, fixtures: Path, **validate: Any):
+    raw = {
+        "data": {
+            "source": "real", "processed_dir": str(tmp_path / "processed"), "hops": {"min": 1, "max": 4},
+            "real": {"sources": [
+                {"dataset": "hotpotqa", "path": str(fixtures / "hotpotqa" / "dev.jsonl")},  # split: auto
+                {"dataset": "musique", "path": str(fixtures / "musique" / "musique_qa_100.json"), "split": "ood"},
+            ]},
+        },
+        "validate": {"report_dir": str(tmp_path / "validation"), **validate},
+    }
+    cfg = config_from_dict(raw)
+    write(cfg, load_sources(cfg.data.real, cfg.seed))
+    return cfg
+
+
+def test_leak_tolerance_on_real_hotpotqa_and_musique(tmp_path, shared_fixtures):
+    # no tolerance (the default): both datasets fail, the message names count, share and ids
+    cfg = real_fixture_cfg(tmp_path, shared_fixtures, max_examples=3)
+    with pytest.raises(StageError, match=r"questions\.no_answer_leak") as info:
+        run_validate(cfg, None)
+    msg = str(info.value)
+    assert "source 'hotpotqa': 5 of 300 questions (1.67%) leak an answer, above validate.max_leak_share 0.00%" in msg
+    assert "source 'musique': 2 of 100 questions (2.00%) leak an answer" in msg
+    assert f"ids: {', '.join(HOTPOT_LEAKS[:3])} (+2 more)" in msg
+    assert f"ids: {', '.join(MUSIQUE_LEAKS)}" in msg
+    assert not marker(cfg).exists()
+    leaks = summary(cfg)["leaks"]
+    assert leaks["max_share"] == 0.0
+    assert leaks["sources"]["hotpotqa"] == {"questions": 300, "leaking": 5, "share": 5 / 300,
+                                            "within_tolerance": False, "ids": HOTPOT_LEAKS[:3]}
+
+    # a tolerance between the two shares: only MuSiQue (2%) fails, and only its ids are named
+    cfg = real_fixture_cfg(tmp_path, shared_fixtures, max_leak_share=0.018)
+    with pytest.raises(StageError) as info:
+        run_validate(cfg, None)
+    msg = str(info.value)
+    assert "questions.no_answer_leak [expect_column_values_to_be_null column 'leaked_answer']: 2 unexpected" in msg
+    assert "source 'musique': 2 of 100" in msg and "source 'hotpotqa'" not in msg
+    assert all(f"id={i!r}" in msg for i in MUSIQUE_LEAKS) and not any(i in msg for i in HOTPOT_LEAKS)
+
+    # a tolerance covering both: passes, and the report still lists every leaking id
+    cfg = real_fixture_cfg(tmp_path, shared_fixtures, max_leak_share=0.025, max_examples=10)
+    report = run_validate(cfg, None)
+    assert report.success and marker(cfg).exists()
+    leaks = summary(cfg)["leaks"]["sources"]
+    assert leaks["hotpotqa"]["ids"] == HOTPOT_LEAKS and leaks["hotpotqa"]["within_tolerance"] is True
+    assert leaks["musique"] == {"questions": 100, "leaking": 2, "share": 0.02, "within_tolerance": True,
+                                "ids": MUSIQUE_LEAKS}
+    metrics = summary_metrics(summary(cfg))
+    assert metrics["validate/leaks/hotpotqa/share"] == pytest.approx(5 / 300)
+    assert metrics["validate/leaks/musique/count"] == 2
+    # changing the tolerance invalidates the marker
+    stricter = real_fixture_cfg(tmp_path, shared_fixtures, max_leak_share=0.02, max_examples=10)
+    with pytest.raises(StageError, match="different"):
+        require_validated(stricter)
 
 
 def test_nulls_and_empty_corpus_fail_with_readable_examples(tmp_path):

@@ -162,7 +162,7 @@ def check_registry(cfg: Config, ckpt: Path) -> None:
     from mlflow import MlflowClient
 
     from agentr1.tracking import promote, resolve_tracking_uri, stage_run
-    from agentr1.tracking.registry import version_metrics
+    from agentr1.tracking.registry import load_policy_model, version_metrics
 
     name = cfg.tracking.registered_model
     client = MlflowClient(tracking_uri=resolve_tracking_uri(cfg))
@@ -180,9 +180,39 @@ def check_registry(cfg: Config, ckpt: Path) -> None:
     champion = client.get_model_version_by_alias(name, "champion")
     assert champion.tags["agentr1.gate.decision"] == "promote"
     assert version_metrics(client, champion)["test/em"] == 0.8
-    model = mlflow.pyfunc.load_model(f"models:/{name}@champion")
+    model = load_policy_model(name, "champion", client=client)
     out = model.predict(["<search> Ada"], params={"max_new_tokens": 3})
     assert isinstance(out, list) and len(out) == 1 and isinstance(out[0], str)
+
+
+def check_tampered_model_is_refused(client, name: str) -> None:
+    """Edit the stored code of the champion (as someone with write access to the artifact store
+    could): the verified loader refuses it before any of that code runs."""
+    import tempfile
+
+    import mlflow
+    import pytest
+
+    from agentr1.errors import StageError
+    from agentr1.tracking.registry import ARTIFACT_TAG, load_policy_model, model_id_of, tree_digest
+
+    champion = client.get_model_version_by_alias(name, "champion")
+    stored = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{champion.version}",
+                                                      dst_path=tempfile.mkdtemp()))
+    assert champion.tags[ARTIFACT_TAG] == tree_digest(stored)
+    code = [p.relative_to(stored) for p in stored.rglob("*.py")]
+    assert code, "the logged model holds its code file"
+    root = client.get_logged_model(model_id_of(champion)).artifact_location
+    target = Path(root.removeprefix("file://")) / code[0]
+    assert target.is_file(), f"test assumes a local artifact store, got {root}"
+    marker = target.parent / "tampered-code-ran"
+    target.write_text(f"open({str(marker)!r}, 'w').close()\n" + target.read_text())
+    with pytest.raises(StageError, match="do not match the digest"):
+        load_policy_model(name, "champion", client=client)
+    assert not marker.exists()
+    client.delete_model_version_tag(name, champion.version, ARTIFACT_TAG)
+    with pytest.raises(StageError, match="no agentr1.artifact_sha256 tag"):
+        load_policy_model(name, "champion", client=client)
 
 
 def write_lock(path: Path, src_file: Path) -> Path:

@@ -12,7 +12,7 @@ import logging
 import sys
 from typing import Any
 
-from agentr1.config import ConfigError, load_config
+from agentr1.config import ConfigError, load_config, parse_set
 from agentr1.errors import StageError
 from agentr1.numerics import pin_cpu_numerics
 
@@ -33,12 +33,7 @@ STAGES: dict[str, tuple[str, str]] = {
 
 
 def _parse_override(text: str) -> tuple[str, Any]:
-    import yaml
-
-    if "=" not in text:
-        raise ConfigError(f"--set expects key.path=value, got {text!r}")
-    key, value = text.split("=", 1)
-    return key.strip(), yaml.safe_load(value)
+    return parse_set(text)
 
 
 def build_parser() -> argparse.ArgumentParser:

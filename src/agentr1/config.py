@@ -148,10 +148,26 @@ class DataConfig(_Section):
 
 
 class ValidateConfig(_Section):
+    """Stage ``validate`` (``agentr1.data.validation``).
+
+    ``leak_allowed_types``: question types whose answer may appear in the question (it is one of
+    the compared names). ``max_leak_share``: the largest share of a source's questions (per
+    ``source`` value, e.g. hotpotqa, musique) whose answer appears in the question, outside those
+    types; 0.0 = none may leak (the synthetic world has none; real HotpotQA/MuSiQue samples have
+    about 2%). ``required_splits``: splits that must hold at least one question (a split left out
+    may be empty, e.g. ``ood`` for real data without an out-of-domain source).
+    ``max_examples``: offending rows (and leaking ids) named per failed check."""
+
     report_dir: str = "data/validation"
-    # question types whose answer may appear in the question (it is one of the compared names)
     leak_allowed_types: list[str] = Field(default_factory=lambda: ["comparison", "bridge_comparison"])
+    max_leak_share: float = Field(0.0, ge=0, le=1)
+    required_splits: list[str] = Field(default_factory=lambda: list(SPLITS))
     max_examples: int = Field(5, ge=1, le=100)
+
+    @field_validator("required_splits")
+    @classmethod
+    def _known_splits(cls, v: list[str]) -> list[str]:
+        return _distinct_splits(v)
 
 
 # --------------------------------------------------------------------------------- retrieval
@@ -190,7 +206,10 @@ class RetrievalReportConfig(_Section):
 
 
 class ServerConfig(_Section):
-    host: str = "127.0.0.1"
+    """``agentr1 serve-retriever`` (host, port and the request limits) and the HTTP client of
+    ``retrieval.url`` (timeout_s, retries, backoff_s). Requests over a limit get a JSON 4xx/503."""
+
+    host: str = "127.0.0.1"  # loopback: the server has no authentication
     port: int = Field(8765, ge=0, le=65535)
     timeout_s: float = Field(10.0, gt=0)
     retries: int = Field(2, ge=0, le=10)
@@ -198,6 +217,9 @@ class ServerConfig(_Section):
     max_queries: int = Field(512, ge=1)
     max_topk: int = Field(50, ge=1)
     default_topk: int = Field(3, ge=1)  # /retrieve requests that omit topk
+    max_query_chars: int = Field(4096, gt=0)  # a longer query gets 422 (bounds the search CPU one query costs)
+    request_deadline_s: float = Field(10.0, gt=0)  # request line + headers + body must arrive within this, else 408
+    max_connections: int = Field(128, gt=0)  # connections served at once; more get 503 with Retry-After
 
 
 class RetrievalConfig(_Section):
@@ -322,6 +344,18 @@ class RolloutConfig(_Section):
     batch_size: int = Field(16, ge=1)
     observation_wrap: Literal["auto", "inline", "chat"] = "auto"
     vllm: VLLMConfig = VLLMConfig()
+
+    @model_validator(mode="after")
+    def _room_for_a_turn(self) -> "RolloutConfig":
+        # the first turn gets min(max_turn_tokens, max_total_tokens - prompt) tokens and a prompt is
+        # at least one token: below max_turn_tokens + 1 not even one full turn fits after any prompt
+        # (the exact prompt length needs the tokenizer: the trainer refuses episodes left with no turn)
+        if self.max_total_tokens <= self.max_turn_tokens:
+            raise ValueError(f"max_total_tokens ({self.max_total_tokens}) leaves no room for a prompt plus one turn of "
+                             f"max_turn_tokens ({self.max_turn_tokens}): raise rollout.max_total_tokens above "
+                             f"max_turn_tokens + the prompt's length (at least {self.max_turn_tokens + 1}), or lower "
+                             "rollout.max_turn_tokens")
+        return self
 
 
 # --------------------------------------------------------------------------------------- sft
@@ -738,20 +772,77 @@ def config_from_dict(raw: dict[str, Any] | None, source: str = "<dict>") -> Conf
         raise ConfigError(_format_errors(exc, source)) from None
 
 
+def read_params_text(path: str | Path, what: str = "params file") -> str:
+    """The text of a params/profile file; :class:`ConfigError` naming the path and the fix when it
+    is missing, a directory, unreadable or not UTF-8."""
+    path = Path(path)
+    if not path.exists():
+        hint = " (run from the project root or pass --params)" if what == "params file" else ""
+        raise ConfigError(f"{what} not found: {path}{hint}")
+    if path.is_dir():
+        raise ConfigError(f"{what} {path} is a directory: pass the YAML file itself (e.g. --params {path / 'params.yaml'})")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the {what} {path}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{what} {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line}): save it as "
+                          "UTF-8 (e.g. `iconv -f latin1 -t utf-8`)") from None
+
+
+def set_override(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    """``raw[a][b][c] = value`` for ``dotted = "a.b.c"`` (missing parents become mappings);
+    :class:`ConfigError` naming the ``--set`` when a part is empty or a parent is not a mapping."""
+    where = f"--set {dotted}={_yaml_text(value)}"
+    parts = dotted.split(".")
+    if not all(p.strip() for p in parts):
+        raise ConfigError(f"{where}: empty key in the dotted path {dotted!r} (write it as section.key=value)")
+    node: Any = raw
+    for i, key in enumerate(parts[:-1]):
+        if node.get(key) is None:  # missing, or an empty YAML section (`train:`)
+            node[key] = {}
+        if not isinstance(node[key], dict):
+            here = node[key]
+            kind = "a list" if isinstance(here, list) else repr(here)
+            raise ConfigError(f"{where}: {'.'.join(parts[: i + 1])} is {kind}, not a mapping, so it has no key "
+                              f"{parts[i + 1]!r}: set {'.'.join(parts[: i + 1])}=<value> itself, or fix the key path")
+        node = node[key]
+    node[parts[-1]] = value
+
+
+def _yaml_text(value: Any) -> str:
+    text = yaml.safe_dump(value, default_flow_style=True).strip()
+    return text[: -len("...")].strip() if text.endswith("...") else text
+
+
+def parse_set(text: str) -> tuple[str, Any]:
+    """``"a.b=3"`` -> ``("a.b", 3)`` (the value read as YAML); :class:`ConfigError` when there is
+    no ``=`` or the value is not valid YAML."""
+    if "=" not in text:
+        raise ConfigError(f"--set expects key.path=value, got {text!r}")
+    key, value = text.split("=", 1)
+    try:
+        return key.strip(), yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"--set {text}: the value is not valid YAML ({first}); quote it (--set '{key}=\"...\"') "
+                          "or fix it") from None
+
+
 def load_config(path: str | Path = DEFAULT_PARAMS, overrides: dict[str, Any] | None = None) -> Config:
     """Load and validate ``params.yaml`` (plus dotted-key ``overrides`` such as
     ``{"env.max_turns": 3}``)."""
     path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"params file not found: {path} (run from the project root or pass --params)")
+    text = read_params_text(path)
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"params file {path} is not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"invalid params in {path}: the top level must be a mapping")
     for dotted, value in (overrides or {}).items():
-        node = raw
-        *parents, leaf = dotted.split(".")
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
+        set_override(raw, dotted, value)
     return config_from_dict(raw, str(path))

@@ -2,18 +2,31 @@
 
 Everything is written to a temporary sibling first and renamed into place only when complete
 (``os.replace`` is atomic on one filesystem).
+
+Temporary siblings are named ``.<name>.tmp-<pid>-<random>`` and a directory being replaced is
+moved aside as ``.<name>.old-<pid>``: a process killed mid-write (SIGTERM, OOM) leaves them behind,
+and the next write of the same path removes those of dead processes
+(:func:`remove_stale_temps`; never this process's own, never a live process's).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
+
+LEGACY_TEMP_AGE_S = 3600.0  # a temporary without a pid (written before pids were in the name) is stale after this
+_TEMP = re.compile(r"^\.(?P<name>.+?)\.(?P<kind>tmp|old)-(?P<rest>.*)$")
 
 
 def _umask() -> int:
@@ -27,12 +40,79 @@ def _ordinary_mode(path: Path, is_dir: bool) -> None:
     os.chmod(path, (0o777 if is_dir else 0o666) & ~_umask())
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this machine (a zombie or another user's counts)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):  # gone, or a number no process can have
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return True  # cannot tell: assume alive (never delete what may be in use)
+    return True
+
+
+def _temp_owner(kind: str, rest: str) -> int | None:
+    m = re.match(r"(\d+)-" if kind == "tmp" else r"(\d+)$", rest)
+    return int(m.group(1)) if m else None
+
+
+def _age_s(path: Path) -> float:
+    try:
+        newest = path.lstat().st_mtime
+        if path.is_dir() and not path.is_symlink():
+            for child in path.iterdir():
+                newest = max(newest, child.lstat().st_mtime)
+    except OSError:
+        return 0.0
+    return time.time() - newest
+
+
+def remove_stale_temps(parent: str | Path, name: str | None = None, kinds: tuple[str, ...] = ("tmp", "old"),
+                       keep_orphans: bool = True, legacy_age_s: float = LEGACY_TEMP_AGE_S) -> list[Path]:
+    """Remove the temporaries that :func:`atomic_dir` / :func:`atomic_path` left in ``parent``
+    (those of the path ``name``, or of every path when ``None``) when their writer is gone: the
+    pid in the name is not this process and no longer alive, or (a name without a pid) nothing in
+    it changed for ``legacy_age_s``. With ``keep_orphans`` an ``.old`` copy whose path is missing
+    is kept (a kill between the two renames: it is the only copy left). Returns what was removed."""
+    parent = Path(parent)
+    removed: list[Path] = []
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return removed
+    me = os.getpid()
+    for entry in entries:
+        m = _TEMP.match(entry.name)
+        if not m or m["kind"] not in kinds or (name is not None and m["name"] != name):
+            continue
+        if m["kind"] == "old" and keep_orphans and not (parent / m["name"]).exists():
+            continue
+        pid = _temp_owner(m["kind"], m["rest"])
+        stale = (pid != me and not pid_alive(pid)) if pid is not None else _age_s(entry) > legacy_age_s
+        if not stale:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                entry.unlink()
+        if not entry.exists():
+            removed.append(entry)
+            log.info("removed the stale temporary %s (left by a killed write)", entry)
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
     """Yield a fresh temporary directory that replaces ``path`` only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    remove_stale_temps(path.parent, path.name, kinds=("tmp",))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent))
     _ordinary_mode(tmp, is_dir=True)
     try:
         yield tmp
@@ -46,6 +126,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     os.replace(tmp, path)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
+    remove_stale_temps(path.parent, path.name, kinds=("old",))  # path is in place: older copies are garbage
 
 
 @contextlib.contextmanager
@@ -53,7 +134,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary file path that is renamed to ``path`` only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    remove_stale_temps(path.parent, path.name, kinds=("tmp",))
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
     os.close(fd)
     tmp = Path(name)
     _ordinary_mode(tmp, is_dir=False)

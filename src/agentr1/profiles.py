@@ -29,9 +29,10 @@ is refused (merging would keep that profile's keys the new one does not set).
 * ``--dry-run``: the resolved config (model, data, retriever, env, rollout backend, key
   hyper-parameters), every stage's command in ``dvc.yaml`` order with ``foreach`` expanded over
   the profile's runs and the baselines (``train@<run>`` as ``torchrun --nproc_per_node N -m
-  agentr1.cli train --run-name <run>`` when the profile launches N > 1 processes), and checks of
-  what would stop the pipeline here (the trainer's own config check per run at that world size,
-  missing packages, files and offline hub names).
+  agentr1.cli train --run-name <run>`` when the profile launches N > 1 processes), the *errors*
+  (the trainer's own config check per run at that world size: the pipeline would fail anywhere;
+  any error makes the command exit non-zero) and the *checks* of what this machine lacks (missing
+  packages, a GPU, downloaded files, offline hub names: notes, exit 0).
 * without a flag: validate and print a one-line summary.
 """
 
@@ -47,7 +48,8 @@ from typing import Any
 
 import yaml
 
-from agentr1.config import Config, ConfigError, config_from_dict
+from agentr1.config import Config, ConfigError, config_from_dict, read_params_text, set_override
+from agentr1.config import parse_set as parse_one_set
 
 PROFILE_DIR = "profiles"
 DEFAULT_PROFILE = "nano"
@@ -108,32 +110,18 @@ def _copy(v: Any) -> Any:
 
 def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
     """``raw[a][b][c] = value`` for ``dotted = "a.b.c"`` (missing parents become mappings), the
-    rule of ``load_config``'s overrides."""
-    node = raw
-    *parents, leaf = dotted.split(".")
-    for key in parents:
-        node = node.setdefault(key, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"--set {dotted}: {key!r} is not a mapping")
-    node[leaf] = value
+    rule of ``load_config``'s overrides (:func:`agentr1.config.set_override`)."""
+    set_override(raw, dotted, value)
 
 
 def parse_set(texts: list[str] | None) -> dict[str, Any]:
     """``["a.b=3"]`` -> ``{"a.b": 3}`` (values read as YAML, like the CLI's ``--set``)."""
-    out: dict[str, Any] = {}
-    for text in texts or []:
-        if "=" not in text:
-            raise ConfigError(f"--set expects key.path=value, got {text!r}")
-        key, value = text.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
-    return out
+    return dict(parse_one_set(text) for text in texts or [])
 
 
 def _read_yaml(path: Path, what: str) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{what} not found: {path}") from None
+        data = yaml.safe_load(read_params_text(path, what))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{what} {path} is not valid YAML: {exc}") from None
     if data is None:
@@ -430,10 +418,9 @@ def _is_local(path: str) -> bool:
     return Path(path).exists()
 
 
-def checks(p: Profile) -> list[str]:
-    """What would stop (or slow) this profile's pipeline on this machine, one line each."""
-    import torch
-
+def config_errors(p: Profile) -> list[str]:
+    """What in the profile's config itself would fail the pipeline wherever it runs (the trainer's
+    own config check per run at the profile's world size), one line each."""
     from agentr1.errors import StageError
     from agentr1.rl.trainer import check_train_config
 
@@ -448,6 +435,16 @@ def checks(p: Profile) -> list[str]:
             refused.setdefault(str(exc), []).append(f"train@{run}")
     for reason, stages in refused.items():
         out.append(f"{', '.join(stages)} (world size {world}): the trainer refuses this config: {reason}")
+    return out
+
+
+def checks(p: Profile) -> list[str]:
+    """What this machine lacks for the profile's pipeline (packages, a GPU, network, downloaded
+    files), one line each: notes, not errors (a GPU profile is dry-run on a laptop)."""
+    import torch
+
+    c, out = p.cfg, []
+    world = p.nproc_per_node
     if world > 1:
         out.append(f"dvc.yaml's train cmd starts one process: for {world} per node run the torchrun lines above "
                    f"yourself, then `dvc commit train@<run>` to record the outputs")
@@ -491,6 +488,10 @@ def dry_run_text(p: Profile, dvc_path: str | Path | None = None) -> str:
     lines += ["", f"stages ({dvc_path} order, foreach expanded):"]
     width = max((len(n) for n, _ in stages), default=0)
     lines += [f"  {n.ljust(width)}  {cmd}" for n, cmd in stages]
+    errors = config_errors(p)
+    if errors:
+        lines += ["", "errors (the pipeline would fail):"]
+        lines += [f"  - {x}" for x in errors]
     found = checks(p)
     lines += ["", "checks:" if found else "checks: none"]
     lines += [f"  - {x}" for x in found]
@@ -517,6 +518,10 @@ def run_profile(cfg: Config, args: Any = None) -> Profile:
         print(print_set_line(set_overrides(p.base, p.raw)))
     elif getattr(args, "dry_run", False):
         print(dry_run_text(p))
+        errors = config_errors(p)
+        if errors:  # the CLI prints this and exits non-zero
+            raise ConfigError(f"--dry-run found {len(errors)} error(s) in {p.label} (listed under 'errors' above): "
+                              "fix them before running the pipeline")
     elif getattr(args, "write", None):
         out = write_params(p, args.write)
         print(f"profile {p.cfg.profile}: wrote {out} ({p.label} merged onto {p.params_path}, validated)")

@@ -36,7 +36,9 @@ class Check:
 
     ``name`` is the stable key used in ``summary.json`` and in error messages
     (``questions.id_unique``); ``expectation`` is a class name in ``gx.expectations``
-    (``ExpectColumnValuesToBeUnique``) and ``kwargs`` its arguments (``column=...``).
+    (``ExpectColumnValuesToBeUnique``) and ``kwargs`` its arguments (``column=...``);
+    ``description`` says what the check guards and ``fix`` what to do when it fails (both are
+    printed in the stage's error message; only ``description`` goes to GX).
     """
 
     name: str
@@ -44,6 +46,7 @@ class Check:
     expectation: str
     kwargs: Mapping[str, Any]
     description: str
+    fix: str = ""
 
     @property
     def column(self) -> str | None:

@@ -1,32 +1,45 @@
 """Stage ``validate``: check the processed dataset with Great Expectations before anything uses it.
 
-What is checked (each is one GX expectation, named in ``summary.json`` and in error messages):
+What is checked (each is one GX expectation, named in ``summary.json`` and in error messages
+together with what to do about it):
 
-* questions: ``id`` non-null and unique over all splits; ``question`` non-null and not blank; at
-  least one answer and no blank answer; ``hops`` non-null and within ``data.hops`` [min, max];
-  ``type`` and ``source`` non-null; ``split`` in :data:`~agentr1.config.SPLITS` and equal to the
-  file the row was read from; every ``supporting_ids`` entry exists in the corpus; splits are
-  disjoint (no id and no normalized question text in two splits); no answer leak (an answer
-  appearing verbatim in its own question) unless the question's type is listed in
-  ``validate.leak_allowed_types``.
+* files (one row per processed file: ``<split>.parquet`` for each of :data:`~agentr1.config.SPLITS`
+  and ``corpus.parquet``): each exists; each is a readable parquet file (not truncated, not random
+  bytes); each has the schema's columns with compatible types (a dropped ``answers`` column is
+  named); each split in ``validate.required_splits`` holds at least one question. When a file
+  check fails the content checks below are not run (they would only echo the damage); they are
+  listed under ``skipped`` in ``summary.json``.
+* questions: ``id`` non-null and unique over all splits; ``question`` non-null and not blank once
+  whitespace and invisible format characters (Unicode category Cf: zero-width spaces and joiners,
+  BOM, ...) are removed; at least one answer, and no answer that is empty under the reward's
+  :func:`~agentr1.env.rewards.normalize_answer` (``"?"``, ``"the"``: such a gold could only
+  match an empty prediction); ``hops`` non-null and within ``data.hops`` [min, max]; ``type`` and
+  ``source`` non-null; ``split`` in SPLITS and equal to the file the row was read from; every
+  ``supporting_ids`` entry exists in the corpus; splits are disjoint (no id and no normalized
+  question text in two splits); answer leaks (an answer appearing verbatim in its own question,
+  types in ``validate.leak_allowed_types`` exempt) in at most ``validate.max_leak_share`` of each
+  source's questions.
 * corpus: ``id`` non-null and unique; ``title`` non-null; ``text`` not blank; not empty.
 
-Checks that relate several rows or tables (missing passages, split overlap, leaks) are computed as
-derived columns with pandas and then asserted with GX, so that every verdict and every offending
-row comes out of one GX validation result.
+Checks that relate several rows, tables or files (missing passages, split overlap, leak shares,
+file damage) are computed as derived columns with pandas and then asserted with GX, so that every
+verdict and every offending row comes out of one GX validation result.
 
-Outputs in ``validate.report_dir``: ``summary.json`` (DVC metric; deterministic),
+Outputs in ``validate.report_dir``: ``summary.json`` (DVC metric; deterministic; includes the
+per-source leak report: count, share and the first ``max_examples`` leaking ids),
 ``gx_result.json`` (the GX validation results, with run ids and times removed) and, on success
 only, ``passed.json``: the marker that later stages check with :func:`require_validated`. It
 holds hashes of the processed parquet files and of the params the verdict depends on, so data
-that changed after validation is refused.
+that changed after validation is refused. Any old marker is deleted before anything else, so a
+run that fails (for whatever reason) never leaves one; every file is written to a temporary path
+and renamed into place.
 
 With ``tracking.enabled`` the stage is one MLflow run (``stage_run``, imported only then) with
 metrics ``validate/expectations`` (evaluated), ``validate/passed``, ``validate/failed``,
-``validate/success`` (1/0), ``validate/rows/<table or split>`` and
-``validate/unexpected/<expectation>``, and ``summary.json`` / ``gx_result.json`` as artifacts
-under ``validate/``. They are logged before the verdict, so a failed validation leaves a FAILED
-run that shows which expectations failed.
+``validate/success`` (1/0), ``validate/rows/<table or split>``,
+``validate/unexpected/<expectation>`` and ``validate/leaks/<source>/count|share``, and
+``summary.json`` / ``gx_result.json`` as artifacts under ``validate/``. They are logged before
+the verdict, so a failed validation leaves a FAILED run that shows which expectations failed.
 """
 
 from __future__ import annotations
@@ -36,15 +49,19 @@ import json
 import logging
 import re
 import time
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from agentr1.config import SPLITS, Config
+from agentr1.config import SPLITS, Config, ValidateConfig
 from agentr1.data.gx_suite import Check, CheckResult, run_checks
-from agentr1.data.schema import CORPUS_FIELDS, CORPUS_FILE, QUESTION_FIELDS, Dataset, read_dataset
+from agentr1.data.schema import CORPUS_FILE, CORPUS_SCHEMA, QUESTION_FIELDS, QUESTION_SCHEMA, Dataset
+from agentr1.env.rewards import normalize_answer
 from agentr1.errors import StageError
 from agentr1.io import write_json_atomic
 from agentr1.tracking import tracked_stage
@@ -57,12 +74,132 @@ MARKER_FILE = "passed.json"
 
 _NON_WORD = re.compile(r"[^\w\s]+", re.UNICODE)
 _NOT_BLANK = r"\S"  # a value with at least one non-space character
+_METRIC_UNSAFE = re.compile(r"[^\w\-./ ]")
+
+# what to do when a check fails (printed after it in the error message)
+_FIX_FILES = "run `agentr1 prepare` (or `dvc repro prepare`) to rewrite data.processed_dir"
+_FIX_SPLIT = ("give the split questions (data.synthetic.questions, or data.real.sources / ratios) and run "
+              "`agentr1 prepare`, or leave it out of validate.required_splits")
+_FIX_DATA = "correct or drop the offending records in the source data (or the generator), then run `agentr1 prepare`"
+_FIX_CORPUS = "add the missing passages (data.real.corpus or the records' contexts) or fix supporting_ids"
+_FIX_HOPS = "fix the records' hop counts, or widen data.hops"
+_FIX_LEAK = ("rephrase or drop the leaking questions, exempt their type (validate.leak_allowed_types) or allow "
+             "a share per source (validate.max_leak_share)")
+
+
+# --------------------------------------------------------------------------------------- files
+def expected_files() -> list[tuple[str, pa.Schema, str | None]]:
+    """(file name, schema, split or None for the corpus) of every file ``agentr1 prepare`` writes."""
+    return [(f"{s}.parquet", QUESTION_SCHEMA, s) for s in SPLITS] + [(CORPUS_FILE, CORPUS_SCHEMA, None)]
+
+
+def _compatible(got: pa.DataType, want: pa.DataType) -> bool:
+    """Whether a column of type ``got`` can stand for the schema's ``want`` (string/large_string,
+    any integer width, lists of those; an all-null column is left to the null checks)."""
+    if pa.types.is_null(got):
+        return True
+    if pa.types.is_list(want):
+        return (pa.types.is_list(got) or pa.types.is_large_list(got)) and _compatible(got.value_type, want.value_type)
+    if pa.types.is_string(want):
+        return pa.types.is_string(got) or pa.types.is_large_string(got)
+    if pa.types.is_integer(want):
+        return pa.types.is_integer(got)
+    return got.equals(want)
+
+
+def schema_problems(actual: pa.Schema, expected: pa.Schema) -> str | None:
+    """What keeps a file's columns from the expected schema ("missing column 'answers'; ..."), or None."""
+    problems = []
+    for f in expected:
+        i = actual.get_field_index(f.name)
+        if i < 0:
+            problems.append(f"missing column {f.name!r}")
+        elif not _compatible(actual.field(i).type, f.type):
+            problems.append(f"column {f.name!r} is {actual.field(i).type}, expected {f.type}")
+    return "; ".join(problems) or None
+
+
+def _empty_split(split: str | None, n_rows: int, required: list[str]) -> str | None:
+    """The ``files.split_not_empty`` value: set for a required split without questions."""
+    if split is None or n_rows > 0 or split not in required:
+        return None
+    return f"0 questions (validate.required_splits lists {split!r})"
+
+
+def _file_row(name: str, n_rows: int | None = None, **problems: str | None) -> dict[str, Any]:
+    row: dict[str, Any] = {"id": name, "missing_file": None, "read_error": None, "schema_error": None,
+                           "empty_split": None, "rows": n_rows}
+    row.update(problems)
+    return row
+
+
+def _files_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows).astype(object)
+    frame["rows"] = pd.array([r["rows"] for r in rows], dtype="Int64")
+    return frame
+
+
+def _read_error(exc: Exception) -> str:
+    """The ``files.readable`` value: the reader's error, first line, without the path (the row names the file)."""
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    detail = re.sub(r"^Could not open Parquet input source '.*?': ", "", first)
+    return f"not a readable parquet file: {type(exc).__name__}: {detail}"
+
+
+def read_processed(processed_dir: str | Path, required_splits: list[str]) -> tuple[pd.DataFrame, Dataset | None]:
+    """Read ``processed_dir`` without trusting it: the files table and, when every file is
+    present, readable and of the right schema, the dataset (else None).
+
+    The files table has one row per :func:`expected_files` entry (``id`` = file name) and the
+    derived columns the ``files.*`` checks assert to be null: ``missing_file``, ``read_error``
+    (a truncated or non-parquet file), ``schema_error`` (missing or mistyped columns) and
+    ``empty_split``; ``rows`` is the row count of a readable file.
+    """
+    d = Path(processed_dir)
+    rows: list[dict[str, Any]] = []
+    questions: dict[str, list[dict[str, Any]]] = {}
+    corpus: list[dict[str, Any]] = []
+    for name, schema, split in expected_files():
+        path = d / name
+        if not path.is_file():
+            rows.append(_file_row(name, missing_file=f"{path} not found"))
+            continue
+        try:
+            table = pq.read_table(path)
+        except (pa.ArrowException, OSError, ValueError) as exc:  # truncated, random bytes, not parquet
+            rows.append(_file_row(name, read_error=_read_error(exc)))
+            continue
+        problem = schema_problems(table.schema, schema)
+        rows.append(_file_row(name, table.num_rows, schema_error=problem,
+                              empty_split=_empty_split(split, table.num_rows, required_splits)))
+        if problem is None:
+            records = table.select(schema.names).to_pylist()
+            if split is None:
+                corpus = records
+            else:
+                questions[split] = records
+    files = _files_frame(rows)
+    intact = bool(files[["missing_file", "read_error", "schema_error"]].isna().to_numpy().all())
+    return files, (Dataset(questions=questions, corpus=corpus) if intact else None)
+
+
+def files_frame_for(ds: Dataset, required_splits: list[str]) -> pd.DataFrame:
+    """The files table of an in-memory dataset (every file present and well-formed)."""
+    rows = [_file_row(f"{s}.parquet", len(ds.split(s)), empty_split=_empty_split(s, len(ds.split(s)), required_splits))
+            for s in SPLITS]
+    return _files_frame(rows + [_file_row(CORPUS_FILE, len(ds.corpus))])
 
 
 # ----------------------------------------------------------------------------- derived columns
 def normalize_text(text: str) -> str:
     """Lowercase, punctuation -> space, whitespace collapsed (used for leak and overlap checks)."""
     return " ".join(_NON_WORD.sub(" ", text.lower()).split())
+
+
+def visible_text(text: str) -> str:
+    """``text`` without invisible format characters (Unicode category Cf: U+200B zero-width space,
+    U+200C/U+200D joiners, U+2060 word joiner, U+FEFF BOM, ...) and without surrounding whitespace."""
+    return "".join(ch for ch in text if unicodedata.category(ch) != "Cf").strip()
 
 
 def leaked_answer(question: Any, answers: Any) -> str | None:
@@ -81,12 +218,21 @@ def leaked_answer(question: Any, answers: Any) -> str | None:
     return None
 
 
-def _min_answer_chars(answers: Any) -> int:
-    """Length of the shortest answer after stripping (0 for a null/blank answer or no answers)."""
-    items = list(answers) if answers is not None else []
-    if not items:
-        return 0
-    return min(len(a.strip()) if isinstance(a, str) else 0 for a in items)
+def _blank_question(question: Any) -> str | None:
+    """The question text when it is blank once whitespace and Cf characters are removed, else None."""
+    return question if isinstance(question, str) and not visible_text(question) else None
+
+
+def _blank_answer(answers: Any) -> str | None:
+    """The first answer that the reward's normalizer turns into "" (``"?"``, ``"the"``, ``" "``,
+    zero-width characters), ``"<null answer>"`` for a null entry, else None. Such a gold answer
+    can never be matched (see :mod:`agentr1.env.rewards`), so the question could never be solved."""
+    for a in answers if answers is not None else []:
+        if not isinstance(a, str):
+            return "<null answer>"
+        if not normalize_answer(visible_text(a)):
+            return a
+    return None
 
 
 def _splits_sharing(frame: pd.DataFrame, key: pd.Series) -> pd.Series:
@@ -107,9 +253,11 @@ def _splits_sharing(frame: pd.DataFrame, key: pd.Series) -> pd.Series:
 def build_question_frame(ds: Dataset, corpus_ids: set[str], leak_allowed_types: list[str]) -> pd.DataFrame:
     """All splits concatenated, plus the derived columns the GX checks assert on.
 
-    Derived columns: ``file_split`` (the file the row came from), ``n_answers``,
-    ``min_answer_chars``, ``missing_supporting_ids`` (comma-joined ids absent from the corpus, or
-    None), ``leaked_answer`` (None unless an answer leaks and the type does not allow it),
+    Derived columns: ``file_split`` (the file the row came from), ``n_answers``, ``blank_question``
+    / ``blank_answer`` (the blank text, see :func:`_blank_question` / :func:`_blank_answer`, or
+    None), ``missing_supporting_ids`` (comma-joined ids absent from the corpus, or None),
+    ``answer_in_question`` (the leaked answer, None when none leaks or the type is allowed;
+    :func:`apply_leak_tolerance` turns it into the checked ``leaked_answer``),
     ``id_in_splits`` / ``question_in_splits`` (the splits sharing the id / normalized question
     text when more than one, else None). The list columns are dropped from the returned frame:
     GX fingerprints a batch with ``pd.util.hash_pandas_object`` and falls back to pickling the
@@ -123,52 +271,84 @@ def build_question_frame(ds: Dataset, corpus_ids: set[str], leak_allowed_types: 
     q = pd.concat(parts, ignore_index=True)
     q["hops"] = pd.to_numeric(q["hops"], errors="coerce").astype("Int64")
     q["n_answers"] = [len(a) if a is not None else 0 for a in q["answers"]]
-    q["min_answer_chars"] = [_min_answer_chars(a) for a in q["answers"]]
+    q["blank_question"] = pd.Series([_blank_question(t) for t in q["question"]], index=q.index, dtype=object)
+    q["blank_answer"] = pd.Series([_blank_answer(a) for a in q["answers"]], index=q.index, dtype=object)
     q["missing_supporting_ids"] = [
         (",".join(sorted({str(s) for s in ids if s not in corpus_ids})) or None) if ids is not None else None
         for ids in q["supporting_ids"]
     ]
     allowed = set(leak_allowed_types)
-    q["leaked_answer"] = [
-        None if t in allowed else leaked_answer(qt, a) for qt, a, t in zip(q["question"], q["answers"], q["type"])
-    ]
+    q["answer_in_question"] = pd.Series(
+        [None if t in allowed else leaked_answer(qt, a) for qt, a, t in zip(q["question"], q["answers"], q["type"])],
+        index=q.index, dtype=object,
+    )
     q["id_in_splits"] = _splits_sharing(q, q["id"])
     norm_q = q["question"].map(lambda s: (normalize_text(s) or None) if isinstance(s, str) else None)
     q["question_in_splits"] = _splits_sharing(q, norm_q)
     return q.drop(columns=["answers", "supporting_ids"])
 
 
+def apply_leak_tolerance(q: pd.DataFrame, max_share: float, n_ids: int) -> dict[str, Any]:
+    """Per source: how many questions leak an answer (``answer_in_question``), their share and
+    the first ``n_ids`` leaking ids (sorted); sets ``q["leaked_answer"]`` (the column that
+    ``questions.no_answer_leak`` asserts to be null) to the leaks of the sources whose share
+    exceeds ``max_share`` (None elsewhere). Returns the report stored in ``summary.json``."""
+    source = q["source"].astype(object).where(q["source"].notna(), "<null source>")
+    leaks = q["answer_in_question"].notna()
+    sources: dict[str, Any] = {}
+    for name in sorted({str(s) for s in source}):
+        rows = source == name
+        ids = sorted(str(i) for i in q.loc[rows & leaks, "id"])
+        share = len(ids) / int(rows.sum())
+        sources[name] = {"questions": int(rows.sum()), "leaking": len(ids), "share": share,
+                         "within_tolerance": share <= max_share, "ids": ids[:n_ids]}
+    over = [n for n, r in sources.items() if not r["within_tolerance"]]
+    q["leaked_answer"] = q["answer_in_question"].where(source.isin(over), None)
+    return {"max_share": max_share, "sources": sources}
+
+
 def build_corpus_frame(ds: Dataset) -> pd.DataFrame:
     """The corpus as a frame with the schema's columns (missing ones all-null, so checks fail)."""
-    return pd.DataFrame(ds.corpus).reindex(columns=list(CORPUS_FIELDS))
+    return pd.DataFrame(ds.corpus).reindex(columns=list(CORPUS_SCHEMA.names))
 
 
 # ------------------------------------------------------------------------------------ checks
 def build_checks(cfg: Config) -> list[Check]:
-    """The expectation list for the configured hop range and leak policy (order = report order)."""
+    """The expectation list for the configured hop range, splits and leak policy (order = report order)."""
     hop_min, hop_max = cfg.data.hops.min, cfg.data.hops.max
-    allowed = sorted(cfg.validate_.leak_allowed_types)
+    v = cfg.validate_
+    allowed = sorted(v.leak_allowed_types)
 
-    def q(name: str, expectation: str, description: str, **kwargs: Any) -> Check:
-        return Check(f"questions.{name}", "questions", expectation, kwargs, description)
+    def f(name: str, description: str, column: str, fix: str = _FIX_FILES) -> Check:
+        return Check(f"files.{name}", "files", "ExpectColumnValuesToBeNull", {"column": column}, description, fix)
+
+    def q(name: str, expectation: str, description: str, fix: str = _FIX_DATA, **kwargs: Any) -> Check:
+        return Check(f"questions.{name}", "questions", expectation, kwargs, description, fix)
 
     def c(name: str, expectation: str, description: str, **kwargs: Any) -> Check:
-        return Check(f"corpus.{name}", "corpus", expectation, kwargs, description)
+        return Check(f"corpus.{name}", "corpus", expectation, kwargs, description, _FIX_DATA)
 
     return [
+        f("present", "every processed file exists (value = the missing path)", "missing_file"),
+        f("readable", "every processed file is a readable parquet file (value = the reader's error)", "read_error"),
+        f("schema", "every processed file has the schema's columns and types (value = the problems)", "schema_error"),
+        f("split_not_empty", f"each split in {list(v.required_splits)} (validate.required_splits) holds a question",
+          "empty_split", _FIX_SPLIT),
         q("not_empty", "ExpectTableRowCountToBeBetween", "the dataset has at least one question", min_value=1),
         q("id_not_null", "ExpectColumnValuesToNotBeNull", "every question has an id", column="id"),
         q("id_unique", "ExpectColumnValuesToBeUnique", "question ids are unique over all splits", column="id"),
         q("question_not_null", "ExpectColumnValuesToNotBeNull", "every question has a text", column="question"),
-        q("question_not_blank", "ExpectColumnValuesToMatchRegex", "question texts are not blank",
-          column="question", regex=_NOT_BLANK),
+        q("question_not_blank", "ExpectColumnValuesToBeNull",
+          "question texts are not blank once whitespace and invisible (Cf) characters are removed (value = the text)",
+          column="blank_question"),
         q("answers_not_empty", "ExpectColumnValuesToBeBetween", "every question has at least one answer",
           column="n_answers", min_value=1),
-        q("answers_not_blank", "ExpectColumnValuesToBeBetween", "no answer is empty or blank",
-          column="min_answer_chars", min_value=1),
+        q("answers_not_blank", "ExpectColumnValuesToBeNull",
+          "no answer normalizes to nothing under the reward's normalize_answer (value = the answer)",
+          column="blank_answer"),
         q("hops_not_null", "ExpectColumnValuesToNotBeNull", "every question has a hop count", column="hops"),
         q("hops_in_range", "ExpectColumnValuesToBeBetween", f"hops within data.hops [{hop_min}, {hop_max}]",
-          column="hops", min_value=hop_min, max_value=hop_max),
+          _FIX_HOPS, column="hops", min_value=hop_min, max_value=hop_max),
         q("type_not_null", "ExpectColumnValuesToNotBeNull", "every question has a type", column="type"),
         q("source_not_null", "ExpectColumnValuesToNotBeNull", "every question has a source", column="source"),
         q("split_known", "ExpectColumnValuesToBeInSet", f"split is one of {list(SPLITS)}",
@@ -176,13 +356,15 @@ def build_checks(cfg: Config) -> list[Check]:
         q("split_matches_file", "ExpectColumnPairValuesToBeEqual", "the split column equals the file's split",
           column_A="split", column_B="file_split"),
         q("supporting_ids_in_corpus", "ExpectColumnValuesToBeNull",
-          "every supporting id exists in the corpus (value = the missing ids)", column="missing_supporting_ids"),
+          "every supporting id exists in the corpus (value = the missing ids)", _FIX_CORPUS,
+          column="missing_supporting_ids"),
         q("splits_disjoint_ids", "ExpectColumnValuesToBeNull",
           "no id appears in two splits (value = the splits sharing it)", column="id_in_splits"),
         q("splits_disjoint_questions", "ExpectColumnValuesToBeNull",
           "no question text appears in two splits (value = the splits sharing it)", column="question_in_splits"),
         q("no_answer_leak", "ExpectColumnValuesToBeNull",
-          f"no answer appears verbatim in its question unless type in {allowed} (value = the leaked answer)",
+          f"an answer appears verbatim in its question (types {allowed} exempt) for at most "
+          f"{v.max_leak_share:.2%} of each source's questions (value = the leaked answer)", _FIX_LEAK,
           column="leaked_answer"),
         c("not_empty", "ExpectTableRowCountToBeBetween", "the corpus has at least one passage", min_value=1),
         c("id_not_null", "ExpectColumnValuesToNotBeNull", "every passage has an id", column="id"),
@@ -205,7 +387,7 @@ class ValidationReport:
 
     @property
     def success(self) -> bool:
-        """True when every expectation passed."""
+        """True when every expectation passed (and none was skipped)."""
         return bool(self.summary["success"])
 
     @property
@@ -214,16 +396,24 @@ class ValidationReport:
         return [r for r in self.results if not r.success]
 
 
-def validate_dataset(ds: Dataset, cfg: Config) -> ValidationReport:
-    """Run every check of :func:`build_checks` on an in-memory dataset (writes nothing)."""
-    corpus = build_corpus_frame(ds)
-    corpus_ids = {i for i in corpus["id"] if isinstance(i, str)}
-    questions = build_question_frame(ds, corpus_ids, cfg.validate_.leak_allowed_types)
-    results, gx_json = run_checks(
-        {"questions": questions, "corpus": corpus}, build_checks(cfg), cfg.validate_.max_examples
-    )
-    summary = {
-        "success": all(r.success for r in results),
+def _validate(files: pd.DataFrame, ds: Dataset | None, cfg: Config) -> ValidationReport:
+    """Run the file checks, and the content checks when ``ds`` is not None (the files are intact)."""
+    v: ValidateConfig = cfg.validate_
+    frames: dict[str, pd.DataFrame] = {"files": files}
+    leaks: dict[str, Any] | None = None
+    if ds is not None:
+        corpus = build_corpus_frame(ds)
+        questions = build_question_frame(ds, {i for i in corpus["id"] if isinstance(i, str)}, v.leak_allowed_types)
+        leaks = apply_leak_tolerance(questions, v.max_leak_share, v.max_examples)
+        frames.update(questions=questions, corpus=corpus)
+    checks = build_checks(cfg)
+    skipped = [c.name for c in checks if c.table not in frames]
+    results, gx_json = run_checks(frames, [c for c in checks if c.table in frames], v.max_examples)
+    split_rows = {  # rows read per file (0 for a missing or unreadable one)
+        name.removesuffix(".parquet"): int(n) if pd.notna(n) else 0 for name, n in zip(files["id"], files["rows"])
+    }
+    summary: dict[str, Any] = {
+        "success": all(r.success for r in results) and not skipped,
         "expectations": {
             r.check.name: {
                 "column": r.check.column,
@@ -235,23 +425,50 @@ def validate_dataset(ds: Dataset, cfg: Config) -> ValidationReport:
         },
         "n_expectations": len(results),
         "n_failed": sum(not r.success for r in results),
+        "skipped": skipped,
+        "leaks": leaks,
         "rows": {
-            "corpus": len(corpus),
-            "questions": len(questions),
-            **{split: int((questions["file_split"] == split).sum()) for split in SPLITS},
+            "corpus": split_rows.pop(CORPUS_FILE.removesuffix(".parquet")),
+            "questions": sum(split_rows.values()),
+            **split_rows,
         },
     }
     return ValidationReport(results=results, summary=summary, gx_result=gx_json)
 
 
-def _short(value: Any, limit: int = 80) -> str:
+def validate_dataset(ds: Dataset, cfg: Config) -> ValidationReport:
+    """Run every check of :func:`build_checks` on an in-memory dataset (writes nothing)."""
+    return _validate(files_frame_for(ds, cfg.validate_.required_splits), ds, cfg)
+
+
+def validate_processed(processed_dir: str | Path, cfg: Config) -> ValidationReport:
+    """Read ``processed_dir`` with :func:`read_processed` and validate it (writes nothing)."""
+    files, ds = read_processed(processed_dir, cfg.validate_.required_splits)
+    return _validate(files, ds, cfg)
+
+
+def _short(value: Any, limit: int = 100) -> str:
     """repr() of an offending value, cut to ``limit`` characters."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _leak_lines(leaks: dict[str, Any]) -> list[str]:
+    """One line per source above ``validate.max_leak_share``: count, share and the first ids."""
+    lines = []
+    for name, r in leaks["sources"].items():
+        if r["within_tolerance"]:
+            continue
+        more = f" (+{r['leaking'] - len(r['ids'])} more)" if r["leaking"] > len(r["ids"]) else ""
+        lines.append(
+            f"      source {name!r}: {r['leaking']} of {r['questions']} questions ({r['share']:.2%}) leak an answer, "
+            f"above validate.max_leak_share {leaks['max_share']:.2%}; ids: {', '.join(r['ids'])}{more}"
+        )
+    return lines
+
+
 def failure_message(report: ValidationReport, report_dir: Path) -> str:
-    """The StageError text: each failed expectation (name, column, unexpected count) and examples."""
+    """The StageError text: each failed expectation (name, column, unexpected count), examples and the fix."""
     failed = report.failed
     lines = [
         f"dataset validation failed: {len(failed)} of {len(report.results)} expectations "
@@ -266,15 +483,20 @@ def failure_message(report: ValidationReport, report_dir: Path) -> str:
         for ex in r.examples:
             rid = f"id={ex['id']!r} " if "id" in ex else "observed "
             lines.append(f"      {rid}value={_short(ex['value'])}")
-    lines.append("Fix the data (or data.hops / validate.leak_allowed_types in params), then rerun `agentr1 validate`.")
+        if r.check.name == "questions.no_answer_leak" and report.summary.get("leaks"):
+            lines.extend(_leak_lines(report.summary["leaks"]))
+        if r.check.fix:
+            lines.append(f"      fix: {r.check.fix}")
+    if report.summary.get("skipped"):
+        lines.append(f"  ({len(report.summary['skipped'])} content checks not run until the files pass)")
+    lines.append("Then rerun `agentr1 validate`.")
     return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------ marker
 def _processed_files(processed_dir: Path) -> list[Path]:
-    """The parquet files ``read_dataset`` reads, in a fixed order."""
-    names = [f"{s}.parquet" for s in SPLITS] + [CORPUS_FILE]
-    return [processed_dir / n for n in names if (processed_dir / n).exists()]
+    """The parquet files :func:`read_processed` reads that exist, in a fixed order."""
+    return [processed_dir / n for n, _, _ in expected_files() if (processed_dir / n).exists()]
 
 
 def processed_fingerprint(processed_dir: str | Path) -> dict[str, Any]:
@@ -290,12 +512,22 @@ def processed_fingerprint(processed_dir: str | Path) -> dict[str, Any]:
 
 
 def _params_hash(cfg: Config) -> str:
-    """Hash of the params the verdict depends on (hop range, leak policy, split names)."""
-    relevant = {
+    """Hash of the params the verdict depends on (hop range, leak policy, required splits, split names).
+
+    ``max_leak_share`` and ``required_splits`` came later: they enter the hash only when set away
+    from their defaults, so a default configuration keeps the marker bytes it had before (DVC then
+    does not rerun every stage downstream of ``passed.json``).
+    """
+    v, defaults = cfg.validate_, ValidateConfig()
+    relevant: dict[str, Any] = {
         "hops": [cfg.data.hops.min, cfg.data.hops.max],
-        "leak_allowed_types": sorted(cfg.validate_.leak_allowed_types),
+        "leak_allowed_types": sorted(v.leak_allowed_types),
         "splits": list(SPLITS),
     }
+    if v.max_leak_share != defaults.max_leak_share:
+        relevant["max_leak_share"] = v.max_leak_share
+    if sorted(v.required_splits) != sorted(defaults.required_splits):
+        relevant["required_splits"] = sorted(v.required_splits)
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
 
 
@@ -329,8 +561,8 @@ def require_validated(cfg: Config) -> None:
         )
     if recorded.get("params_sha256") != _params_hash(cfg):
         raise StageError(
-            "the dataset was validated under different data.hops / validate.leak_allowed_types params: "
-            "run `agentr1 validate` again"
+            "the dataset was validated under different data.hops / validate params (leak_allowed_types, "
+            "max_leak_share, required_splits): run `agentr1 validate` again"
         )
 
 
@@ -348,28 +580,28 @@ def summary_metrics(summary: dict[str, Any]) -> dict[str, float]:
     for name, exp in summary["expectations"].items():
         if exp.get("unexpected_count") is not None:
             metrics[f"validate/unexpected/{name}"] = exp["unexpected_count"]
+    for source, r in ((summary.get("leaks") or {}).get("sources") or {}).items():
+        key = _METRIC_UNSAFE.sub("_", source)
+        metrics[f"validate/leaks/{key}/count"] = r["leaking"]
+        metrics[f"validate/leaks/{key}/share"] = r["share"]
     return metrics
-
 
 
 def run_validate(cfg: Config, args: Any = None) -> ValidationReport:
     """Stage entry point (``agentr1 validate``).
 
-    Removes any old success marker first, validates ``data.processed_dir``, writes
-    ``summary.json`` and ``gx_result.json`` atomically, and then either writes ``passed.json``
-    (success) or raises :class:`StageError` listing the failed expectations and offending rows.
+    Deletes any old success marker first (before tracking starts, so no failure can leave it
+    behind), validates ``data.processed_dir``, writes ``summary.json`` and ``gx_result.json``
+    atomically, and then either writes ``passed.json`` (success) or raises :class:`StageError`
+    listing the failed expectations, offending rows and fixes.
     """
+    processed = Path(cfg.data.processed_dir)
+    report_dir = Path(cfg.validate_.report_dir)
+    (report_dir / MARKER_FILE).unlink(missing_ok=True)
     with tracked_stage(cfg, "validate") as run:
         started = time.perf_counter()
-        processed = Path(cfg.data.processed_dir)
-        report_dir = Path(cfg.validate_.report_dir)
-        (report_dir / MARKER_FILE).unlink(missing_ok=True)
         before = processed_fingerprint(processed)
-        try:
-            ds = read_dataset(processed)
-        except FileNotFoundError as exc:
-            raise StageError(str(exc)) from None
-        report = validate_dataset(ds, cfg)
+        report = validate_processed(processed, cfg)
         write_json_atomic(report_dir / SUMMARY_FILE, report.summary)
         write_json_atomic(report_dir / GX_RESULT_FILE, report.gx_result)
         elapsed = time.perf_counter() - started

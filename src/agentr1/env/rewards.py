@@ -3,7 +3,9 @@
 Answer metrics (SQuAD / HotpotQA convention)
 --------------------------------------------
 ``normalize_answer``: lowercase -> drop ASCII punctuation -> drop the articles a/an/the ->
-collapse whitespace. Every metric is the maximum over the gold answers:
+collapse whitespace. Every metric is the maximum over the gold answers; a gold answer that
+normalizes to "" (``"?"``, ``"the"``) never matches, under every metric (else an empty or
+article-only prediction would score 1 against it; ``agentr1 validate`` refuses such golds):
 
 * ``em``    1 if normalize(pred) == normalize(gold) else 0;
 * ``subem`` 1 if normalize(gold) is a substring of normalize(pred) else 0 (Search-R1's
@@ -106,9 +108,9 @@ def available_metrics() -> list[str]:
 
 @register_metric("em")
 def exact_match(prediction: str, golds: str | Sequence[str]) -> float:
-    """1.0 if the normalized prediction equals a normalized gold answer, else 0.0."""
+    """1.0 if the normalized prediction equals a (non-blank) normalized gold answer, else 0.0."""
     pred = normalize_answer(prediction)
-    return float(any(pred == normalize_answer(g) for g in _golds(golds)))
+    return float(any((g := normalize_answer(gold)) and pred == g for gold in _golds(golds)))
 
 
 @register_metric("subem")
@@ -120,6 +122,8 @@ def substring_exact_match(prediction: str, golds: str | Sequence[str]) -> float:
 
 def _f1_single(prediction: str, gold: str) -> float:
     pred_n, gold_n = normalize_answer(prediction), normalize_answer(gold)
+    if not gold_n:  # a blank gold never matches (module docstring)
+        return 0.0
     if (pred_n in _SPECIAL or gold_n in _SPECIAL) and pred_n != gold_n:
         return 0.0
     pred_toks, gold_toks = pred_n.split(), gold_n.split()

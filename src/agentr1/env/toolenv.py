@@ -21,14 +21,20 @@ the episode's ``supporting_ids``; ``end``: one past the attempt in the turn text
 turn that ends the episode (answer or turn limit) are validated but not executed
 (``success=False``, ``error="not executed: ..."``).
 
-No exception escapes ``step_batch``: parser, validator and tool failures all become error
-observations and failed outcomes.
+No exception escapes ``step_batch`` for anything a model can generate: parser, validator and
+tool failures all become error observations and failed outcomes, and a turn that is not a string
+at all (``None``, bytes) is a malformed turn ("could not read the turn"). The batch's structure is
+the caller's contract and is checked first, before any tool runs: ``turn_texts`` and
+``turn_indices`` must be lists of one entry per episode, each turn index an int >= 0, and
+``supporting_ids`` (optional) one list of passage ids (or ``None``: none known) per episode;
+anything else is a :class:`ValueError` naming the argument and the index.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+import numbers
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +75,34 @@ def _fit_texts(texts: list[str], budget: int) -> list[str]:
         remaining -= alloc[i]
         left -= 1
     return [t if len(t) <= a else (t[: a - 1] + "…" if a > 0 else "") for t, a in zip(texts, alloc)]
+
+
+def _is_list(x: Any) -> bool:
+    return isinstance(x, Sequence) and not isinstance(x, (str, bytes, bytearray))
+
+
+def _check_batch(turn_texts: Any, turn_indices: Any, supporting_ids: Any) -> None:
+    """The caller's side of :meth:`ToolEnv.step_batch` (module docstring); ``ValueError`` naming
+    the argument and the index."""
+    for name, value in (("turn_texts", turn_texts), ("turn_indices", turn_indices)):
+        if not _is_list(value):
+            raise ValueError(f"{name} must be a list with one entry per episode (got {type(value).__name__})")
+    if len(turn_texts) != len(turn_indices):
+        raise ValueError("turn_texts and turn_indices must have the same length "
+                         f"({len(turn_texts)} != {len(turn_indices)})")
+    for i, k in enumerate(turn_indices):
+        if not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < 0:
+            raise ValueError(f"turn_indices[{i}] must be an int >= 0 (got {k!r})")
+    if supporting_ids is None:
+        return
+    if not _is_list(supporting_ids):
+        raise ValueError(f"supporting_ids must be a list with one list of passage ids per episode "
+                         f"(got {type(supporting_ids).__name__})")
+    if len(supporting_ids) != len(turn_texts):
+        raise ValueError(f"supporting_ids must have one entry per turn ({len(supporting_ids)} != {len(turn_texts)})")
+    for i, ids in enumerate(supporting_ids):
+        if ids is not None and not (_is_list(ids) or isinstance(ids, Set)):
+            raise ValueError(f"supporting_ids[{i}] must be a list of passage ids or None (got {type(ids).__name__})")
 
 
 class ToolEnv:
@@ -163,16 +197,15 @@ class ToolEnv:
         supporting_ids: Sequence[Sequence[str]] | None = None,
     ) -> list[StepResult]:
         """One turn for each of a batch of episodes; ``turn_indices[i]`` is 0-based within
-        episode i. Valid calls are executed with one ``execute_batch`` per tool for the batch."""
-        if len(turn_texts) != len(turn_indices):
-            raise ValueError("turn_texts and turn_indices must have the same length")
-        if supporting_ids is not None and len(supporting_ids) != len(turn_texts):
-            raise ValueError("supporting_ids must have one entry per turn")
+        episode i. Valid calls are executed with one ``execute_batch`` per tool for the batch.
+        :class:`ValueError` naming the index when the batch itself is malformed (module docstring)."""
+        _check_batch(turn_texts, turn_indices, supporting_ids)
         plans = [self._plan(text, idx) for text, idx in zip(turn_texts, turn_indices)]
         self._execute(plans)
         results = []
         for i, (plan, text) in enumerate(zip(plans, turn_texts)):
-            support = set(map(str, supporting_ids[i])) if supporting_ids is not None else set()
+            ids = supporting_ids[i] if supporting_ids is not None else None
+            support = set(map(str, ids)) if ids is not None else set()
             try:
                 results.append(self._result(plan, support))
             except Exception as exc:  # noqa: BLE001 - last line of defence for the batch

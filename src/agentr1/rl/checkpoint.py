@@ -11,6 +11,18 @@ written (:func:`agentr1.io.atomic_dir`), so a run killed while saving leaves the
 intact. :func:`load_state` checks the manifest and every file's size and SHA-256 before
 unpickling anything: a missing, truncated or corrupt file raises :class:`StageError` naming it.
 Tensors are loaded with ``weights_only=True`` (no arbitrary code from a checkpoint).
+
+Resuming (``agentr1 train --resume``; :func:`prepare_resume`, :func:`resume_conflicts`):
+
+* a kill between the two renames of a save leaves no ``state`` but the previous one as
+  ``.state.old-<pid>``: it is moved back when it verifies against its manifest (sizes and
+  SHA-256), else the resume fails naming the bad file; a ``state`` without a manifest fails too;
+  no state and no copy at all is "nothing to resume" (the caller decides);
+* ``trainer.json`` holds the params the state was trained with (``params``: dotted key -> value);
+  a resume whose params differ fails naming each key (old -> new). Keys that do not change what
+  is trained may differ (:data:`RESUME_FREE_KEYS`: checkpoint / trace / dev-evaluation cadence,
+  output dir, CPU threads and batching knobs), and so may ``train.steps`` while the lr schedule
+  is ``constant`` (extending a run; a ``cosine`` schedule's lr depends on it at every step).
 """
 
 from __future__ import annotations
@@ -18,6 +30,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +39,8 @@ import torch
 
 from agentr1.errors import StageError
 from agentr1.io import atomic_dir
+
+log = logging.getLogger(__name__)
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -60,6 +76,14 @@ def has_state(path: str | Path) -> bool:
     return (Path(path) / MANIFEST).is_file()
 
 
+def saved_step(path: str | Path) -> int | None:
+    """The step in ``path``'s manifest (``None`` when it has none or it is unreadable)."""
+    try:
+        return _manifest(Path(path)).get("step")
+    except StageError:
+        return None
+
+
 def _read_verified(path: Path, name: str, entry: dict[str, Any]) -> bytes:
     f = path / name
     if not f.is_file():
@@ -72,20 +96,39 @@ def _read_verified(path: Path, name: str, entry: dict[str, Any]) -> bytes:
     return data
 
 
-def load_state(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(tensors, meta)`` as given to :func:`save_state`; :class:`StageError` naming the file
-    when the manifest or any part is missing, truncated or corrupt."""
-    path = Path(path)
+def _manifest(path: Path) -> dict[str, Any]:
     mf = path / MANIFEST
     if not mf.is_file():
-        raise StageError(f"checkpoint manifest {mf} is missing: no resumable state in {path}")
+        raise StageError(f"checkpoint manifest {mf} is missing: no resumable state in {path} (incomplete or "
+                         f"corrupt); delete {path} (or run without --resume) to start over")
     try:
         manifest = json.loads(mf.read_text())
         files = manifest["files"]
         if manifest.get("format") != FORMAT or not isinstance(files, dict):
             raise ValueError(f"unknown format {manifest.get('format')!r}")
-    except (ValueError, KeyError, TypeError) as exc:
+        for entry in files.values():
+            if not isinstance(entry, dict):
+                raise ValueError(f"bad file entry {entry!r}")
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
         raise StageError(f"checkpoint manifest {mf} is unreadable ({exc}); delete {path} to start over") from None
+    return manifest
+
+
+def verify_state(path: str | Path) -> int | None:
+    """Check ``path``'s manifest and every file's size and SHA-256 without unpickling anything;
+    returns the saved step, :class:`StageError` naming the file otherwise."""
+    path = Path(path)
+    manifest = _manifest(path)
+    for name, entry in sorted(manifest["files"].items()):
+        _read_verified(path, name, entry)
+    return manifest.get("step")
+
+
+def load_state(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(tensors, meta)`` as given to :func:`save_state`; :class:`StageError` naming the file
+    when the manifest or any part is missing, truncated or corrupt."""
+    path = Path(path)
+    files = _manifest(path)["files"]
     tensors: dict[str, Any] = {}
     meta: dict[str, Any] = {}
     for name, entry in sorted(files.items()):
@@ -98,3 +141,110 @@ def load_state(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
         except Exception as exc:  # noqa: BLE001 - any unpickling problem is a corrupt file
             raise StageError(f"checkpoint file {path / name} cannot be read ({type(exc).__name__}: {exc})") from None
     return tensors, meta
+
+
+# ----------------------------------------------------------------------------- resuming
+def backups(path: str | Path) -> list[Path]:
+    """The ``.<name>.old-<pid>`` copies :func:`agentr1.io.atomic_dir` moved aside (a save killed
+    between its two renames leaves the previous state only there)."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    return sorted(p for p in path.parent.glob(f".{path.name}.old-*") if p.is_dir())
+
+
+def prepare_resume(path: str | Path) -> bool:
+    """Make ``path`` the state to resume from. ``True``: a state with a manifest is there (moved
+    back from a backup copy when a kill landed mid-save and the copy verifies); ``False``: no
+    state and no copy at all (nothing to resume); :class:`StageError` when a state is there but
+    has no manifest, or only backup copies that fail verification (each named)."""
+    path = Path(path)
+    if path.exists():
+        if not path.is_dir():
+            raise StageError(f"the training state {path} is not a directory: delete it (or run without --resume)")
+        _manifest(path)  # missing / unreadable manifest -> StageError naming it
+        return True
+    good, problems = [], []
+    for copy in backups(path):
+        try:
+            step = verify_state(copy)
+        except StageError as exc:
+            problems.append(str(exc))
+            continue
+        good.append((step if isinstance(step, int) else -1, copy.stat().st_mtime, copy))
+    if good:
+        step, _, copy = max(good)
+        os.replace(copy, path)
+        log.warning("recovered the training state (step %s) from %s: a save was interrupted between its two renames",
+                    step, copy)
+        return True
+    if problems:
+        raise StageError(f"no training state in {path}, and the backup copies left by an interrupted save do not "
+                         f"verify: {'; '.join(problems)}")
+    return False
+
+
+# params that may differ between the run that saved a state and the one resuming it: logging,
+# checkpoint and evaluation cadence, where outputs go, and resource knobs (threads, micro-batches,
+# prompts per backend call, vLLM memory) - none changes what is optimized. Everything else in the
+# saved params must match.
+RESUME_FREE_KEYS = frozenset({
+    "train.checkpoint.every", "train.trace_every", "train.dev.every", "train.dev.examples", "train.out_dir",
+    "train.num_threads", "train.micro_batch_size", "train.distributed.backend",
+    "rollout.batch_size", "rollout.vllm.gpu_memory_utilization", "rollout.vllm.enforce_eager",
+})
+STEPS_KEY = "train.steps"
+_ABSENT = "<absent>"
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (JSON-style leaves; lists stay whole)."""
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def resume_conflicts(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """``"key: old -> new"`` for every saved param the resuming run changes (not counting
+    :data:`RESUME_FREE_KEYS`, nor ``train.steps`` while both use the constant lr schedule)."""
+    saved, current = json.loads(json.dumps(saved)), json.loads(json.dumps(current))  # compare as saved (JSON)
+    constant = saved.get("train.lr_schedule") == current.get("train.lr_schedule") == "constant"
+    out = []
+    for key in sorted(set(saved) | set(current)):
+        if key in RESUME_FREE_KEYS or (key == STEPS_KEY and constant):
+            continue
+        old, new = saved.get(key, _ABSENT), current.get(key, _ABSENT)
+        if old != new:
+            out.append(f"{key}: {_show(old)} -> {_show(new)}")
+    return out
+
+
+def _show(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+def check_resume(path: str | Path, meta: dict[str, Any], current: dict[str, Any], steps: int) -> None:
+    """:class:`StageError` when the state in ``path`` (its ``meta``) cannot be continued by a run
+    with params ``current`` and ``train.steps`` = ``steps``: the params differ (each key named,
+    old -> new) or the state is already past ``steps``."""
+    saved = meta.get("params")
+    if saved is None:
+        log.warning("the training state in %s was saved without its params (an older version): cannot check that "
+                    "this run's params match it", path)
+    else:
+        diff = resume_conflicts(saved, current)
+        if diff:
+            raise StageError(
+                f"cannot resume the training state in {path} (step {meta.get('step')}): these params differ from the "
+                "ones it was trained with (saved -> now):\n  - " + "\n  - ".join(diff) + "\n"
+                "rerun without --resume to train from the cold start with the new params, or restore the saved values "
+                "(params.yaml / --set) to continue it. (May change on a resume: checkpoint/trace/dev-evaluation cadence, "
+                "threads and batching knobs, and train.steps with lr_schedule: constant.)")
+    step = meta.get("step")
+    if isinstance(step, int) and step > steps:
+        raise StageError(f"cannot resume the training state in {path}: it is at step {step}, past train.steps ({steps}); "
+                         f"set train.steps >= {step} to continue it, or run without --resume to start over")

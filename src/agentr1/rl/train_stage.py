@@ -21,13 +21,21 @@ Outputs in ``<train.out_dir>/<run>/`` (written only when training finished, each
 ``state/`` next to them holds the resumable training state (every ``train.checkpoint.every``
 steps). ``--resume`` continues from it (a run killed at step k restarts at its last checkpoint and
 ends with the same numbers as an uninterrupted run on the CPU); without ``--resume`` an old state
-is discarded and training starts from the cold start.
+is discarded (with a warning) and training starts from the cold start. ``--resume`` fails (before
+any training) when there is nothing to resume (no state and no backup copy of one: run without it
+the first time), when the state is incomplete or corrupt, or when the run's params differ from
+the ones the state was trained with (``env.*``, ``reward.*``, ``rollout.*``, the run's merged
+``train.*``, the seed, ``model.dtype``, the train questions and the cold-start checkpoint; see
+:mod:`agentr1.rl.checkpoint` for the keys that may change). The DVC stage never passes
+``--resume``. A save killed between its two renames is recovered from the ``.state.old-<pid>``
+copy when it verifies; temporaries of killed writes in the run's directory are removed at the start.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import io
 import logging
 import shutil
@@ -40,7 +48,7 @@ from agentr1.data.schema import read_dataset
 from agentr1.data.validation import require_validated
 from agentr1.env import ToolEnv
 from agentr1.errors import StageError
-from agentr1.io import write_json_atomic, write_text_atomic
+from agentr1.io import remove_stale_temps, write_json_atomic, write_text_atomic
 from agentr1.models import load_checkpoint, save_checkpoint
 from agentr1.retrieval.base import RetrieverError
 from agentr1.rl import checkpoint as ckpt
@@ -122,6 +130,48 @@ def _is_checkpoint(path: Path) -> bool:
     return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
 
 
+def _file_fingerprint(h, path: Path, sample: int = 1 << 20) -> None:
+    size = path.stat().st_size
+    h.update(f"{path.name}\0{size}\0".encode())
+    with path.open("rb") as f:
+        h.update(f.read(sample))
+        if size > 2 * sample:
+            f.seek(size - sample)
+        h.update(f.read(sample))
+
+
+def checkpoint_fingerprint(path: Path) -> str:
+    """A cheap identity of a checkpoint directory (config, tokenizer, and for each weights file
+    its size and first/last MiB): a re-trained cold start differs, a re-checkout does not."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.iterdir() if p.is_file() and (p.suffix in (".json", ".safetensors"))):
+        _file_fingerprint(h, f)
+    return h.hexdigest()[:16]
+
+
+def _prepare_state(run: str, run_dir: Path, state_dir: Path, resume: bool) -> str | None:
+    """Rank 0, before training: with ``resume``, make sure there is a state to continue (recovered
+    from the backup copy of an interrupted save if need be); without, discard an old one, loudly.
+    Then remove the temporaries killed writes left in ``run_dir``. Returns the error message, if any."""
+    if resume:
+        try:
+            found = ckpt.prepare_resume(state_dir)
+        except StageError as exc:
+            return str(exc)
+        if not found:
+            return (f"--resume: nothing to resume for train@{run}: there is no training state in {state_dir} (nor a "
+                    "backup copy of one). Run without --resume to train from the cold start (a first run has no state yet; "
+                    f"one is written every train.checkpoint.every steps)")
+    else:
+        if state_dir.exists():
+            log.warning("train@%s: discarding the old training state in %s (step %s) and training from the cold start; "
+                        "pass --resume to continue it instead", run, state_dir, ckpt.saved_step(state_dir))
+            shutil.rmtree(state_dir)
+        remove_stale_temps(run_dir, state_dir.name, kinds=("old",), keep_orphans=False)
+    remove_stale_temps(run_dir)
+    return None
+
+
 def run_train(cfg, args=None) -> dict | None:
     """Run the stage (module docstring); returns the metrics it wrote (rank 0) or ``None``."""
     t_start = time.perf_counter()
@@ -150,10 +200,12 @@ def run_train(cfg, args=None) -> dict | None:
     run_dir = Path(tcfg.out_dir) / run
     state_dir = run_dir / "state"
     try:
-        if dist.is_main and not resume and state_dir.exists():
-            log.info("train@%s: discarding the old state in %s (pass --resume to continue it)", run, state_dir)
-            shutil.rmtree(state_dir)
-        dist.barrier()
+        problem = _prepare_state(run, run_dir, state_dir, resume) if dist.is_main else None
+        problem = dist.broadcast_object(problem)
+        if problem is not None:
+            raise StageError(problem)
+        run_params = {**ckpt.flatten(cfg.env.model_dump(mode="json"), "env."), "model.dtype": cfg.model.dtype,
+                      "start_checkpoint": checkpoint_fingerprint(sft_dir)}
         if dist.is_main:
             from agentr1.tracking.mlflow_adapter import stage_run
 
@@ -168,12 +220,11 @@ def run_train(cfg, args=None) -> dict | None:
                 mlflow.set_tag("agentr1.seed", str(run_seed))  # the run's own seed (a replica), not params `seed`
             model, tokenizer = load_checkpoint(sft_dir, cfg.model.dtype, cfg.model.trust_remote_code)
             trainer = Trainer(model, tokenizer, tcfg, cfg.rollout, cfg.reward, env=env, train_questions=train_q,
-                              dev_questions=dev_q, logger=logger, seed=run_seed, dist=dist, state_dir=state_dir, model_path=sft_dir)
-            if resume and ckpt.has_state(state_dir):
-                trainer.restore()
+                              dev_questions=dev_q, logger=logger, seed=run_seed, dist=dist, state_dir=state_dir, model_path=sft_dir,
+                              run_params=run_params)
+            if resume:
+                trainer.resume()  # StageError when the params differ from the state's
                 log.info("train@%s: resumed at step %d from %s", run, trainer.step, state_dir)
-            elif resume:
-                log.info("train@%s: --resume but no state in %s: starting from the cold start", run, state_dir)
             n_params = sum(p.numel() for p in model.parameters())
             log.info("train@%s: %s, %d steps x %d questions x %d rollouts, policy %.2fM parameters, %d rank(s)",
                      run, tcfg.estimator, tcfg.steps, tcfg.batch_questions, tcfg.group_size, n_params / 1e6,

@@ -53,6 +53,7 @@ config gives the same numbers and a resumed run continues exactly where it stopp
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
 import math
 import random
@@ -223,6 +224,7 @@ class Trainer:
         dist: Dist | None = None,
         state_dir: str | Path | None = None,
         model_path: str | Path | None = None,
+        run_params: dict[str, Any] | None = None,
     ):
         self.tcfg, self.rollout_cfg, self.reward_cfg = tcfg, rollout_cfg, reward_cfg
         self.model_path = None if model_path is None else str(model_path)  # vllm: the checkpoint it starts from
@@ -236,6 +238,7 @@ class Trainer:
         self.dev_questions = list(dev_questions or [])
         self.logger = logger
         self.state_dir = Path(state_dir) if state_dir is not None else None
+        self.params = self._params(run_params)  # saved with every checkpoint; a resume must match them
         check_train_config(tcfg, rollout_cfg, self.dist.world_size, self.dist.strategy,
                            has_start_checkpoint=self.model_path is not None)
 
@@ -265,6 +268,19 @@ class Trainer:
         self.events: list[dict[str, Any]] = []
         self._memory_state: tuple[dict, dict] | None = None
         self.on_step: Callable[[int, dict], None] | None = None  # hook after each finished step
+
+    def _params(self, extra: dict[str, Any] | None) -> dict[str, Any]:
+        """What this run trains with, as dotted keys (``train.*``, ``rollout.*``, ``reward.*``, the
+        seed, the train questions' ids; ``extra``: what the caller adds, e.g. ``env.*``)."""
+        ids = "\n".join(str(q.get("id", "")) for q in self.train_questions)
+        params: dict[str, Any] = {"seed": self.seed,
+                                  "data.train_questions": f"{len(self.train_questions)} ids, sha256 "
+                                                          f"{hashlib.sha256(ids.encode()).hexdigest()[:16]}"}
+        for name, section in (("train", self.tcfg), ("rollout", self.rollout_cfg), ("reward", self.reward_cfg)):
+            if hasattr(section, "model_dump"):
+                params.update(ckpt.flatten(section.model_dump(mode="json"), f"{name}."))
+        params.update(extra or {})
+        return params
 
     # ------------------------------------------------------------------ 1-2: questions, rollout
     def sample_questions(self, step: int) -> list[dict]:
@@ -560,6 +576,7 @@ class Trainer:
             "lr_scale": self.lr_scale, "rollbacks": self.rollbacks, "history": self.history,
             "guard_rewards": self.guard_rewards, "events": self.events,
             "python_random": _jsonable(random.getstate()),
+            "params": self.params,
         }
         return tensors, meta
 
@@ -599,6 +616,16 @@ class Trainer:
             tensors, meta = copy.deepcopy(self._memory_state)
         else:
             tensors, meta = ckpt.load_state(self.state_dir)
+        self.load_state(tensors, meta)
+
+    def resume(self) -> None:
+        """Continue the state in ``state_dir`` (``agentr1 train --resume``): like :meth:`restore`,
+        but first :class:`StageError` when it was trained with other params (each key named) or is
+        already past ``train.steps`` (:func:`agentr1.rl.checkpoint.check_resume`)."""
+        if self.state_dir is None:
+            raise StageError("resume needs a state_dir")
+        tensors, meta = ckpt.load_state(self.state_dir)
+        ckpt.check_resume(self.state_dir, meta, self.params, self.tcfg.steps)
         self.load_state(tensors, meta)
 
     # ------------------------------------------------------------------ the loop

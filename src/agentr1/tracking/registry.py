@@ -12,12 +12,22 @@ Metrics: the evaluation metrics are logged with ``model_id`` (MLflow 3 LoggedMod
 model page shows them, and the gate reads ``<metric>``, ``<metric>_ci_lower`` and
 ``<metric>_ci_upper`` from there. The version tag ``agentr1.eval_data`` fingerprints the
 evaluation data; the gate compares only versions evaluated on the same data.
+
+Trust boundary: loading a pyfunc "model from code" runs the Python file stored with the model in
+the artifact store, so anyone who can write to that store can make a loader run their code. At
+registration the version is tagged ``agentr1.artifact_sha256``, the digest of every file of the
+logged model as stored (:func:`tree_digest`); :func:`load_policy_model` downloads a version,
+recomputes the digest and refuses to load (nothing imported, nothing run) when it differs or the
+tag is missing. The digest guards the artifact store, not the tracking database: whoever can
+rewrite the tag can also bless a tampered artifact.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
+import tempfile
 import warnings
 from dataclasses import asdict, dataclass
 from importlib import metadata
@@ -38,6 +48,8 @@ log = logging.getLogger(__name__)
 
 CHALLENGER, CHAMPION = "challenger", "champion"
 EVAL_DATA_TAG = "agentr1.eval_data"
+ARTIFACT_TAG = "agentr1.artifact_sha256"
+DOWNLOAD_WRITTEN = frozenset({"registered_model_meta"})
 POLICY_CODE = Path(__file__).with_name("policy_pyfunc.py")
 SIGNATURE = ModelSignature(
     inputs=Schema([ColSpec("string")]),  # a list of prompts (or a one-column DataFrame)
@@ -104,9 +116,55 @@ def log_policy_model(
             mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, run_id=rid, model_id=info.model_id)
     version = str(info.registered_model_version)
     client.set_model_version_tag(registered_name, version, EVAL_DATA_TAG, eval_data)
+    with tempfile.TemporaryDirectory(prefix="agentr1-model-") as tmp:  # the files as stored, not as sent
+        stored = mlflow.artifacts.download_artifacts(artifact_uri=info.model_uri, dst_path=tmp)
+        client.set_model_version_tag(registered_name, version, ARTIFACT_TAG, tree_digest(stored))
     client.set_registered_model_alias(registered_name, CHALLENGER, version)
     log.info("registered %s version %s (alias %s), model %s", registered_name, version, CHALLENGER, info.model_id)
     return client.get_model_version(registered_name, version)
+
+
+def tree_digest(root: str | Path) -> str:
+    """SHA-256 over every file under ``root``: for each file in sorted relative-path order, its
+    POSIX path, a NUL, its size, a NUL and its bytes. Any added, removed, renamed or edited file
+    changes the digest. Left out: ``registered_model_meta`` at the top, which MLflow writes at
+    download time (the name and version it was fetched as; data, never run)."""
+    root = Path(root)
+    h = hashlib.sha256()
+    files = (p for p in root.rglob("*") if p.is_file() and p.relative_to(root).as_posix() not in DOWNLOAD_WRITTEN)
+    for f in sorted(files, key=lambda p: p.relative_to(root).as_posix()):
+        h.update(f"{f.relative_to(root).as_posix()}\0{f.stat().st_size}\0".encode())
+        with f.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def load_policy_model(
+    registered_name: str = "agentr1-policy", alias: str = CHAMPION, *, version: str | None = None,
+    client: MlflowClient | None = None, dst_path: str | Path | None = None,
+):
+    """The pyfunc of a registered version (``version``, else the one ``alias`` points at), loaded
+    only after its downloaded files match the ``agentr1.artifact_sha256`` recorded at registration
+    (module docstring: trust boundary). :class:`StageError` when the version is unknown, has no
+    recorded digest, or its files differ; in those cases no code of the model has run.
+    ``dst_path``: where the files are downloaded (default: a new temporary folder)."""
+    client = client or MlflowClient()
+    mv = client.get_model_version(registered_name, version) if version else version_by_alias(client, registered_name, alias)
+    if mv is None:
+        raise StageError(f"{registered_name} has no '{alias}' alias: register and promote a policy first, or pass version=")
+    expected = mv.tags.get(ARTIFACT_TAG)
+    if not expected:
+        raise StageError(f"{registered_name} version {mv.version} has no {ARTIFACT_TAG} tag, so its files cannot be "
+                         "verified before its code runs: re-register the checkpoint with agentr1 (evaluate stage)")
+    dst = Path(dst_path) if dst_path else Path(tempfile.mkdtemp(prefix="agentr1-model-"))
+    local = mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{registered_name}/{mv.version}", dst_path=str(dst))
+    got = tree_digest(local)
+    if got != expected:
+        raise StageError(f"{registered_name} version {mv.version}: the stored model files do not match the digest recorded "
+                         f"at registration ({ARTIFACT_TAG} {expected[:16]}..., files {got[:16]}...); refusing to load code "
+                         "that may have been changed in the artifact store - re-register from a trusted checkpoint")
+    return mlflow.pyfunc.load_model(local)
 
 
 def model_id_of(mv: ModelVersion) -> str | None:
