@@ -30,25 +30,46 @@ log = logging.getLogger("agentr1.flows")
 ERROR_TAIL_LINES = 40
 
 # A failure is *transient* when retrying the same command can succeed without anyone changing
-# anything: another process holds DVC's repo lock, or the network / an S3-compatible server
-# hiccupped. Everything else (bad params, a failed validation, a bug) is deterministic and is
-# NOT retried: it would fail again and only delay the report.
+# anything: another process holds DVC's repo lock or the SQLite store, or the network / an
+# S3-compatible or MLflow server hiccupped. Everything else (bad params, a failed validation, a
+# bug, a stage killed by our own timeout) is deterministic and is NOT retried: it would fail again
+# and only delay the report.
+#
+# The patterns are exact error phrases, matched line by line on the command's *stderr* only, so
+# ordinary stage output ("step 503/1000", "eval n=504", "timeout_s must be > 0") never matches:
+# a bare number or the word "timeout" is not an error. Lines logged at DEBUG/INFO/WARNING level
+# are skipped too (a warning about a retry that then succeeded is not why the command failed).
+# Deliberately NOT transient: "Name or service not known" (a misspelled host fails the same way
+# every time) and HTTP 500 (a server bug, not an overload).
 TRANSIENT_PATTERNS: tuple[str, ...] = (
-    r"unable to acquire lock",
-    r"lock(ed)? by another",
-    r"LockError",
-    r"database is locked",
-    r"Could not connect to the endpoint URL",
-    r"EndpointConnectionError",
-    r"Connection (reset|refused|aborted)",
-    r"RemoteDisconnected",
-    r"timed? ?out",
-    r"Temporary failure in name resolution",
-    r"Name or service not known",
-    r"\b(502|503|504)\b",
-    r"SlowDown|RequestTimeout|TooManyRequests|ServiceUnavailable|Throttl",
+    # DVC: repository lock held by another dvc process
+    r"\bUnable to acquire lock\b",
+    r"\bLockError\b",
+    # SQLite (MLflow backend store, DVC's state db): another writer holds the file
+    r"\bdatabase is locked\b",
+    # botocore / urllib3 / requests / OS socket errors
+    r"\bEndpointConnectionError\b",
+    r"\bCould not connect to the endpoint URL\b",
+    r"\b(Connect|Read) timeout on endpoint URL\b",
+    r"\b(ConnectTimeoutError|ReadTimeoutError|ConnectTimeout|ReadTimeout)\b",
+    r"\bConnection (refused|reset by peer|aborted)",
+    r"\b(ConnectionRefusedError|ConnectionResetError|ConnectionAbortedError|RemoteDisconnected)\b",
+    r"\bRemote end closed connection without response\b",
+    r"\bTemporary failure in name resolution\b",
+    r"\b(Read|Connection) timed out\b",
+    # HTTP 502/503/504 (and 429) in an error phrase, never a bare number
+    r"\b50[234] (Server Error|Bad Gateway|Service Unavailable|Gateway Time-?out)\b",
+    r"\b429 (Client Error|Too Many Requests)\b",
+    r"\bHTTP Error (429|50[234])\b",
+    r"\b(status|status code|status_code|error code)[ =:]+(429|50[234])\b",
+    r"\btoo many (429|50[234]) error responses\b",
+    # S3 / AWS error codes: botocore's "An error occurred (<code>) when calling ..."
+    r"An error occurred \((50[234]|SlowDown|ServiceUnavailable|RequestTimeout|Throttling"
+    r"|ThrottlingException|TooManyRequestsException|RequestLimitExceeded|InternalError)\)",
 )
-_TRANSIENT_RE = re.compile("|".join(TRANSIENT_PATTERNS), re.IGNORECASE)
+_TRANSIENT_RE = re.compile("|".join(f"(?:{p})" for p in TRANSIENT_PATTERNS))
+# "2026-12-01 12:00:00,123 INFO name: ...", "INFO: ...", "[WARNING] ...": a log record, not the error
+_NON_ERROR_LOG_RE = re.compile(r"^\s*(?:[\d:,.T+\-]+\s+){0,2}\[?(?:DEBUG|INFO|WARNING|WARN)\]?[\s:]")
 
 
 class CommandError(RuntimeError):
@@ -68,12 +89,17 @@ class CommandError(RuntimeError):
 
     @property
     def transient(self) -> bool:
-        return is_transient(self.output_tail + "\n" + self.stderr_tail)
+        # stderr only: stdout is the stage's ordinary output (progress, metrics)
+        return is_transient(self.stderr_tail)
 
 
 def is_transient(text: str) -> bool:
-    """True when a command's output matches a known lock or network error (see module doc)."""
-    return bool(_TRANSIENT_RE.search(text))
+    """True when a line of ``text`` (a command's stderr) is a known lock or network error
+    (``TRANSIENT_PATTERNS``); DEBUG/INFO/WARNING log lines are ignored."""
+    return any(
+        _TRANSIENT_RE.search(line) and not _NON_ERROR_LOG_RE.match(line)
+        for line in text.splitlines()
+    )
 
 
 def retry_if_transient(task: Any, task_run: Any, state: Any) -> bool:

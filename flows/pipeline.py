@@ -49,9 +49,16 @@ MD_DEPTH = 3
 MD_ROWS_PER_FILE = 40
 
 
+def repro_run_name(parameters: dict[str, Any]) -> str:
+    """Task run name: ``dvc repro train@ppo`` (or several targets), ``dvc repro (all stages)``."""
+    target = parameters.get("target")
+    targets = [target] if isinstance(target, str) else list(target or [])
+    return "dvc repro " + (" ".join(targets) if targets else "(all stages)")
+
+
 @task(
     name="dvc-repro",
-    task_run_name="dvc repro {target}",
+    task_run_name=repro_run_name,
     retries=2,
     retry_delay_seconds=[30, 120],
     retry_condition_fn=retry_if_transient,
@@ -92,6 +99,35 @@ def publish(project_dir: str, url: str, paths: list[str]) -> list[str]:
         else:
             run_logger().warning("publish: %s does not exist, skipped", p)
     return uploaded
+
+
+class NoDvcRemoteError(RuntimeError):
+    """``push=true`` but the project has no DVC remote to push to."""
+
+
+def check_push_remote(project_dir: str, remote: str | None) -> str:
+    """The remote ``dvc push`` will use; raises :class:`NoDvcRemoteError` naming the fix when
+    there is none (checked before any stage runs, so a weekly run does not fail after hours)."""
+    listed = run_command(["dvc", "remote", "list"], project_dir, logger=_quiet()).stdout
+    names = [ln.split()[0] for ln in listed.splitlines() if ln.strip()]
+    if remote:
+        if remote not in names:
+            raise NoDvcRemoteError(
+                f"push=true with remote={remote!r}, but {project_dir} has no such DVC remote "
+                f"(configured: {', '.join(names) or 'none'}): `dvc remote add {remote} s3://<bucket>/dvcstore`, "
+                "or pass another remote, or push=false"
+            )
+        return remote
+    res = run_command(["dvc", "remote", "default"], project_dir, check=False, logger=_quiet())
+    default = res.stdout.strip() if res.returncode == 0 else ""  # else: "No default remote set"
+    if not default:
+        raise NoDvcRemoteError(
+            f"push=true, but {project_dir} has no default DVC remote (.dvc/config tracks none): "
+            "for the local topology run `scripts/topology.sh up` (it sets one in the git-ignored "
+            ".dvc/config.local); otherwise `dvc remote add --local -d <name> s3://<bucket>/dvcstore` "
+            "(README \"DVC remote and MLflow artifacts on S3\"), pass remote=<name>, or push=false"
+        )
+    return default
 
 
 def _git_sha(project_dir: str) -> str:
@@ -183,7 +219,8 @@ def pipeline(
         targets: DVC targets (stage names such as ``validate`` or ``train@grpo``), reproduced in
             order with their upstream stages; empty = the whole pipeline.
         force: ``dvc repro --force`` (rerun even if nothing changed).
-        push: ``dvc push`` the targets' outputs to the DVC remote afterwards.
+        push: ``dvc push`` the targets' outputs to the DVC remote afterwards; the flow fails
+            before running any stage when there is no remote to push to.
         remote: DVC remote name for the push (default: the project's default remote).
         tracking_uri: MLflow tracking URI for the run links (default: ``MLFLOW_TRACKING_URI``,
             else the project's ``mlflow/mlflow.db`` when present, else no links).
@@ -203,6 +240,8 @@ def pipeline(
     pushed: str | None = None
     published: list[str] = []
     try:
+        if push:
+            check_push_remote(project_dir, remote)
         for target in targets or [None]:
             stages.append(repro(project_dir, target, force, stage_timeout_s))
         if push:

@@ -3,9 +3,12 @@
 #   S3 (moto_server, dev only)  ->  MLflow tracking server (SQLite backend, S3 artifacts)
 #   Prefect server  ->  process work pool `agentr1-process` + a worker  ->  `prefect deploy --all`
 #
-#   scripts/topology.sh up       start everything in the background (bounded waits), deploy
+#   scripts/topology.sh up       start everything in the background (bounded waits), deploy;
+#                                with no default DVC remote, set $DVC_REMOTE (s3://$S3_BUCKET/dvcstore)
+#                                in the git-ignored .dvc/config.local
 #   scripts/topology.sh status   what is running
-#   scripts/topology.sh down     stop what `up` started (by the pids it recorded)
+#   scripts/topology.sh down     stop what `up` started (by the pids it recorded); moto keeps S3 in
+#                                memory, so this DELETES the DVC remote and the MLflow artifacts
 #   scripts/topology.sh env      print the environment variables a client needs
 #
 # Logs and pid files: $AGENTR1_TOPOLOGY_DIR (default .prefect/topology, git-ignored).
@@ -34,9 +37,12 @@ export AWS_ENDPOINT_URL_S3=${AWS_ENDPOINT_URL_S3:-$MLFLOW_S3_ENDPOINT_URL}
 export AWS_DEFAULT_REGION=${AWS_DEFAULT_REGION:-us-east-1}
 # moto accepts any key pair; these dummies exist only for the local dev server. With real S3,
 # export your own (or AWS_PROFILE) before running this script - they are never written to disk.
+INVENTED_KEYS=0
 if [[ -z "${AWS_ACCESS_KEY_ID:-}" && -z "${AWS_PROFILE:-}" ]]; then
   export AWS_ACCESS_KEY_ID=local-dev AWS_SECRET_ACCESS_KEY=local-dev
+  INVENTED_KEYS=1
 fi
+DVC_REMOTE=${DVC_REMOTE:-agentr1-local}
 
 mkdir -p "$TOPO"
 
@@ -90,6 +96,17 @@ except S3BucketNotFoundError:
     boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL_S3"]).create_bucket(Bucket="$S3_BUCKET")
     print("created bucket s3://$S3_BUCKET")
 EOF
+    # `dvc push` needs a remote: .dvc/config tracks none (a localhost URL is wrong for anyone
+    # else), so point the git-ignored .dvc/config.local at this topology's bucket - unless the
+    # checkout already has a default remote of its own.
+    current=$(dvc remote default 2>/dev/null) || current=""  # rc 1: "No default remote set"
+    if [[ -z "$current" || "$current" == "$DVC_REMOTE" ]]; then
+      dvc remote add --local --default --force "$DVC_REMOTE" "s3://$S3_BUCKET/dvcstore"
+      dvc remote modify --local "$DVC_REMOTE" endpointurl "$AWS_ENDPOINT_URL_S3"
+      echo "DVC remote $DVC_REMOTE -> s3://$S3_BUCKET/dvcstore ($AWS_ENDPOINT_URL_S3), in .dvc/config.local"
+    else
+      echo "DVC default remote: $current (kept)"
+    fi
     mkdir -p mlflow
     start mlflow mlflow server --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 1 \
       --backend-store-uri "sqlite:///$ROOT/mlflow/mlflow.db" \
@@ -104,7 +121,16 @@ EOF
     echo "topology up: Prefect UI http://127.0.0.1:$PREFECT_PORT  MLflow UI $MLFLOW_TRACKING_URI  S3 $AWS_ENDPOINT_URL_S3"
     ;;
   down)
+    had_s3=0
+    if [[ -f "$TOPO/s3.pid" ]]; then had_s3=1; fi
     for n in worker prefect-server mlflow s3; do stop "$n"; done
+    if [[ "$had_s3" == 1 ]]; then
+      cat >&2 <<EOF
+WARNING: moto_server keeps S3 in memory only: stopping it DELETED s3://$S3_BUCKET, i.e. the
+WARNING: DVC remote (dvcstore/) and every MLflow artifact (mlflow/). mlflow/mlflow.db still lists
+WARNING: the runs, but their artifacts are gone; after the next 'up', run 'dvc push' again.
+EOF
+    fi
     ;;
   status)
     for n in s3 mlflow prefect-server worker; do
@@ -121,6 +147,12 @@ EOF
     echo "export MLFLOW_S3_ENDPOINT_URL=$MLFLOW_S3_ENDPOINT_URL"
     echo "export AWS_ENDPOINT_URL_S3=$AWS_ENDPOINT_URL_S3"
     echo "export AWS_DEFAULT_REGION=$AWS_DEFAULT_REGION"
+    if [[ "$INVENTED_KEYS" == 1 ]]; then  # the dummy pair this script gives moto, not a secret
+      echo "export AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID"
+      echo "export AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY"
+    else
+      echo "# AWS credentials: your own AWS_PROFILE / AWS_ACCESS_KEY_ID (not printed)"
+    fi
     ;;
   *)
     echo "usage: $0 up|down|status|env" >&2; exit 2 ;;

@@ -83,6 +83,57 @@ def test_transient_classification():
     assert not common.is_transient("ERROR: failed to reproduce 'prepare': failed to run: agentr1 prepare, exited with 2")
 
 
+# Ordinary stage output (training/eval logs, config errors) that mentions numbers such as 503 or
+# words such as "timeout": a deterministic failure whose log has these lines must not be retried.
+ORDINARY_LINES = [
+    "step 503/1000",
+    "eval n=504",
+    "timeout_s must be > 0",
+    "2026-12-01 INFO agentr1.rl.trainer: step 503/1000 reward 0.1",
+    "2026-12-01 12:00:03,502 INFO agentr1.eval: evaluate@ppo n=502 em=0.31 f1=0.44",
+    "agentr1: retrieval.server.timeout_s: Input should be greater than 0",
+    "ERROR: failed to reproduce 'evaluate@ppo': failed to run: agentr1 evaluate, exited with 1",
+    "ValueError: expected 504 passages, got 503",
+    "rollout: 503 episodes, 12 timed_out, mean turns 3.1",
+    "WARNING: Retrying (Retry(total=4)) after connection broken by 'NewConnectionError(Connection refused)'",
+    "2026-12-01 WARNING urllib3.connectionpool: Retrying after Read timed out.",
+]
+# Real transient errors (lock, network, S3/HTTP server), as DVC, boto3, requests and SQLite print them.
+TRANSIENT_LINES = [
+    "ERROR: Unable to acquire lock. Most likely another DVC process is running or was terminated abruptly.",
+    "sqlalchemy.exc.OperationalError: (sqlite3.OperationalError) database is locked",
+    "botocore.exceptions.EndpointConnectionError: Could not connect to the endpoint URL: \"http://127.0.0.1:9000/agentr1\"",
+    "ConnectionRefusedError: [Errno 111] Connection refused",
+    "ConnectionResetError: [Errno 104] Connection reset by peer",
+    "socket.gaierror: [Errno -3] Temporary failure in name resolution",
+    "requests.exceptions.ReadTimeout: HTTPSConnectionPool(host='mlflow.internal', port=443): Read timed out. (read timeout=120)",
+    "botocore.exceptions.ClientError: An error occurred (503) when calling the PutObject operation: Service Unavailable",
+    "botocore.exceptions.ClientError: An error occurred (SlowDown) when calling the PutObject operation: Please reduce your request rate.",
+    "urllib.error.HTTPError: HTTP Error 502: Bad Gateway",
+    "mlflow.exceptions.MlflowException: API request to endpoint /api/2.0/mlflow/runs/create failed with error code 503 != 200",
+    "requests.exceptions.HTTPError: 504 Server Error: Gateway Timeout for url: http://mlflow.internal/api/2.0/mlflow/runs/log-batch",
+]
+
+
+@pytest.mark.parametrize("line", ORDINARY_LINES)
+def test_ordinary_output_is_not_transient(line):
+    assert not common.is_transient(line), line
+
+
+@pytest.mark.parametrize("line", TRANSIENT_LINES)
+def test_real_transient_errors_are_transient(line):
+    assert common.is_transient(line), line
+
+
+def test_transient_looks_at_stderr_only():
+    # a stage that printed a transient-looking line on stdout, then failed deterministically
+    err = common.CommandError(["dvc", "repro"], 1, ".", "ERROR: failed to reproduce 'train@ppo'",
+                              "Connection refused (retried, recovered)\nERROR: failed to reproduce 'train@ppo'")
+    assert not err.transient
+    err = common.CommandError(["dvc", "push"], 1, ".", "ERROR: unexpected error - Connection reset by peer", "")
+    assert err.transient
+
+
 def test_run_command_streams_and_reports_stderr(caplog):
     caplog.set_level("INFO", logger="agentr1.flows")
     res = common.run_command([sys.executable, "-c", "print('hello'); import sys; print('warn', file=sys.stderr)"], ".")
@@ -210,6 +261,47 @@ def test_transient_failure_is_retried(harness, tmp_path, monkeypatch):
     assert (project / "flaky.attempts").read_text() == "2"
     (tr,) = [t for t in _task_runs(state.state_details.flow_run_id) if t.name.startswith("dvc repro")]
     assert tr.run_count == 2
+
+
+def test_repro_task_run_names():
+    assert pipeline_mod.repro_run_name({"target": None}) == "dvc repro (all stages)"
+    assert pipeline_mod.repro_run_name({"target": "train@ppo"}) == "dvc repro train@ppo"
+    assert pipeline_mod.repro_run_name({"target": ["train@ppo", "evaluate@ppo"]}) == "dvc repro train@ppo evaluate@ppo"
+    assert repro.task_run_name is pipeline_mod.repro_run_name
+
+
+@pytest.mark.slow
+def test_repro_task_run_name_without_target(harness, tmp_path):
+    from prefect import flow
+
+    @flow
+    def only_repro(project_dir: str):
+        repro(project_dir, None)
+
+    state = only_repro(str(tmp_path), return_state=True)  # not a DVC project: fails at once
+    assert state.is_failed()
+    names = [t.name for t in _task_runs(state.state_details.flow_run_id)]
+    assert names == ["dvc repro (all stages)"], names
+
+
+def test_push_needs_a_remote(tmp_path):
+    tiny.sh(["dvc", "init", "--no-scm", "-q"], tmp_path)
+    with pytest.raises(pipeline_mod.NoDvcRemoteError, match="scripts/topology.sh up"):
+        pipeline_mod.check_push_remote(str(tmp_path), None)
+    with pytest.raises(pipeline_mod.NoDvcRemoteError, match="no such DVC remote"):
+        pipeline_mod.check_push_remote(str(tmp_path), "s3remote")
+    tiny.sh(["dvc", "remote", "add", "--local", "-d", "s3remote", "s3://agentr1/dvcstore"], tmp_path)
+    assert pipeline_mod.check_push_remote(str(tmp_path), None) == "s3remote"
+    assert pipeline_mod.check_push_remote(str(tmp_path), "s3remote") == "s3remote"
+
+
+@pytest.mark.slow
+def test_push_without_remote_fails_before_any_stage(harness, tmp_path):
+    project = tiny.make_project(tmp_path / "noremote")
+    state = pipeline(project_dir=str(project), targets=["prepare"], push=True, return_state=True)
+    assert state.is_failed()
+    assert "no default DVC remote" in state.message and "scripts/topology.sh up" in state.message
+    assert _task_runs(state.state_details.flow_run_id) == []  # no stage ran
 
 
 # ----------------------------------------------------------------------------------- deployments

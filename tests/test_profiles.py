@@ -16,7 +16,7 @@ import torch
 import yaml
 
 from agentr1 import cli
-from agentr1.config import ConfigError, load_config
+from agentr1.config import ConfigError, flatten, load_config
 from agentr1.profiles import (
     hydra_value,
     load_profile,
@@ -33,15 +33,7 @@ PAPER_RUNS = ["ppo", "grpo", "reinforce_pp", "reinforce_pp_baseline", "rloo", "p
 BASELINES = ["cold_start", "base_tool_call", "naive_rag"]
 
 
-def leaves(tree, prefix=""):
-    """Dotted key -> value for every non-mapping leaf of ``tree``."""
-    out = {}
-    for k, v in tree.items():
-        if isinstance(v, dict) and v:
-            out.update(leaves(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
+leaves = flatten  # dotted key -> value for every non-mapping leaf
 
 
 def run_cli(argv, capsys):

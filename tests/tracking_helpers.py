@@ -206,10 +206,12 @@ def check_tampered_model_is_refused(client, name: str) -> None:
     target = Path(root.removeprefix("file://")) / code[0]
     assert target.is_file(), f"test assumes a local artifact store, got {root}"
     marker = target.parent / "tampered-code-ran"
-    target.write_text(f"open({str(marker)!r}, 'w').close()\n" + target.read_text())
+    target.write_text(target.read_text() + f"\nopen({str(marker)!r}, 'w').close()\n")  # runs if loaded
     with pytest.raises(StageError, match="do not match the digest"):
         load_policy_model(name, "champion", client=client)
     assert not marker.exists()
+    mlflow.pyfunc.load_model(f"models:/{name}/{champion.version}")  # the unverified load ...
+    assert marker.exists()  # ... runs what the store holds: the threat the digest guards against
     client.delete_model_version_tag(name, champion.version, ARTIFACT_TAG)
     with pytest.raises(StageError, match="no agentr1.artifact_sha256 tag"):
         load_policy_model(name, "champion", client=client)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -592,6 +593,19 @@ DEFAULT_RUNS: dict[str, dict[str, Any]] = {
     "grpo_s1": {"estimator": "grpo", "seed": 1},
     "grpo_s2": {"estimator": "grpo", "seed": 2},
 }
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mapping -> ``{"a.b.c": leaf}`` (the dotted keys of ``--set``); lists, ``None`` and
+    empty mappings are leaves."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
 
 
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

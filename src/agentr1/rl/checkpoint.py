@@ -197,17 +197,6 @@ STEPS_KEY = "train.steps"
 _ABSENT = "<absent>"
 
 
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (JSON-style leaves; lists stay whole)."""
-    out: dict[str, Any] = {}
-    for k, v in tree.items():
-        if isinstance(v, dict) and v:
-            out.update(flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def resume_conflicts(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """``"key: old -> new"`` for every saved param the resuming run changes (not counting
     :data:`RESUME_FREE_KEYS`, nor ``train.steps`` while both use the constant lr schedule)."""

@@ -44,6 +44,7 @@ from pathlib import Path
 
 import torch
 
+from agentr1.config import flatten
 from agentr1.data.schema import read_dataset
 from agentr1.data.validation import require_validated
 from agentr1.env import ToolEnv
@@ -204,7 +205,7 @@ def run_train(cfg, args=None) -> dict | None:
         problem = dist.broadcast_object(problem)
         if problem is not None:
             raise StageError(problem)
-        run_params = {**ckpt.flatten(cfg.env.model_dump(mode="json"), "env."), "model.dtype": cfg.model.dtype,
+        run_params = {**flatten(cfg.env.model_dump(mode="json"), "env."), "model.dtype": cfg.model.dtype,
                       "start_checkpoint": checkpoint_fingerprint(sft_dir)}
         if dist.is_main:
             from agentr1.tracking.mlflow_adapter import stage_run

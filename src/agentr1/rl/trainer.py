@@ -65,6 +65,7 @@ from typing import Any
 
 import torch
 
+from agentr1.config import flatten
 from agentr1.env.base import CallOutcome
 from agentr1.env.rewards import episode_format, exact_match, outcome_reward, process_rewards
 from agentr1.errors import StageError
@@ -278,7 +279,7 @@ class Trainer:
                                                           f"{hashlib.sha256(ids.encode()).hexdigest()[:16]}"}
         for name, section in (("train", self.tcfg), ("rollout", self.rollout_cfg), ("reward", self.reward_cfg)):
             if hasattr(section, "model_dump"):
-                params.update(ckpt.flatten(section.model_dump(mode="json"), f"{name}."))
+                params.update(flatten(section.model_dump(mode="json"), f"{name}."))
         params.update(extra or {})
         return params
 

@@ -21,6 +21,8 @@ from typing import Any, Mapping
 
 import yaml
 
+from agentr1.config import flatten
+
 # libyaml's parser when PyYAML has it: dvc.lock is read at every stage start (about 0.5 s in pure
 # Python for the nano pipeline's 85 kB lock, 0.05 s in C)
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -122,18 +124,6 @@ def dvc_dep_hashes(stage: str, lock_path: str | Path = "dvc.lock", root: str | P
         else:
             result[path] = {"hash": _entry_hash(dep) or "", "source": "locked"}
     return result
-
-
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mapping -> ``{"a.b.c": leaf}``; lists and ``None`` are leaves."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
 
 
 def _clip(text: str, limit: int) -> str:
