@@ -187,7 +187,7 @@ TRACKED = ("grpo", "cold_start", "naive_rag")  # MLflow is the slow part: base_t
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    """A tiny world, its cold start (SFT), one RL step (run grpo), then every policy evaluated
+    """A tiny world, its cold start (SFT), one tracked RL step (run grpo), then every policy evaluated
     (with MLflow tracking into a store of this module for :data:`TRACKED`), and grpo and naive
     RAG evaluated a second time."""
     from agentr1.rl import sft_stage, train_stage
@@ -202,7 +202,7 @@ def project(tmp_path_factory):
         quiet = cfg.model_copy(deep=True)
         quiet.tracking.enabled = False
         sft_stage.run_sft(quiet)
-        train_stage.run_train(quiet, SimpleNamespace(run="grpo", resume=False))
+        train_stage.run_train(cfg, SimpleNamespace(run="grpo", resume=False))  # tracked: versions link to it
         metrics = {name: eval_stage.run_evaluate(cfg if name in TRACKED else quiet, SimpleNamespace(policy=name))
                    for name in POLICIES}
         first = {name: (root / "eval" / name / "metrics.json").read_bytes() for name in ("grpo", "naive_rag")}
@@ -311,15 +311,18 @@ def test_registry_versions_aliases_and_gate(project):
     assert [str(v.version) for v in versions] == ["1", "2"]
     first, second = project.runs["grpo"], project.runs["cold_start"]
     assert first["version"] == "1" and first["promotion"]["decision"] == "promote" and first["promotion"]["champion"] == "1"
-    assert second["version"] == "2" and second["promotion"]["challenger"] == "2"
-    assert str(client.get_model_version_by_alias(name, "challenger").version) == "2"
+    # the cold start is a baseline: its own alias, never challenger, never gated
+    assert second["version"] == "2" and "promotion" not in second
+    assert {a: str(client.get_model_version_by_alias(name, a).version) for a in ("challenger", "champion", "cold_start")} \
+        == {"challenger": "1", "champion": "1", "cold_start": "2"}
+    # v1 links to the train@grpo run that wrote its weights
+    train = client.get_run(first["train_run_id"])
+    assert train.info.run_name == "train@grpo" and versions[0].tags["agentr1.train_run_id"] == train.info.run_id
+    assert versions[0].tags["agentr1.checkpoint_sha256"] == train.data.tags["agentr1.checkpoint_sha256"]
+    assert versions[0].description.startswith("grpo: weights from train@grpo") and "train_run_id" not in versions[1].tags
     champion = client.get_model_version_by_alias(name, "champion")
-    # the first version; the cold start's test EM interval overlaps it, so the gate keeps it
-    cs, rl = project.metrics["cold_start"], project.metrics["grpo"]
-    assert not cs["test/em_ci_lower"] > rl["test/em_ci_upper"]
-    assert str(champion.version) == "1" and second["promotion"]["decision"] == "keep"
     assert champion.tags["agentr1.gate.decision"] == "promote"
-    assert versions[1].tags["agentr1.gate.decision"] == "keep"
+    assert "agentr1.gate.decision" not in versions[1].tags  # the baseline is not gated
     eval_data = project.metrics["grpo"]["eval_data"]
     assert {v.tags["agentr1.eval_data"] for v in versions} == {eval_data}
     got = version_metrics(client, champion)

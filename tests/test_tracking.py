@@ -167,6 +167,32 @@ def test_stage_run_sqlite(sqlite_store, tmp_path: Path) -> None:
     assert run.info.artifact_uri.startswith((art / "agentr1-nano").as_uri())
 
 
+def test_variant_runs_log_their_effective_config(sqlite_store) -> None:
+    """train@ppo and train@grpo_s1 log the run's merged train section and seed, so MLflow's
+    "show diff only" lists the estimator and the seed; the provenance stays the params file's."""
+    from mlflow import MlflowClient
+
+    from agentr1.tracking import stage_run
+
+    uri, art = sqlite_store
+    cfg = tracking_cfg(uri, art, parent_run=False)
+    got = {}
+    for variant in ("ppo", "grpo_s1", "ppo_no_adv_no_loss_mask"):
+        with stage_run(cfg, "train", run_name=f"train@{variant}", variant=variant) as run:
+            pass
+        got[variant] = MlflowClient(tracking_uri=uri).get_run(run.run_id).data
+    ppo, grpo, ablation = got["ppo"], got["grpo_s1"], got["ppo_no_adv_no_loss_mask"]
+    assert ppo.params["train.estimator"] == "gae" and grpo.params["train.estimator"] == "grpo"
+    assert ppo.params["seed"] == "0" and grpo.params["seed"] == "1" and grpo.tags["agentr1.seed"] == "1"
+    assert ablation.params["train.loss_mask"] == "false" and ablation.params["train.advantage_mask"] == "false"
+    diff = {k for k in ppo.params if ppo.params[k] != grpo.params.get(k)}
+    assert {"train.estimator", "seed", "train.seed"} <= diff
+    assert {k: ppo.tags[k] for k in ("agentr1.variant", "agentr1.estimator", "agentr1.masks")} == {
+        "agentr1.variant": "ppo", "agentr1.estimator": "gae", "agentr1.masks": "loss+advantage"}
+    assert ablation.tags["agentr1.masks"] == "none" and grpo.tags["agentr1.estimator"] == "grpo"
+    assert ppo.tags["agentr1.params_hash"] == grpo.tags["agentr1.params_hash"] == cfg.section_hash()
+
+
 def test_env_uri_overrides_params(sqlite_store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from agentr1.tracking import resolve_tracking_uri
 
@@ -229,6 +255,42 @@ def test_registry_and_cli_sqlite(sqlite_store, checkpoint: Path, repo_root: Path
     assert "test/f1" in capsys.readouterr().err
 
     check_tampered_model_is_refused(MlflowClient(tracking_uri=uri), "agentr1-policy")
+
+
+def test_registered_versions_carry_their_provenance(sqlite_store, checkpoint: Path) -> None:
+    """A version names the train@ run that wrote its weights (found by the checkpoint digest that
+    run tagged), its digest, variant and headline EM; the cold start never takes challenger;
+    each metric is logged once."""
+    from mlflow import MlflowClient
+
+    from agentr1.eval.stage import Policy, _register
+    from agentr1.io import tree_digest
+    from agentr1.tracking import stage_run
+
+    uri, art = sqlite_store
+    cfg = tracking_cfg(uri, art, parent_run=False, registered_model="provenance-policy")
+    client = MlflowClient(tracking_uri=uri)
+    flat = {"test/em": 0.25, "test/em_ci_lower": 0.2, "test/em_ci_upper": 0.3, "ood/em": 0.1,
+            "ood/em_ci_lower": 0.05, "ood/em_ci_upper": 0.15}
+    with stage_run(cfg, "train", run_name="train@ppo", variant="ppo") as train:
+        assert train.tag_checkpoint(checkpoint) == tree_digest(checkpoint)
+    with stage_run(cfg, "evaluate", run_name="evaluate@ppo", variant="ppo") as ev:
+        info = _register(cfg, ev, Policy("ppo", "rl", checkpoint, True, "evaluate@ppo", "-"), flat, "test:abc")
+    assert info["train_run_id"] == train.run_id and info["promotion"]["decision"] == "promote"
+    mv = client.get_model_version("provenance-policy", info["version"])
+    assert mv.tags["agentr1.train_run_id"] == train.run_id and mv.tags["agentr1.variant"] == "ppo"
+    assert mv.tags["agentr1.checkpoint_sha256"] == tree_digest(checkpoint)
+    assert mv.description.startswith(f"ppo: weights from train@ppo (run {train.run_id}). ")
+    assert "test/em 0.250 [0.200, 0.300]" in mv.description
+    assert [m.value for m in client.get_metric_history(ev.run_id, "test/em")] == [0.25]  # once
+    assert client.get_logged_model(mv.model_id or mv.source.split("/")[-1]).name == "policy-ppo"
+
+    with stage_run(cfg, "evaluate", run_name="evaluate_baseline@cold_start") as base:
+        info = _register(cfg, base, Policy("cold_start", "cold_start", checkpoint, True, "-", "-"), flat, "test:abc")
+    assert "promotion" not in info and info["train_run_id"] is None
+    aliases = {a: str(client.get_model_version_by_alias("provenance-policy", a).version)
+               for a in ("challenger", "champion", "cold_start")}
+    assert aliases == {"challenger": str(mv.version), "champion": str(mv.version), "cold_start": info["version"]}
 
 
 def test_foreach_stage_finds_its_lock_entry_by_run_name(tmp_path: Path) -> None:

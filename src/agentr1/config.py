@@ -741,6 +741,13 @@ class Config(_Section):
             raise ConfigError(f"unknown run {run!r}; params define runs: {sorted(self.runs)}")
         return merge_run(self.train, self.runs[run], run)
 
+    def for_run(self, run: str) -> "Config":
+        """This config as the named run trains with it: ``train`` = :meth:`train_for` ``(run)`` and
+        ``seed`` = the run's own seed (``train.seed`` of a seed replica, else ``seed``). What a
+        run's MLflow params show, so that runs differ in exactly what differs between them."""
+        tcfg = self.train_for(run)
+        return self.model_copy(update={"train": tcfg, "seed": self.seed if tcfg.seed is None else tcfg.seed})
+
     def section_hash(self, *names: str) -> str:
         """Stable hash of the named sections (all when none), for tags and cache keys."""
         dump = self.model_dump(mode="json", by_alias=True)

@@ -12,6 +12,7 @@ and the next write of the same path removes those of dead processes
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -104,6 +105,21 @@ def remove_stale_temps(parent: str | Path, name: str | None = None, kinds: tuple
             removed.append(entry)
             log.info("removed the stale temporary %s (left by a killed write)", entry)
     return removed
+
+
+def tree_digest(root: str | Path, exclude: frozenset[str] = frozenset()) -> str:
+    """SHA-256 over every file under ``root`` (relative POSIX paths in ``exclude`` left out): for
+    each file in sorted relative-path order, its path, a NUL, its size, a NUL and its bytes. Any
+    added, removed, renamed or edited file changes the digest."""
+    root = Path(root)
+    files = {p.relative_to(root).as_posix(): p for p in root.rglob("*") if p.is_file()}
+    h = hashlib.sha256()
+    for rel in sorted(set(files) - exclude):
+        h.update(f"{rel}\0{files[rel].stat().st_size}\0".encode())
+        with files[rel].open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
 
 
 @contextlib.contextmanager

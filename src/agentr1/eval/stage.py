@@ -31,9 +31,13 @@ MLflow (``tracking.enabled``): one run ``evaluate@<NAME>`` (``evaluate_baseline@
 baselines, matching their ``dvc.lock`` key) with the flat metrics at step 0, a seeded sample of
 ``tracking.trace_sample`` episodes per split as traces, every episode of a split as a table
 ``eval/<split>_trajectories.json``; for RL runs and the cold start with ``evaluate.register``,
-the checkpoint is logged and registered as a version of ``tracking.registered_model`` (alias
-``challenger``) and the promotion gate (``tracking.gate_metric``) moves ``champion`` only when
-the challenger beats it beyond the CI (the first version becomes champion).
+the checkpoint is logged (model ``policy-<NAME>``, the metrics logged with it, once) and
+registered as a version of ``tracking.registered_model`` with its provenance: tags
+``agentr1.train_run_id`` (the ``train@`` run whose checkpoint digest matches),
+``agentr1.checkpoint_sha256``, ``agentr1.variant`` and a description with the headline EM. An RL
+policy becomes ``challenger`` and the promotion gate (``tracking.gate_metric``) moves
+``champion`` only when the challenger beats it beyond the CI (the first one becomes champion);
+the cold start is a baseline: alias ``cold_start``, never ``challenger``, never gated.
 """
 
 from __future__ import annotations
@@ -231,6 +235,33 @@ def _timed(times: dict[str, float], name: str):
     times[name] = round(time.perf_counter() - t0, 3)
 
 
+def _register(cfg, run, policy: Policy, flat: dict[str, float], eval_data: str) -> dict[str, Any]:
+    """Register the evaluated checkpoint with its provenance: the ``train@`` run that wrote the
+    weights (found by the checkpoint digest it tagged), the digest, the variant and a description
+    with the headline EM. A trained policy becomes ``challenger`` and goes through the gate; a
+    baseline (the cold start) gets its own alias (its name) and never takes ``challenger``."""
+    from mlflow import MlflowClient
+
+    from agentr1.io import tree_digest
+    from agentr1.tracking.mlflow_adapter import CHECKPOINT_TAG
+    from agentr1.tracking.registry import CHALLENGER, describe_version, promote, train_run_of
+
+    digest = tree_digest(policy.checkpoint)
+    rl = policy.kind == "rl"
+    train_run = train_run_of(MlflowClient(tracking_uri=run.tracking_uri), run.experiment_id, digest) if rl else None
+    tags = {CHECKPOINT_TAG: digest, "agentr1.variant": policy.name, "agentr1.policy_kind": policy.kind}
+    if train_run is not None:
+        tags["agentr1.train_run_id"] = train_run.info.run_id
+    mv = run.log_model(policy.checkpoint, flat, eval_data=eval_data, name=f"policy-{policy.name}",
+                       alias=CHALLENGER if rl else policy.name, tags=tags,
+                       description=describe_version(policy.name, flat, train_run))
+    info: dict[str, Any] = {"model": cfg.tracking.registered_model, "version": str(mv.version),
+                            "train_run_id": tags.get("agentr1.train_run_id")}
+    if rl:
+        info["promotion"] = promote(cfg.tracking.registered_model, cfg.tracking.gate_metric).to_dict()
+    return info
+
+
 def run_evaluate(cfg, args=None) -> dict[str, Any]:
     """Run the stage (module docstring); returns the metrics it wrote."""
     t_start = time.perf_counter()
@@ -260,7 +291,7 @@ def run_evaluate(cfg, args=None) -> dict[str, Any]:
 
     from agentr1.tracking.mlflow_adapter import stage_run
 
-    with stage_run(cfg, "evaluate", run_name=policy.run_name) as run:
+    with stage_run(cfg, "evaluate", run_name=policy.run_name, variant=policy.name if policy.kind == "rl" else None) as run:
         if run.enabled:
             import mlflow
 
@@ -308,17 +339,13 @@ def run_evaluate(cfg, args=None) -> dict[str, Any]:
                     f.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
             write_json_atomic(tmp / "metrics.json", metrics)
             with _timed(times, "mlflow"):
-                run.logger.log(flat, step=0)
+                if not register:  # a registered model's metrics are logged with it, to this run (once)
+                    run.logger.log(flat, step=0)
                 for split in questions:
                     run.log_traces(trajs[split], split=split)
                     run.log_table(trajs[split], f"eval/{split}_trajectories.json")
                 if register:
-                    from agentr1.tracking.registry import promote
-
-                    mv = run.log_model(policy.checkpoint, flat, eval_data=eval_data)
-                    result = promote(cfg.tracking.registered_model, cfg.tracking.gate_metric)
-                    mlflow_info.update(model=cfg.tracking.registered_model, version=str(mv.version),
-                                       promotion=result.to_dict())
+                    mlflow_info.update(_register(cfg, run, policy, flat, eval_data))
             times["total"] = round(time.perf_counter() - t_start, 3)
             write_json_atomic(tmp / "timing.json", {"time_s": times, "device": device, "mlflow": mlflow_info})
     for split, s in summaries.items():

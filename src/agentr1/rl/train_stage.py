@@ -210,15 +210,11 @@ def run_train(cfg, args=None) -> dict | None:
         if dist.is_main:
             from agentr1.tracking.mlflow_adapter import stage_run
 
-            tracking = stage_run(cfg, "train", run_name=f"train@{run}")
+            tracking = stage_run(cfg, "train", run_name=f"train@{run}", variant=None if run == "default" else run)
         else:
             tracking = contextlib.nullcontext(None)
         with tracking as srun:
             logger = srun.logger if srun is not None else NullLogger()
-            if srun is not None and srun.enabled and run_seed != cfg.seed:
-                import mlflow
-
-                mlflow.set_tag("agentr1.seed", str(run_seed))  # the run's own seed (a replica), not params `seed`
             model, tokenizer = load_checkpoint(sft_dir, cfg.model.dtype, cfg.model.trust_remote_code)
             trainer = Trainer(model, tokenizer, tcfg, cfg.rollout, cfg.reward, env=env, train_questions=train_q,
                               dev_questions=dev_q, logger=logger, seed=run_seed, dist=dist, state_dir=state_dir, model_path=sft_dir,
@@ -237,6 +233,8 @@ def run_train(cfg, args=None) -> dict | None:
                 times = timing(history, time.perf_counter() - t_start)
                 with full_params(trainer.actor):
                     save_checkpoint(trainer.policy, tokenizer, run_dir / "checkpoint")
+                if srun is not None:
+                    srun.tag_checkpoint(run_dir / "checkpoint")  # lets the registry link a version to this run
                 write_text_atomic(run_dir / "curve.csv", curve_csv(history))
                 write_json_atomic(run_dir / "metrics.json", metrics)
                 write_json_atomic(run_dir / "timing.json", times)

@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 ROLE_TAG = "agentr1.role"
 PIPELINE_TAG = "agentr1.pipeline_id"
 STAGE_TAG = "agentr1.stage"
+CHECKPOINT_TAG = "agentr1.checkpoint_sha256"  # the weights a train@ run wrote (agentr1.io.tree_digest)
 ARTIFACT_ROOT_ENV = "AGENTR1_ARTIFACT_ROOT"  # overrides tracking.artifact_root (a sqlite store's artifacts)
 _BATCH = 100  # MLflow's MAX_PARAMS_TAGS_PER_BATCH; metrics allow 1000, 100 keeps requests small
 
@@ -186,6 +187,18 @@ class StageRun:
 
             log_trajectory_table(trajectories, artifact_file, run_id=self.run_id, **kw)
 
+    def tag_checkpoint(self, checkpoint_dir: str | Path) -> str | None:
+        """Tag this run with the digest of the checkpoint it wrote (``agentr1.checkpoint_sha256``),
+        so a registered version can name the run its weights come from; the digest (``None``
+        when disabled)."""
+        if not self.enabled:
+            return None
+        from agentr1.io import tree_digest
+
+        digest = tree_digest(checkpoint_dir)
+        MlflowClient(tracking_uri=self.tracking_uri).set_tag(self.run_id, CHECKPOINT_TAG, digest)
+        return digest
+
     def log_model(self, checkpoint_dir: str | Path, metrics: Mapping[str, float], **kw: Any) -> Any:
         """:func:`agentr1.tracking.registry.log_policy_model` from this run (``None`` when disabled)."""
         if not self.enabled:
@@ -244,14 +257,29 @@ def _log_params(client: MlflowClient, run_id: str, cfg: "Config") -> None:
         client.log_batch(run_id, params=items[i : i + _BATCH])
 
 
+def variant_tags(cfg: "Config", variant: str) -> dict[str, str]:
+    """Tags of a stage run for the named run of params ``runs`` (``cfg`` = :meth:`Config.for_run`):
+    ``agentr1.variant``, ``agentr1.estimator``, ``agentr1.masks`` (the Agent-R1 masks that are on:
+    ``loss+advantage``, ``loss``, ``advantage`` or ``none``) and the run's own ``agentr1.seed``."""
+    t = cfg.train
+    masks = "+".join(m for m, on in (("loss", t.loss_mask), ("advantage", t.advantage_mask)) if on) or "none"
+    return {"agentr1.variant": variant, "agentr1.estimator": t.estimator, "agentr1.masks": masks,
+            "agentr1.seed": str(cfg.seed)}
+
+
 @contextlib.contextmanager
-def stage_run(cfg: "Config", stage: str, run_name: str | None = None, lock_path: str | Path = "dvc.lock") -> Iterator[StageRun]:
+def stage_run(cfg: "Config", stage: str, run_name: str | None = None, lock_path: str | Path = "dvc.lock",
+              variant: str | None = None) -> Iterator[StageRun]:
     """One MLflow run for one execution of ``stage`` (the active run inside the block).
 
-    Logs the full config as flat params (and ``config.json``), tags it with provenance and the
+    Logs the config as flat params (and ``config.json``), tags it with provenance and the
     pipeline id (nesting it under the pipeline's parent run with ``tracking.parent_run``), and
-    ends it FINISHED, FAILED (exception) or KILLED (interrupt). Raises :class:`StageError`
-    naming the URI before any work when the store is unreachable."""
+    ends it FINISHED, FAILED (exception) or KILLED (interrupt). With ``variant`` (a run of params
+    ``runs``: ``train@ppo``, ``evaluate@ppo``) the params are the run's *effective* config
+    (:meth:`Config.for_run`: its ``train`` overrides and seed merged in) and :func:`variant_tags`
+    are added, so MLflow's compare view and group-by show what differs between runs; the
+    provenance (params hash, pipeline id) stays that of the whole params file. Raises
+    :class:`StageError` naming the URI before any work when the store is unreachable."""
     name = run_name or stage
     if not cfg.tracking.enabled:
         log.info("tracking disabled (tracking.enabled: false): stage %s runs without MLflow", stage)
@@ -259,6 +287,10 @@ def stage_run(cfg: "Config", stage: str, run_name: str | None = None, lock_path:
         return
     client, uri, exp_id = connect(cfg)
     tags = run_tags(cfg, stage, name, lock_path)
+    logged = cfg
+    if variant is not None:
+        logged = cfg.for_run(variant)
+        tags.update(variant_tags(logged, variant))
     try:
         parent = _parent_run(client, exp_id, tags) if cfg.tracking.parent_run else None
         active = mlflow.start_run(experiment_id=exp_id, run_name=name, parent_run_id=parent, tags=tags)
@@ -267,8 +299,8 @@ def stage_run(cfg: "Config", stage: str, run_name: str | None = None, lock_path:
     run_id = active.info.run_id
     status = "FAILED"
     try:
-        _log_params(client, run_id, cfg)
-        mlflow.log_dict(cfg.model_dump(mode="json", by_alias=True), "config.json", run_id=run_id)
+        _log_params(client, run_id, logged)
+        mlflow.log_dict(logged.model_dump(mode="json", by_alias=True), "config.json", run_id=run_id)
         log.info("MLflow run %s (%s) for stage %s in %s", run_id, name, stage, redact_uri(uri))
         logger = MLflowLogger(run_id, client, cfg.tracking.trace_sample, cfg.seed)
         yield StageRun(cfg, stage, run_id, exp_id, uri, tags[PIPELINE_TAG], logger)

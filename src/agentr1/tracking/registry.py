@@ -25,7 +25,6 @@ rewrite the tag can also bless a tampered artifact.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import tempfile
 import warnings
@@ -36,13 +35,16 @@ from typing import Mapping
 
 import mlflow
 from mlflow import MlflowClient
+from mlflow.entities import Run
 from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 from mlflow.models import ModelSignature
 from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
 
 from agentr1.errors import StageError
+from agentr1.io import tree_digest as _tree_digest
 from agentr1.tracking.gate import GateStats, gate
+from agentr1.tracking.mlflow_adapter import CHECKPOINT_TAG, STAGE_TAG
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +93,16 @@ def log_policy_model(
     eval_data: str = "",
     name: str = "policy",
     client: MlflowClient | None = None,
+    alias: str | None = CHALLENGER,
+    tags: Mapping[str, str] | None = None,
+    description: str | None = None,
 ) -> ModelVersion:
-    """Log ``checkpoint_dir`` as a pyfunc model in ``run_id`` (default: the active run), log
-    ``metrics`` to the run linked to that model, register it as a new version of
-    ``registered_name`` (tag ``agentr1.eval_data`` = ``eval_data``) and set alias
-    ``challenger`` to it. Returns the registered version."""
+    """Log ``checkpoint_dir`` as a pyfunc model ``name`` in ``run_id`` (default: the active run),
+    log ``metrics`` to the run linked to that model (once: they are the run's metrics too),
+    register it as a new version of ``registered_name`` with tags ``agentr1.eval_data`` =
+    ``eval_data``, ``agentr1.artifact_sha256`` and ``tags``, and ``description``, and point
+    ``alias`` at it (``challenger`` for a trained policy; a baseline gets its own alias, or
+    ``None``). Returns the registered version."""
     ckpt = Path(checkpoint_dir)
     if not (ckpt / "config.json").is_file() or not any(ckpt.glob("*.safetensors")):
         raise StageError(f"{ckpt} is not a checkpoint (needs config.json and *.safetensors): train or fix the path")
@@ -116,28 +123,45 @@ def log_policy_model(
             mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, run_id=rid, model_id=info.model_id)
     version = str(info.registered_model_version)
     client.set_model_version_tag(registered_name, version, EVAL_DATA_TAG, eval_data)
+    for key, value in (tags or {}).items():
+        client.set_model_version_tag(registered_name, version, key, value)
+    if description:
+        client.update_model_version(registered_name, version, description=description)
     with tempfile.TemporaryDirectory(prefix="agentr1-model-") as tmp:  # the files as stored, not as sent
         stored = mlflow.artifacts.download_artifacts(artifact_uri=info.model_uri, dst_path=tmp)
         client.set_model_version_tag(registered_name, version, ARTIFACT_TAG, tree_digest(stored))
-    client.set_registered_model_alias(registered_name, CHALLENGER, version)
-    log.info("registered %s version %s (alias %s), model %s", registered_name, version, CHALLENGER, info.model_id)
+    if alias:
+        client.set_registered_model_alias(registered_name, alias, version)
+    log.info("registered %s version %s (alias %s), model %s", registered_name, version, alias, info.model_id)
     return client.get_model_version(registered_name, version)
 
 
 def tree_digest(root: str | Path) -> str:
-    """SHA-256 over every file under ``root``: for each file in sorted relative-path order, its
-    POSIX path, a NUL, its size, a NUL and its bytes. Any added, removed, renamed or edited file
-    changes the digest. Left out: ``registered_model_meta`` at the top, which MLflow writes at
-    download time (the name and version it was fetched as; data, never run)."""
-    root = Path(root)
-    h = hashlib.sha256()
-    files = (p for p in root.rglob("*") if p.is_file() and p.relative_to(root).as_posix() not in DOWNLOAD_WRITTEN)
-    for f in sorted(files, key=lambda p: p.relative_to(root).as_posix()):
-        h.update(f"{f.relative_to(root).as_posix()}\0{f.stat().st_size}\0".encode())
-        with f.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()
+    """:func:`agentr1.io.tree_digest` of a downloaded model, without ``registered_model_meta`` at
+    the top (MLflow writes it at download time: the name and version it was fetched as; data,
+    never run)."""
+    return _tree_digest(root, exclude=DOWNLOAD_WRITTEN)
+
+
+def train_run_of(client: MlflowClient, experiment_id: str, checkpoint_sha256: str) -> Run | None:
+    """The newest finished ``train@`` run whose checkpoint had this digest (tag
+    ``agentr1.checkpoint_sha256``, set by the train stage), or ``None``."""
+    runs = client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.`{CHECKPOINT_TAG}` = '{checkpoint_sha256}' and tags.`{STAGE_TAG}` = 'train' "
+                      "and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"], max_results=1)
+    return runs[0] if runs else None
+
+
+def describe_version(variant: str, metrics: Mapping[str, float], train_run: Run | None) -> str:
+    """A version's description: where its weights come from and its headline metrics (EM with
+    the CI per split), e.g. ``ppo: weights from train@ppo (run 1a2b...). test/em 0.045 [0.020, 0.075]``."""
+    origin = (f"weights from {train_run.info.run_name} (run {train_run.info.run_id})" if train_run is not None
+              else "weights from no tracked train@ run")
+    heads = [f"{k} {metrics[k]:.3f} [{metrics.get(k + '_ci_lower', float('nan')):.3f}, "
+             f"{metrics.get(k + '_ci_upper', float('nan')):.3f}]" for k in sorted(metrics) if k.endswith("/em")]
+    return f"{variant}: {origin}. " + ("; ".join(heads) or "no EM metrics")
 
 
 def load_policy_model(
