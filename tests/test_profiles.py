@@ -33,9 +33,6 @@ PAPER_RUNS = ["ppo", "grpo", "reinforce_pp", "reinforce_pp_baseline", "rloo", "p
 BASELINES = ["cold_start", "base_tool_call", "naive_rag"]
 
 
-leaves = flatten  # dotted key -> value for every non-mapping leaf
-
-
 def run_cli(argv, capsys):
     rc = cli.main(["--params", str(PARAMS), *argv])
     cap = capsys.readouterr()
@@ -47,8 +44,8 @@ def run_cli(argv, capsys):
 def test_profile_validates_and_sets_only_keys_that_differ(name):
     p = load_profile(name, PARAMS)
     assert p.cfg.profile == name
-    base = leaves(yaml.safe_load(PARAMS.read_text()))
-    for key, value in leaves({k: v for k, v in p.overrides.items() if k != "runs"}).items():
+    base = flatten(yaml.safe_load(PARAMS.read_text()))
+    for key, value in flatten({k: v for k, v in p.overrides.items() if k != "runs"}).items():
         assert key in base or key.startswith("data.real.sources"), f"{key}: not a params.yaml key"
         assert base.get(key) != value, f"profiles/{name}.yaml restates {key}: {value!r} (params.yaml's value)"
     assert set(p.cfg.runs) == set(p.overrides["runs"])  # runs replaced, not merged

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import hashlib
 import io
 import logging
 import shutil
@@ -49,7 +48,7 @@ from agentr1.data.schema import read_dataset
 from agentr1.data.validation import require_validated
 from agentr1.env import ToolEnv
 from agentr1.errors import StageError
-from agentr1.io import remove_stale_temps, write_json_atomic, write_text_atomic
+from agentr1.io import remove_stale_temps, tree_digest, write_json_atomic, write_text_atomic
 from agentr1.models import load_checkpoint, save_checkpoint
 from agentr1.retrieval.base import RetrieverError
 from agentr1.rl import checkpoint as ckpt
@@ -131,25 +130,6 @@ def _is_checkpoint(path: Path) -> bool:
     return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
 
 
-def _file_fingerprint(h, path: Path, sample: int = 1 << 20) -> None:
-    size = path.stat().st_size
-    h.update(f"{path.name}\0{size}\0".encode())
-    with path.open("rb") as f:
-        h.update(f.read(sample))
-        if size > 2 * sample:
-            f.seek(size - sample)
-        h.update(f.read(sample))
-
-
-def checkpoint_fingerprint(path: Path) -> str:
-    """A cheap identity of a checkpoint directory (config, tokenizer, and for each weights file
-    its size and first/last MiB): a re-trained cold start differs, a re-checkout does not."""
-    h = hashlib.sha256()
-    for f in sorted(p for p in path.iterdir() if p.is_file() and (p.suffix in (".json", ".safetensors"))):
-        _file_fingerprint(h, f)
-    return h.hexdigest()[:16]
-
-
 def _prepare_state(run: str, run_dir: Path, state_dir: Path, resume: bool) -> str | None:
     """Rank 0, before training: with ``resume``, make sure there is a state to continue (recovered
     from the backup copy of an interrupted save if need be); without, discard an old one, loudly.
@@ -206,7 +186,7 @@ def run_train(cfg, args=None) -> dict | None:
         if problem is not None:
             raise StageError(problem)
         run_params = {**flatten(cfg.env.model_dump(mode="json"), "env."), "model.dtype": cfg.model.dtype,
-                      "start_checkpoint": checkpoint_fingerprint(sft_dir)}
+                      "start_checkpoint": tree_digest(sft_dir)}
         if dist.is_main:
             from agentr1.tracking.mlflow_adapter import stage_run
 
