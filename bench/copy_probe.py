@@ -33,7 +33,8 @@ from agentr1.data.schema import read_dataset  # noqa: E402
 from agentr1.io import write_json_atomic  # noqa: E402
 from agentr1.models import load_checkpoint  # noqa: E402
 from agentr1.rl.sft import copy_probe  # noqa: E402
-from agentr1.rl.sft_stage import _load_env, probe_episodes  # noqa: E402
+from agentr1.stages.context import load_env as _load_env  # noqa: E402
+from agentr1.stages.sft import probe_episodes  # noqa: E402
 from agentr1.rollout.oracle import corpus_titles  # noqa: E402
 
 

@@ -45,7 +45,8 @@ from agentr1.data.schema import read_dataset  # noqa: E402
 from agentr1.eval.quick import episode_metrics, evaluate_tool_policy  # noqa: E402
 from agentr1.models import load_policy  # noqa: E402
 from agentr1.rl.sft import copy_probe, pretrain_lm, title_links, train_sft  # noqa: E402
-from agentr1.rl.sft_stage import _load_env, _questions, probe_episodes  # noqa: E402
+from agentr1.stages.context import load_env as _load_env  # noqa: E402
+from agentr1.stages.sft import _questions, probe_episodes  # noqa: E402
 from agentr1.rollout import make_backend  # noqa: E402
 from agentr1.rollout.oracle import corpus_titles, oracle_rollout, oracle_texts, plan_all, unique_questions  # noqa: E402
 

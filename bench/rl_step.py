@@ -6,7 +6,7 @@ Not a test. Run from the repository root (after ``python bench/peak.py`` for the
     python bench/rl_step.py --models nano --steps 5
     python bench/rl_step.py --models smol --smol-steps 3 --smol-turn-tokens 64
 
-The trainer is built as ``agentr1/rl/train_stage.py`` builds it (bench/_rl.py): params.yaml, the
+The trainer is built as ``agentr1/stages/train.py`` builds it (bench/_rl.py): params.yaml, the
 ``grpo`` run (4 questions x 4 rollouts, 2 mini-batches of 8, micro-batch 8, PPO-clip, k3 KL in
 the loss with a frozen reference, old log-probs recomputed), the synthetic world in
 ``data/processed`` with the BM25 index in ``data/index`` and the ToolEnv, and

@@ -144,19 +144,19 @@ def build_world(args, mode: str):
 
 def load_model(args, cfg, ds, workdir: Path, mode: str):
     """(model, tokenizer, description) for ``--model``."""
-    from agentr1.models.loading import _is_checkpoint, load_checkpoint, load_policy
+    from agentr1.models.loading import is_checkpoint, load_checkpoint, load_policy
 
     kind = args.model
     sft = ROOT / cfg.sft.out_dir
     if kind == "auto":
-        if _is_checkpoint(sft):
+        if is_checkpoint(sft):
             kind = "sft"
         elif importlib.util.find_spec(cfg.model.gguf_package) is not None:
             kind = "smol"
         else:
             kind = "scratch"
     if kind == "sft":
-        if not _is_checkpoint(sft):
+        if not is_checkpoint(sft):
             raise FileNotFoundError(f"no cold-start checkpoint in {sft} (run `agentr1 sft`, or --model smol/scratch)")
         model, tok = load_checkpoint(sft, args.dtype)
         return model, tok, f"nano cold start {sft}"
@@ -165,7 +165,7 @@ def load_model(args, cfg, ds, workdir: Path, mode: str):
 
         stem = find_gguf_file(cfg.model.gguf_package, cfg.model.gguf_file).stem
         shared = ROOT / cfg.model.cache_dir
-        cache = shared if _is_checkpoint(shared / stem) else workdir / "models"
+        cache = shared if is_checkpoint(shared / stem) else workdir / "models"
         mcfg = cfg.model.model_copy(update={"kind": "gguf", "cache_dir": str(cache), "dtype": args.dtype})
         model, tok = load_policy(mcfg)
         return model, tok, f"SmolLM2-135M-Instruct ({cfg.model.gguf_package}, cache {cache})"

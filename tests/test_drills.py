@@ -11,7 +11,7 @@ from agentr1.env import ToolEnv
 from agentr1.errors import StageError
 from agentr1.retrieval.bm25 import BM25Retriever
 from agentr1.config import BM25Config
-from agentr1.rl.sft_stage import pretrain_texts
+from agentr1.stages.sft import pretrain_texts
 from agentr1.rollout.oracle import corpus_titles, unique_questions
 
 SMALL = {"families": {"train": 12, "dev": 3, "test": 3, "ood": 4},

@@ -1,5 +1,5 @@
 """The evaluate stage: bootstrap statistics and answer metrics by hand, split summaries, and
-``run_evaluate`` end to end on a tiny world (real BM25 index, a tiny SFT cold start, one RL
+The ``evaluate`` stage end to end on a tiny world (real BM25 index, a tiny SFT cold start, one RL
 step) for an RL run and every baseline - outputs, determinism, MLflow traces, the registry."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import yaml
 
 from agentr1.config import ConfigError, config_from_dict
 from agentr1.errors import StageError
-from agentr1.eval import stage as eval_stage
+from agentr1 import stages
+from agentr1.stages import evaluate as eval_stage
 from agentr1.eval.metrics import bootstrap_ci, paired_bootstrap_diff, summarize_split
 from agentr1.eval.quick import answer_scores
 
@@ -190,26 +191,23 @@ def project(tmp_path_factory):
     """A tiny world, its cold start (SFT), one tracked RL step (run grpo), then every policy evaluated
     (with MLflow tracking into a store of this module for :data:`TRACKED`), and grpo and naive
     RAG evaluated a second time."""
-    from agentr1.rl import sft_stage, train_stage
-
     root = tmp_path_factory.mktemp("evaluate")
     with pytest.MonkeyPatch.context() as mp:
         uri = f"sqlite:///{root / 'mlflow.db'}"
         mp.setenv("MLFLOW_TRACKING_URI", uri)
-        for module in (sft_stage, train_stage, eval_stage):
-            mp.setattr(module, "require_validated", lambda cfg: None)
+        mp.setattr("agentr1.data.validation.require_validated", lambda cfg: None)
         cfg = _project_cfg(root)
         quiet = cfg.model_copy(deep=True)
         quiet.tracking.enabled = False
-        sft_stage.run_sft(quiet)
-        train_stage.run_train(cfg, SimpleNamespace(run="grpo", resume=False))  # tracked: versions link to it
-        metrics = {name: eval_stage.run_evaluate(cfg if name in TRACKED else quiet, SimpleNamespace(policy=name))
+        stages.run("sft", quiet)
+        stages.run("train", cfg, SimpleNamespace(run="grpo", resume=False))  # tracked: versions link to it
+        metrics = {name: stages.run("evaluate", cfg if name in TRACKED else quiet, SimpleNamespace(policy=name))
                    for name in POLICIES}
         first = {name: (root / "eval" / name / "metrics.json").read_bytes() for name in ("grpo", "naive_rag")}
         episodes = (root / "eval" / "grpo" / "episodes.jsonl").read_bytes()
         runs = {name: _read(root, name)[2]["mlflow"] for name in POLICIES}
         for name in ("grpo", "naive_rag"):  # a second run must write the same bytes
-            eval_stage.run_evaluate(quiet, SimpleNamespace(policy=name))
+            stages.run("evaluate", quiet, SimpleNamespace(policy=name))
         yield SimpleNamespace(root=root, cfg=cfg, uri=uri, metrics=metrics, first=first, first_episodes=episodes, runs=runs)
 
 
@@ -345,21 +343,21 @@ def test_unknown_and_missing_policies_are_clear_errors(project, tmp_path, capsys
     cfg = project.cfg.model_copy(deep=True)
     cfg.sft.init_dir = str(tmp_path / "nothing")
     with pytest.raises(StageError, match="agentr1 sft"):
-        eval_stage.run_evaluate(cfg, SimpleNamespace(policy="base_tool_call"))
+        stages.run("evaluate", cfg, SimpleNamespace(policy="base_tool_call"))
 
 
 def test_gate_metric_must_be_evaluated(project):
     cfg = project.cfg.model_copy(deep=True)
     cfg.evaluate.splits = ["ood"]
     with pytest.raises(StageError, match="tracking.gate_metric 'test/em'"):
-        eval_stage.run_evaluate(cfg, SimpleNamespace(policy="cold_start"))
+        stages.run("evaluate", cfg, SimpleNamespace(policy="cold_start"))
     cfg.evaluate.register_ = False  # without registration the split choice is free
     cfg.evaluate.max_examples = 2
     cfg.evaluate.out_dir = str(project.root / "eval_ood")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", project.uri)
-        mp.setattr(eval_stage, "require_validated", lambda c: None)
-        metrics = eval_stage.run_evaluate(cfg, SimpleNamespace(policy="cold_start"))
+        mp.setattr("agentr1.data.validation.require_validated", lambda c: None)
+        metrics = stages.run("evaluate", cfg, SimpleNamespace(policy="cold_start"))
     assert list(metrics["splits"]) == ["ood"] and metrics["ood/n"] == 2
     ids = [json.loads(line)["id"] for line in (project.root / "eval_ood" / "cold_start" / "episodes.jsonl").read_text().splitlines()]
     assert ids == ["ood-b0", "ood-b1"]  # the first N of the split, in dataset order

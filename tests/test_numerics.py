@@ -75,9 +75,9 @@ def test_the_cli_pins_before_it_runs_a_stage(monkeypatch):
     calls = []
     monkeypatch.setattr(cli, "pin_cpu_numerics", lambda: calls.append("pin"))
     monkeypatch.setattr(cli, "load_config", lambda *a, **k: calls.append("config"))
-    monkeypatch.setattr(cli.importlib, "import_module", lambda name: type("M", (), {"run_prepare": staticmethod(lambda cfg, args: calls.append("stage"))}))
+    monkeypatch.setattr(cli, "run_stage", lambda stage, cfg, args: calls.append(stage))
     assert cli.main(["prepare"]) == 0
-    assert calls == ["pin", "config", "stage"]
+    assert calls == ["pin", "config", "prepare"]
 
 
 @pytest.mark.slow

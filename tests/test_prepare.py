@@ -9,8 +9,10 @@ import pytest
 import yaml
 
 from agentr1 import cli
+from agentr1 import stages
 from agentr1.config import SPLITS, config_from_dict
-from agentr1.data import prepare, synthetic
+from agentr1.data import synthetic
+from agentr1.stages import prepare
 from agentr1.data.schema import Dataset, read_dataset
 from agentr1.errors import StageError
 
@@ -36,7 +38,7 @@ def leftovers(parent: Path) -> list[str]:
 def test_prepare_writes_dataset_and_manifest(tmp_path):
     out = tmp_path / "processed"
     cfg = make_cfg(out)
-    assert prepare.run_prepare(cfg, None) == out
+    assert stages.run("prepare", cfg, None) == out
     assert sorted(p.name for p in out.iterdir()) == FILES
     ds = read_dataset(out)
     expected = synthetic.generate_world(cfg.data.synthetic, cfg.seed)
@@ -56,11 +58,11 @@ def test_prepare_writes_dataset_and_manifest(tmp_path):
 def test_rerun_is_byte_identical(tmp_path):
     out = tmp_path / "processed"
     cfg = make_cfg(out)
-    prepare.run_prepare(cfg, None)
+    stages.run("prepare", cfg, None)
     first = snapshot(out)
-    prepare.run_prepare(cfg, None)
+    stages.run("prepare", cfg, None)
     assert snapshot(out) == first
-    prepare.run_prepare(make_cfg(out, synthetic={**SMALL, "distractor_sentences": 1}), None)
+    stages.run("prepare", make_cfg(out, synthetic={**SMALL, "distractor_sentences": 1}), None)
     assert snapshot(out)["corpus.parquet"] != first["corpus.parquet"]
     assert leftovers(tmp_path) == []
 
@@ -78,11 +80,11 @@ def _half_write(ds, out_dir):
 def test_failure_keeps_old_output_and_leaves_no_temp(tmp_path, monkeypatch, target, fake):
     out = tmp_path / "processed"
     cfg = make_cfg(out)
-    prepare.run_prepare(cfg, None)
+    stages.run("prepare", cfg, None)
     before = snapshot(out)
     monkeypatch.setattr(target, fake, _boom if fake == "generate" else _half_write)
     with pytest.raises(RuntimeError):
-        prepare.run_prepare(cfg, None)
+        stages.run("prepare", cfg, None)
     assert snapshot(out) == before
     assert leftovers(tmp_path) == []
 
@@ -90,7 +92,7 @@ def test_failure_keeps_old_output_and_leaves_no_temp(tmp_path, monkeypatch, targ
 def test_failure_without_previous_output_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(prepare, "write_dataset", _half_write)
     with pytest.raises(RuntimeError):
-        prepare.run_prepare(make_cfg(tmp_path / "processed"), None)
+        stages.run("prepare", make_cfg(tmp_path / "processed"), None)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -98,7 +100,7 @@ def test_too_small_world_is_a_stage_error(tmp_path):
     cfg = make_cfg(tmp_path / "processed",
                    synthetic={**SMALL, "questions": {**SMALL["questions"], "ood": 5000}})
     with pytest.raises(StageError, match=r"data\.synthetic\.questions\.ood"):
-        prepare.run_prepare(cfg, None)
+        stages.run("prepare", cfg, None)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -117,7 +119,7 @@ def test_real_source_goes_through_load_sources(tmp_path, monkeypatch):
     monkeypatch.setattr(multihop, "load_sources", fake_load)
     out = tmp_path / "processed"
     cfg = make_cfg(out, source="real", real={"sources": [{"dataset": "hotpotqa", "path": "missing.json"}]})
-    prepare.run_prepare(cfg, None)
+    stages.run("prepare", cfg, None)
     assert calls == [(1, 3)]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["source"] == "real" and manifest["corpus_size"] == 2

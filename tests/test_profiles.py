@@ -295,7 +295,7 @@ def test_paper_data_sources_through_prepare(monkeypatch, tmp_path):
     import datasets
     from test_loaders import HOTPOT_OFFICIAL, TWOWIKI, musique_record, to_hf_hotpot
 
-    from agentr1.data.prepare import run_prepare
+    from agentr1 import stages
     from agentr1.data.schema import read_dataset
 
     def hotpot(tag, n):
@@ -326,7 +326,7 @@ def test_paper_data_sources_through_prepare(monkeypatch, tmp_path):
     ]) + "\n")
     cfg = load_profile("paper", PARAMS, {"data.processed_dir": str(tmp_path / "processed"),
                                          "data.real.corpus": str(corpus), "tracking.enabled": False}).cfg
-    run_prepare(cfg)
+    stages.run("prepare", cfg)
     assert calls == [(s.hub_id, s.hub_config, s.hub_split) for s in cfg.data.real.sources]
     ds = read_dataset(tmp_path / "processed")
     train = ds.split("train")

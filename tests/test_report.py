@@ -18,7 +18,7 @@ from agentr1.config import config_from_dict
 from agentr1.errors import StageError
 from agentr1.eval.metrics import bootstrap_ci
 from agentr1.report.methods import group_methods
-from agentr1.report.stage import run_report
+from agentr1 import stages
 
 # ----------------------------------------------------------------------------- grouping (unit)
 PAPER_RUNS = {
@@ -166,7 +166,7 @@ def make_cfg(tmp_path: Path, runs: dict = RUNS, **report):
 def report(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
     cfg = make_cfg(tmp)
-    data = run_report(cfg, SimpleNamespace())
+    data = stages.run("report", cfg, SimpleNamespace())
     return SimpleNamespace(cfg=cfg, data=data, out=tmp / "reports")
 
 
@@ -304,7 +304,7 @@ def test_missing_evaluations_name_the_stage_to_run(tmp_path):
     (eval_dir / "naive_rag" / "metrics.json").unlink()
     (Path(cfg.train.out_dir) / "rloo" / "curve.csv").unlink()
     with pytest.raises(StageError) as exc:
-        run_report(cfg, SimpleNamespace())
+        stages.run("report", cfg, SimpleNamespace())
     msg = str(exc.value)
     assert "grpo_s1/episodes.jsonl (run `dvc repro evaluate@grpo_s1`)" in msg
     assert "naive_rag/metrics.json (run `dvc repro evaluate_baseline@naive_rag`)" in msg
@@ -318,13 +318,13 @@ def test_seeds_on_different_questions_and_missing_split_fail(tmp_path):
     lines = ep.read_text().splitlines(keepends=True)
     ep.write_text("".join(lines[1:]))  # drops question t00
     with pytest.raises(StageError, match=r"seeds of method 'grpo'.*dvc repro evaluate@grpo_s2"):
-        run_report(cfg, SimpleNamespace())
+        stages.run("report", cfg, SimpleNamespace())
     ep.write_text("".join(line for line in lines if '"split": "ood"' not in line))
     with pytest.raises(StageError, match=r"no 'ood' episodes: re-run `dvc repro evaluate@grpo_s2`"):
-        run_report(cfg, SimpleNamespace())
+        stages.run("report", cfg, SimpleNamespace())
     cfg.report.splits = ["dev"]
     with pytest.raises(StageError, match=r"report.splits \['dev'\] are not in evaluate.splits"):
-        run_report(cfg, SimpleNamespace())
+        stages.run("report", cfg, SimpleNamespace())
 
 
 def test_cli_report_prints_the_summary_path(tmp_path, monkeypatch, capsys):
@@ -366,7 +366,7 @@ def test_report_logs_to_mlflow(tmp_path):
     cfg.tracking.experiment_prefix = "report-test"
     cfg.tracking.parent_run = False
     cfg.tracking.artifact_root = str(tmp_path / "artifacts")
-    run_report(cfg, SimpleNamespace())
+    stages.run("report", cfg, SimpleNamespace())
     client = mlflow.MlflowClient()
     exp = client.get_experiment_by_name("report-test-nano")
     (run,) = client.search_runs([exp.experiment_id], filter_string="tags.mlflow.runName = 'report'")

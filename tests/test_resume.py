@@ -24,7 +24,7 @@ from agentr1.errors import StageError
 from agentr1.io import atomic_dir
 from agentr1.models import save_checkpoint
 from agentr1.rl import checkpoint as ckpt
-from agentr1.rl import train_stage
+from agentr1 import stages
 from agentr1.rl.trainer import Trainer, deterministic_metrics
 
 torch.set_num_threads(1)
@@ -149,7 +149,7 @@ def stage_cfg(tmp_path, **train):
 @pytest.fixture
 def stage(monkeypatch):
     """run(cfg, resume) -> (metrics, the steps actually trained in that call)."""
-    monkeypatch.setattr(train_stage, "require_validated", lambda cfg: None)
+    monkeypatch.setattr("agentr1.data.validation.require_validated", lambda cfg: None)
     orig = Trainer.train_step
 
     def run(cfg, resume=False, run_name="grpo"):
@@ -161,7 +161,7 @@ def stage(monkeypatch):
 
         monkeypatch.setattr(Trainer, "train_step", counted)
         try:
-            return train_stage.run_train(cfg, SimpleNamespace(run=run_name, resume=resume)), trained
+            return stages.run("train", cfg, SimpleNamespace(run=run_name, resume=resume)), trained
         finally:
             monkeypatch.setattr(Trainer, "train_step", orig)
 
@@ -244,7 +244,7 @@ def test_resume_with_nothing_to_resume_fails_loudly(tmp_path, stage, caplog):
         stage(cfg, resume=True)
     # without --resume an old state is discarded, and said so loudly
     stage(cfg)
-    with caplog.at_level(logging.WARNING, logger="agentr1.rl.train_stage"):
+    with caplog.at_level(logging.WARNING, logger="agentr1.stages.train"):
         stage(cfg)
     assert any(r.levelno == logging.WARNING and "discarding" in r.getMessage() for r in caplog.records)
 
@@ -257,7 +257,7 @@ def test_cli_resume_with_nothing_to_resume_exits_non_zero(tmp_path, monkeypatch,
     cfg = stage_cfg(tmp_path)
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump(cfg.model_dump(mode="json", by_alias=True)))
-    monkeypatch.setattr(train_stage, "require_validated", lambda cfg: None)
+    monkeypatch.setattr("agentr1.data.validation.require_validated", lambda cfg: None)
     rc = cli.main(["--params", str(params), "train", "--run", "grpo", "--resume"])
     assert rc != 0 and "nothing to resume" in capsys.readouterr().err
 

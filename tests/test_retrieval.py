@@ -217,12 +217,12 @@ def _stage_cfg(tmp_path):
 
 def test_run_index_writes_index_and_stable_report(tmp_path, monkeypatch):
     import agentr1.data.validation as validation
-    from agentr1.retrieval.stage import run_index
+    from agentr1 import stages
 
     monkeypatch.setattr(validation, "require_validated", lambda cfg: None)
     _tiny_dataset(tmp_path)
     cfg = _stage_cfg(tmp_path)
-    run_index(cfg, None)
+    stages.run("index", cfg, None)
     report_path = tmp_path / "report" / "report.json"
     first = report_path.read_bytes()
     report = json.loads(first)
@@ -239,14 +239,14 @@ def test_run_index_writes_index_and_stable_report(tmp_path, monkeypatch):
     timing = json.loads((tmp_path / "report" / "timing.json").read_text())
     assert timing["queries"] == 3 and timing["build_s"] >= 0
     assert load_retriever(cfg).search(["Ostrin capital"], 1)[0][0].id == "p4"
-    run_index(cfg, None)
+    stages.run("index", cfg, None)
     assert report_path.read_bytes() == first  # the metric file does not change between runs
 
 
 def test_run_index_requires_validation(tmp_path):
-    from agentr1.retrieval.stage import run_index
+    from agentr1 import stages
 
     _tiny_dataset(tmp_path)
     with pytest.raises(StageError, match="validate"):
-        run_index(_stage_cfg(tmp_path), None)
+        stages.run("index", _stage_cfg(tmp_path), None)
     assert not (tmp_path / "index").exists()

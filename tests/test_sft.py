@@ -15,7 +15,8 @@ import tiny_world as tw
 from agentr1.config import RolloutConfig, SFTConfig
 from agentr1.errors import StageError
 from agentr1.models import build_scratch_model, load_checkpoint
-from agentr1.rl import sft_stage
+from agentr1 import stages
+from agentr1.stages import sft as sft_stage
 from agentr1.rl.sft import (
     action_logprobs,
     batch_indices,
@@ -273,7 +274,7 @@ def _stage_cfg(tmp_path, **sft):
 @pytest.fixture
 def validated(monkeypatch):
     calls = []
-    monkeypatch.setattr(sft_stage, "require_validated", lambda cfg: calls.append(cfg))
+    monkeypatch.setattr("agentr1.data.validation.require_validated", lambda cfg: calls.append(cfg))
     return calls
 
 
@@ -284,7 +285,7 @@ def test_run_sft_writes_checkpoints_metrics_and_loss_curve(tmp_path, validated, 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     cfg = _stage_cfg(tmp_path)
     cfg.tracking.artifact_root = str(tmp_path / "artifacts")
-    metrics = sft_stage.run_sft(cfg, None)
+    metrics = stages.run("sft", cfg, None)
     assert validated == [cfg]
     model, tok = load_checkpoint(cfg.sft.out_dir)
     assert sum(p.numel() for p in model.parameters()) == metrics["model"]["parameters"]
@@ -321,14 +322,14 @@ def test_run_sft_writes_checkpoints_metrics_and_loss_curve(tmp_path, validated, 
 
     # deterministic metrics: a second run writes the same bytes
     first = (tmp_path / "sft" / "metrics.json").read_bytes()
-    sft_stage.run_sft(cfg, None)
+    stages.run("sft", cfg, None)
     assert (tmp_path / "sft" / "metrics.json").read_bytes() == first
 
 
 def test_run_sft_pretrains_the_base_policy_first(tmp_path, validated):
     cfg = _stage_cfg(tmp_path, pretrain={"steps": 3, "batch_size": 4, "warmup_steps": 1, "drills": False})
     cfg.tracking.enabled = False
-    metrics = sft_stage.run_sft(cfg, None)
+    metrics = stages.run("sft", cfg, None)
     assert metrics["pretrain"]["steps"] == 3 and metrics["pretrain"]["final_loss"] > 0
     rows = list(csv.DictReader((tmp_path / "sft" / "pretrain_loss.csv").open()))
     assert [int(r["step"]) for r in rows] == [1, 2, 3]
@@ -348,7 +349,7 @@ def test_run_sft_failure_leaves_no_output(tmp_path, validated, monkeypatch):
 
     monkeypatch.setattr(sft_stage, "train_sft", boom)
     with pytest.raises(RuntimeError, match="training crashed"):
-        sft_stage.run_sft(cfg, None)
+        stages.run("sft", cfg, None)
     assert not (tmp_path / "models").exists() or not any((tmp_path / "models").iterdir())
     assert not (tmp_path / "sft").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".sft")]
@@ -358,7 +359,7 @@ def test_run_sft_needs_an_index(tmp_path, validated):
     cfg = _stage_cfg(tmp_path)
     cfg.retrieval.index_dir = str(tmp_path / "missing")
     with pytest.raises(StageError, match="agentr1 index"):
-        sft_stage.run_sft(cfg, None)
+        stages.run("sft", cfg, None)
 
 
 def test_shared_prefix_gives_the_same_loss_and_gradients(world):

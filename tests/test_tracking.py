@@ -263,7 +263,7 @@ def test_registered_versions_carry_their_provenance(sqlite_store, checkpoint: Pa
     each metric is logged once."""
     from mlflow import MlflowClient
 
-    from agentr1.eval.stage import Policy, _register
+    from agentr1.stages.evaluate import Policy, _register
     from agentr1.io import tree_digest
     from agentr1.tracking import stage_run
 

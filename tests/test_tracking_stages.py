@@ -26,14 +26,11 @@ OUTPUTS = ("data/processed", "data/validation/summary.json", "data/validation/pa
            "data/validation/gx_result.json", "data/retrieval/report.json", "data/index")
 
 
-def run_stages(cfg, stages=STAGES) -> None:
-    from agentr1.data.prepare import run_prepare
-    from agentr1.data.validation import run_validate
-    from agentr1.retrieval.stage import run_index
+def run_stages(cfg, names=STAGES) -> None:
+    from agentr1 import stages
 
-    funcs = {"prepare": run_prepare, "validate": run_validate, "index": run_index}
-    for stage in stages:
-        funcs[stage](cfg, None)
+    for stage in names:
+        stages.run(stage, cfg, None)
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
@@ -197,7 +194,7 @@ def test_failing_stages_leave_failed_runs(store, tmp_path: Path, monkeypatch) ->
     each end their run FAILED; prepare's previous output stays as it was."""
     from mlflow import MlflowClient
 
-    from agentr1.data import prepare
+    from agentr1.stages import prepare
     from agentr1.data.schema import read_dataset, write_dataset
 
     uri, _ = store
@@ -245,8 +242,9 @@ def test_failing_stages_leave_failed_runs(store, tmp_path: Path, monkeypatch) ->
 
 def test_stage_modules_do_not_import_mlflow() -> None:
     for code in (
-        "import agentr1.data.prepare, sys; assert 'mlflow' not in sys.modules",
-        "import agentr1.data.validation, agentr1.retrieval.stage, sys; assert 'mlflow' not in sys.modules",
+        "import agentr1.data.prepare, agentr1.stages.prepare, sys; assert 'mlflow' not in sys.modules",
+        "import agentr1.data.validation, agentr1.stages.validate, agentr1.stages.index, sys; "
+        "assert 'mlflow' not in sys.modules",
     ):
         res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         assert res.returncode == 0, res.stderr

@@ -15,7 +15,7 @@ from agentr1.config import config_from_dict
 from agentr1.data.schema import Dataset, write_dataset
 from agentr1.errors import StageError
 from agentr1.models import load_checkpoint, save_checkpoint
-from agentr1.rl import train_stage
+from agentr1 import stages
 from agentr1.rl.trainer import Trainer
 
 torch.set_num_threads(1)
@@ -42,12 +42,12 @@ def _cfg(tmp_path, **train):
 
 @pytest.fixture(autouse=True)
 def validated(monkeypatch):
-    monkeypatch.setattr(train_stage, "require_validated", lambda cfg: None)
+    monkeypatch.setattr("agentr1.data.validation.require_validated", lambda cfg: None)
 
 
 def test_train_stage_writes_checkpoint_curve_and_metrics(tmp_path):
     cfg = _cfg(tmp_path)
-    metrics = train_stage.run_train(cfg, SimpleNamespace(run="ppo", resume=False))
+    metrics = stages.run("train", cfg, SimpleNamespace(run="ppo", resume=False))
     out = tmp_path / "runs" / "ppo"
     model, _ = load_checkpoint(out / "checkpoint")
     assert sum(p.numel() for p in model.parameters()) > 0
@@ -65,7 +65,7 @@ def test_train_stage_writes_checkpoint_curve_and_metrics(tmp_path):
 
 def test_train_stage_resume_continues_the_state(tmp_path, monkeypatch):
     cfg = _cfg(tmp_path)
-    straight = train_stage.run_train(cfg, SimpleNamespace(run="grpo", resume=False))
+    straight = stages.run("train", cfg, SimpleNamespace(run="grpo", resume=False))
     curve = (tmp_path / "runs" / "grpo" / "curve.csv").read_text()
 
     orig = Trainer.train_step
@@ -77,9 +77,9 @@ def test_train_stage_resume_continues_the_state(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Trainer, "train_step", killed)
     with pytest.raises(KeyboardInterrupt):
-        train_stage.run_train(cfg, SimpleNamespace(run="grpo", resume=False))
+        stages.run("train", cfg, SimpleNamespace(run="grpo", resume=False))
     monkeypatch.setattr(Trainer, "train_step", orig)
-    resumed = train_stage.run_train(cfg, SimpleNamespace(run="grpo", resume=True))
+    resumed = stages.run("train", cfg, SimpleNamespace(run="grpo", resume=True))
     assert resumed["reward_last3"] == straight["reward_last3"] and resumed["dev_em_final"] == straight["dev_em_final"]
     strip = lambda text: [r[:14] for r in csv.reader(text.splitlines())]  # noqa: E731 - drop time columns
     assert strip((tmp_path / "runs" / "grpo" / "curve.csv").read_text()) == strip(curve)
@@ -93,7 +93,7 @@ def test_failed_training_writes_no_output(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Trainer, "train", boom)
     with pytest.raises(RuntimeError, match="diverged"):
-        train_stage.run_train(cfg, SimpleNamespace(run="grpo", resume=False))
+        stages.run("train", cfg, SimpleNamespace(run="grpo", resume=False))
     out = tmp_path / "runs" / "grpo"
     assert not (out / "checkpoint").exists() and not (out / "metrics.json").exists()
 
@@ -102,4 +102,4 @@ def test_missing_cold_start_is_a_stage_error(tmp_path):
     cfg = _cfg(tmp_path)
     cfg.sft.out_dir = str(tmp_path / "nothing")
     with pytest.raises(StageError, match="agentr1 sft"):
-        train_stage.run_train(cfg, SimpleNamespace(run="grpo", resume=False))
+        stages.run("train", cfg, SimpleNamespace(run="grpo", resume=False))

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from agentr1.cli import main
+from agentr1 import stages
 from agentr1.config import config_from_dict, load_config
 from agentr1.data.schema import Dataset, write_dataset, write_questions
 from agentr1.data.validation import (
@@ -25,11 +26,10 @@ from agentr1.data.validation import (
     leaked_answer,
     normalize_text,
     require_validated,
-    run_validate,
-    summary_metrics,
 )
 from agentr1.data.multihop import load_sources
 from agentr1.errors import StageError
+from agentr1.stages.validate import summary_metrics
 
 
 def _q(
@@ -107,7 +107,7 @@ def test_clean_dataset_passes_writes_reports_and_marker(tmp_path):
     with pytest.raises(StageError, match="run `agentr1 validate`"):
         require_validated(cfg)
 
-    report = run_validate(cfg, None)
+    report = stages.run("validate", cfg, None)
     assert report.success
     s = summary(cfg)
     assert s["success"] is True and s["n_failed"] == 0
@@ -129,7 +129,7 @@ def test_clean_dataset_passes_writes_reports_and_marker(tmp_path):
 
     # deterministic: a second run writes byte-identical reports
     first = {n: (Path(cfg.validate_.report_dir) / n).read_bytes() for n in (SUMMARY_FILE, GX_RESULT_FILE, MARKER_FILE)}
-    run_validate(cfg, None)
+    stages.run("validate", cfg, None)
     second = {n: (Path(cfg.validate_.report_dir) / n).read_bytes() for n in first}
     assert first == second
 
@@ -222,7 +222,7 @@ def test_corruption_fails_with_message_and_no_marker(tmp_path, mutate, check, ba
     mutate(bad)
     write(cfg, bad)
     with pytest.raises(StageError) as info:
-        run_validate(cfg, None)
+        stages.run("validate", cfg, None)
     msg = str(info.value)
     assert "dataset validation failed" in msg
     line = next(ln for ln in msg.splitlines() if ln.strip().startswith(f"- {check} "))
@@ -314,20 +314,20 @@ def test_required_splits_option_allows_an_empty_split(tmp_path):
     ds = clean_dataset()
     ds.questions["ood"] = []
     write(cfg, ds)
-    assert run_validate(cfg, None).success
+    assert stages.run("validate", cfg, None).success
     with pytest.raises(StageError, match=r"files\.split_not_empty") as info:
-        run_validate(make_cfg(tmp_path), None)
+        stages.run("validate", make_cfg(tmp_path), None)
     assert "id='ood.parquet'" in str(info.value)
 
 
 def test_stale_marker_removed_even_when_nothing_can_be_read(tmp_path):
     cfg = make_cfg(tmp_path)
     write(cfg, clean_dataset())
-    run_validate(cfg, None)
+    stages.run("validate", cfg, None)
     for f in Path(cfg.data.processed_dir).iterdir():
         f.unlink()
     with pytest.raises(StageError, match="agentr1 prepare"):
-        run_validate(cfg, None)
+        stages.run("validate", cfg, None)
     assert not marker(cfg).exists()
     assert not [p.name for p in Path(cfg.validate_.report_dir).iterdir() if ".tmp-" in p.name]
 
@@ -336,7 +336,7 @@ def test_leak_in_comparison_fails_when_type_not_allowed(tmp_path):
     cfg = make_cfg(tmp_path, leak_allowed_types=[])
     write(cfg, clean_dataset())
     with pytest.raises(StageError, match=r"questions\.no_answer_leak") as info:
-        run_validate(cfg, None)
+        stages.run("validate", cfg, None)
     assert "id='t2' value='Alva Brenn'" in str(info.value)
 
 
@@ -371,7 +371,7 @@ def test_leak_tolerance_on_real_hotpotqa_and_musique(tmp_path, shared_fixtures):
     # no tolerance (the default): both datasets fail, the message names count, share and ids
     cfg = real_fixture_cfg(tmp_path, shared_fixtures, max_examples=3)
     with pytest.raises(StageError, match=r"questions\.no_answer_leak") as info:
-        run_validate(cfg, None)
+        stages.run("validate", cfg, None)
     msg = str(info.value)
     assert "source 'hotpotqa': 5 of 300 questions (1.67%) leak an answer, above validate.max_leak_share 0.00%" in msg
     assert "source 'musique': 2 of 100 questions (2.00%) leak an answer" in msg
@@ -386,7 +386,7 @@ def test_leak_tolerance_on_real_hotpotqa_and_musique(tmp_path, shared_fixtures):
     # a tolerance between the two shares: only MuSiQue (2%) fails, and only its ids are named
     cfg = real_fixture_cfg(tmp_path, shared_fixtures, max_leak_share=0.018)
     with pytest.raises(StageError) as info:
-        run_validate(cfg, None)
+        stages.run("validate", cfg, None)
     msg = str(info.value)
     assert "questions.no_answer_leak [expect_column_values_to_be_null column 'leaked_answer']: 2 unexpected" in msg
     assert "source 'musique': 2 of 100" in msg and "source 'hotpotqa'" not in msg
@@ -394,7 +394,7 @@ def test_leak_tolerance_on_real_hotpotqa_and_musique(tmp_path, shared_fixtures):
 
     # a tolerance covering both: passes, and the report still lists every leaking id
     cfg = real_fixture_cfg(tmp_path, shared_fixtures, max_leak_share=0.025, max_examples=10)
-    report = run_validate(cfg, None)
+    report = stages.run("validate", cfg, None)
     assert report.success and marker(cfg).exists()
     leaks = summary(cfg)["leaks"]["sources"]
     assert leaks["hotpotqa"]["ids"] == HOTPOT_LEAKS and leaks["hotpotqa"]["within_tolerance"] is True
@@ -417,7 +417,7 @@ def test_nulls_and_empty_corpus_fail_with_readable_examples(tmp_path):
     ds.corpus = []
     write(cfg, ds)
     with pytest.raises(StageError) as info:
-        run_validate(cfg, None)
+        stages.run("validate", cfg, None)
     msg = str(info.value)
     assert "questions.hops_not_null" in msg and "id='d1' value=None" in msg
     assert "questions.id_not_null" in msg and "id=None value=None" in msg
@@ -437,7 +437,7 @@ def test_examples_limited_by_max_examples(tmp_path):
             q["hops"] = 9
     write(cfg, ds)
     with pytest.raises(StageError) as info:
-        run_validate(cfg, None)
+        stages.run("validate", cfg, None)
     msg = str(info.value)
     assert "questions.hops_in_range [expect_column_values_to_be_between column 'hops']: 5 unexpected" in msg
     assert msg.count("value=9") == 2
@@ -448,7 +448,7 @@ def test_require_validated_refuses_changed_data_and_params(tmp_path):
     cfg = make_cfg(tmp_path)
     ds = clean_dataset()
     write(cfg, ds)
-    run_validate(cfg, None)
+    stages.run("validate", cfg, None)
     require_validated(cfg)
 
     changed = copy.deepcopy(ds)
@@ -468,7 +468,7 @@ def test_require_validated_refuses_changed_data_and_params(tmp_path):
 def test_missing_processed_data_is_a_stage_error(tmp_path):
     cfg = make_cfg(tmp_path)
     with pytest.raises(StageError, match="agentr1 prepare"):
-        run_validate(cfg, None)
+        stages.run("validate", cfg, None)
     assert not marker(cfg).exists()
 
 

@@ -1,4 +1,5 @@
-"""Command line: one subcommand per DVC stage (``agentr1 <stage> [--params params.yaml]``).
+"""Command line: one subcommand per DVC stage (``agentr1 <stage> [--params params.yaml]``, run by
+:func:`agentr1.stages.run` inside its stage context) and the commands around them.
 
 Stage implementations are imported lazily so that ``agentr1 --help`` and light stages never pay
 for torch, great_expectations or mlflow imports they do not use.
@@ -15,19 +16,15 @@ from typing import Any
 from agentr1.config import ConfigError, load_config, parse_set
 from agentr1.errors import StageError
 from agentr1.numerics import pin_cpu_numerics
+from agentr1.stages import STAGES
+from agentr1.stages import run as run_stage
 
-# subcommand -> ("module:function", help). Each function takes (cfg, args) and returns None.
-STAGES: dict[str, tuple[str, str]] = {
-    "prepare": ("agentr1.data.prepare:run_prepare", "build the unified dataset (data/processed)"),
-    "validate": ("agentr1.data.validation:run_validate", "validate the dataset with Great Expectations"),
-    "index": ("agentr1.retrieval.stage:run_index", "build the retrieval index and its recall report"),
-    "sft": ("agentr1.rl.sft_stage:run_sft", "oracle trajectories, the untrained base policy and the SFT cold start"),
-    "train": ("agentr1.rl.train_stage:run_train", "RL from the cold start with a named run (--run NAME; torchrun for data parallel)"),
-    "evaluate": ("agentr1.eval.stage:run_evaluate", "greedy EM/F1 with bootstrap CIs of one policy on evaluate.splits (--policy NAME)"),
+# the commands that are no DVC stage: subcommand -> ("module:function", help); each function
+# takes (cfg, args). The DVC stages are agentr1.stages.STAGES, each run by agentr1.stages.run.
+COMMANDS: dict[str, tuple[str, str]] = {
     "serve-retriever": ("agentr1.retrieval.server:run_server", "serve the index over HTTP (POST /retrieve)"),
     "compare": ("agentr1.tracking.compare:run_compare", "compare MLflow runs or registry aliases (table + PNG)"),
     "promote": ("agentr1.tracking.compare:run_promote", "move the 'champion' alias if the challenger beats it beyond the CI"),
-    "report": ("agentr1.report.stage:run_report", "Table 3/4 analogues, breakdowns, plots and summary.md from the evaluations"),
     "profile": ("agentr1.profiles:run_profile", "merge profiles/NAME.yaml onto params.yaml, validate; --dry-run, --print-set, --write"),
 }
 
@@ -45,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, (_, help_text) in STAGES.items():
+    for name, (_, help_text) in {**STAGES, **COMMANDS}.items():
         sp = sub.add_parser(name, help=help_text)
         if name == "serve-retriever":
             sp.add_argument("--host", default=None, help="bind address (default from params: 127.0.0.1)")
@@ -98,11 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"agentr1: {exc}", file=sys.stderr)
         return 2
-    target, _ = STAGES[args.command]
-    module_name, func_name = target.split(":")
-    func = getattr(importlib.import_module(module_name), func_name)
     try:
-        func(cfg, args)
+        if args.command in STAGES:
+            run_stage(args.command, cfg, args)
+        else:
+            module_name, func_name = COMMANDS[args.command][0].split(":")
+            getattr(importlib.import_module(module_name), func_name)(cfg, args)
     except (ConfigError, StageError) as exc:
         print(f"agentr1 {args.command}: {exc}", file=sys.stderr)
         return 1

@@ -643,7 +643,7 @@ class BootstrapConfig(_Section):
 
 
 class EvaluateConfig(_Section):
-    """Stage ``evaluate@<policy>`` (``agentr1.eval.stage``): greedy rollouts of one policy on each
+    """Stage ``evaluate@<policy>`` (``agentr1.stages.evaluate``): greedy rollouts of one policy on each
     split of ``splits`` (the first ``max_examples`` questions of each, null = all),
     ``batch_size`` prompts per backend call, per-question scores and bootstrap CIs into
     ``<out_dir>/<policy>/``. ``register``: log trained policies (RL runs and the cold start) to
@@ -668,7 +668,7 @@ class EvaluateConfig(_Section):
 
 # ------------------------------------------------------------------------------------ report
 class ReportConfig(_Section):
-    """Stage ``report`` (``agentr1.report.stage``): tables, plots and a summary from the
+    """Stage ``report`` (``agentr1.stages.report``): tables, plots and a summary from the
     evaluations in ``evaluate.out_dir`` into ``out_dir``. ``splits``: the evaluated splits
     reported (each a column; the average is their unweighted mean); ``metric``: the
     per-question score compared (``em`` | ``f1`` | ``subem``)."""

@@ -1,4 +1,5 @@
-"""Stage ``validate``: check the processed dataset with Great Expectations before anything uses it.
+"""The ``validate`` stage's checks (:mod:`agentr1.stages.validate`): the processed dataset with Great
+Expectations, before anything uses it.
 
 What is checked (each is one GX expectation, named in ``summary.json`` and in error messages
 together with what to do about it):
@@ -12,7 +13,7 @@ together with what to do about it):
 * questions: ``id`` non-null and unique over all splits; ``question`` non-null and not blank once
   whitespace and invisible format characters (Unicode category Cf: zero-width spaces and joiners,
   BOM, ...) are removed; at least one answer, and no answer that is empty under the reward's
-  :func:`~agentr1.env.rewards.normalize_answer` (``"?"``, ``"the"``: such a gold could only
+  :func:`~agentr1.data.answers.normalize_answer` (``"?"``, ``"the"``: such a gold could only
   match an empty prediction); ``hops`` non-null and within ``data.hops`` [min, max]; ``type`` and
   ``source`` non-null; ``split`` in SPLITS and equal to the file the row was read from; every
   ``supporting_ids`` entry exists in the corpus; splits are disjoint (no id and no normalized
@@ -33,13 +34,6 @@ holds hashes of the processed parquet files and of the params the verdict depend
 that changed after validation is refused. Any old marker is deleted before anything else, so a
 run that fails (for whatever reason) never leaves one; every file is written to a temporary path
 and renamed into place.
-
-With ``tracking.enabled`` the stage is one MLflow run (``stage_run``, imported only then) with
-metrics ``validate/expectations`` (evaluated), ``validate/passed``, ``validate/failed``,
-``validate/success`` (1/0), ``validate/rows/<table or split>``,
-``validate/unexpected/<expectation>`` and ``validate/leaks/<source>/count|share``, and
-``summary.json`` / ``gx_result.json`` as artifacts under ``validate/``. They are logged before
-the verdict, so a failed validation leaves a FAILED run that shows which expectations failed.
 """
 
 from __future__ import annotations
@@ -48,7 +42,6 @@ import hashlib
 import json
 import logging
 import re
-import time
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,10 +54,8 @@ import pyarrow.parquet as pq
 from agentr1.config import SPLITS, Config, ValidateConfig
 from agentr1.data.gx_suite import Check, CheckResult, run_checks
 from agentr1.data.schema import CORPUS_FILE, CORPUS_SCHEMA, QUESTION_FIELDS, QUESTION_SCHEMA, Dataset
-from agentr1.env.rewards import normalize_answer
+from agentr1.data.answers import normalize_answer
 from agentr1.errors import StageError
-from agentr1.io import write_json_atomic
-from agentr1.tracking import tracked_stage
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +65,6 @@ MARKER_FILE = "passed.json"
 
 _NON_WORD = re.compile(r"[^\w\s]+", re.UNICODE)
 _NOT_BLANK = r"\S"  # a value with at least one non-space character
-_METRIC_UNSAFE = re.compile(r"[^\w\-./ ]")
 
 # what to do when a check fails (printed after it in the error message)
 _FIX_FILES = "run `agentr1 prepare` (or `dvc repro prepare`) to rewrite data.processed_dir"
@@ -511,7 +501,7 @@ def processed_fingerprint(processed_dir: str | Path) -> dict[str, Any]:
     return {"files": files, "sha256": total.hexdigest()}
 
 
-def _params_hash(cfg: Config) -> str:
+def params_hash(cfg: Config) -> str:
     """Hash of the params the verdict depends on (hop range, leak policy, required splits, split names).
 
     ``max_leak_share`` and ``required_splits`` came later: they enter the hash only when set away
@@ -559,71 +549,8 @@ def require_validated(cfg: Config) -> None:
             f"the dataset in {processed} changed since it was validated (changed: {', '.join(changed) or '?'}): "
             "run `agentr1 validate` again"
         )
-    if recorded.get("params_sha256") != _params_hash(cfg):
+    if recorded.get("params_sha256") != params_hash(cfg):
         raise StageError(
             "the dataset was validated under different data.hops / validate params (leak_allowed_types, "
             "max_leak_share, required_splits): run `agentr1 validate` again"
         )
-
-
-# ------------------------------------------------------------------------------------- stage
-def summary_metrics(summary: dict[str, Any]) -> dict[str, float]:
-    """The summary's key numbers as flat MLflow metrics (see the module docstring)."""
-    n, failed = summary["n_expectations"], summary["n_failed"]
-    metrics: dict[str, float] = {
-        "validate/expectations": n,
-        "validate/passed": n - failed,
-        "validate/failed": failed,
-        "validate/success": float(bool(summary["success"])),
-    }
-    metrics.update({f"validate/rows/{k}": v for k, v in summary["rows"].items()})
-    for name, exp in summary["expectations"].items():
-        if exp.get("unexpected_count") is not None:
-            metrics[f"validate/unexpected/{name}"] = exp["unexpected_count"]
-    for source, r in ((summary.get("leaks") or {}).get("sources") or {}).items():
-        key = _METRIC_UNSAFE.sub("_", source)
-        metrics[f"validate/leaks/{key}/count"] = r["leaking"]
-        metrics[f"validate/leaks/{key}/share"] = r["share"]
-    return metrics
-
-
-def run_validate(cfg: Config, args: Any = None) -> ValidationReport:
-    """Stage entry point (``agentr1 validate``).
-
-    Deletes any old success marker first (before tracking starts, so no failure can leave it
-    behind), validates ``data.processed_dir``, writes ``summary.json`` and ``gx_result.json``
-    atomically, and then either writes ``passed.json`` (success) or raises :class:`StageError`
-    listing the failed expectations, offending rows and fixes.
-    """
-    processed = Path(cfg.data.processed_dir)
-    report_dir = Path(cfg.validate_.report_dir)
-    (report_dir / MARKER_FILE).unlink(missing_ok=True)
-    with tracked_stage(cfg, "validate") as run:
-        started = time.perf_counter()
-        before = processed_fingerprint(processed)
-        report = validate_processed(processed, cfg)
-        write_json_atomic(report_dir / SUMMARY_FILE, report.summary)
-        write_json_atomic(report_dir / GX_RESULT_FILE, report.gx_result)
-        elapsed = time.perf_counter() - started
-        if run is not None and run.enabled:
-            import mlflow
-
-            run.logger.log({**summary_metrics(report.summary), "validate/seconds": elapsed}, step=0)
-            for name in (SUMMARY_FILE, GX_RESULT_FILE):
-                mlflow.log_artifact(str(report_dir / name), artifact_path="validate", run_id=run.run_id)
-        rows = report.summary["rows"]
-        if not report.success:
-            log.error("validation failed on %d questions / %d passages (%.1fs)", rows["questions"], rows["corpus"],
-                      elapsed)
-            raise StageError(failure_message(report, report_dir))
-        if processed_fingerprint(processed) != before:
-            raise StageError(f"{processed} changed while it was being validated: run `agentr1 validate` again")
-        write_json_atomic(
-            report_dir / MARKER_FILE,
-            {"data_sha256": before["sha256"], "files": before["files"], "params_sha256": _params_hash(cfg)},
-        )
-        log.info(
-            "validation passed: %d expectations on %d questions / %d passages (%.1fs); marker %s",
-            len(report.results), rows["questions"], rows["corpus"], elapsed, report_dir / MARKER_FILE,
-        )
-    return report

@@ -54,28 +54,17 @@ in that turn's text; the trainer maps it to the token containing that character)
 
 from __future__ import annotations
 
-import re
-import string
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentr1.data.answers import normalize_answer
 from agentr1.env.base import CallOutcome
 
 Metric = Callable[[str, Sequence[str]], float]
 
-_PUNCT = set(string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
 _SPECIAL = {"yes", "no", "noanswer"}
-
-
-def normalize_answer(text: str) -> str:
-    """Lowercase, remove punctuation, remove articles (a, an, the), collapse whitespace."""
-    text = str(text).lower()
-    text = "".join(ch for ch in text if ch not in _PUNCT)
-    text = _ARTICLES.sub(" ", text)
-    return " ".join(text.split())
 
 
 def _golds(golds: str | Sequence[str]) -> list[str]:

@@ -143,7 +143,7 @@ def _group(rows: Sequence[Mapping[str, Any]], key: str, samples: int, ci: float,
 
 def summarize_split(rows: Sequence[Mapping[str, Any]], bootstrap_cfg: Any, seed: int = 0) -> dict[str, Any]:
     """Summary of one split's per-question rows (keys ``em f1 subem format_ok answered
-    tool_calls turns reward type hops reason``; see ``agentr1.eval.stage``).
+    tool_calls turns reward type hops reason``; see ``agentr1.stages.evaluate``).
 
     Returns ``n``; the mean of each of :data:`MEANS`; ``<m>_ci_lower`` / ``<m>_ci_upper`` for
     m in em, f1, subem (:func:`bootstrap_ci`, ``bootstrap_cfg.samples`` / ``.ci``, ``seed``);

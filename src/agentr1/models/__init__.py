@@ -3,6 +3,7 @@
 from agentr1.models.loading import (
     find_gguf_file,
     gguf_to_checkpoint,
+    is_checkpoint,
     load_checkpoint,
     load_policy,
     save_checkpoint,
@@ -16,6 +17,7 @@ __all__ = [
     "build_scratch_model",
     "find_gguf_file",
     "gguf_to_checkpoint",
+    "is_checkpoint",
     "load_checkpoint",
     "load_policy",
     "save_checkpoint",

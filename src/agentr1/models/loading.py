@@ -61,7 +61,9 @@ def find_gguf_file(package: str, filename: str | None = None) -> Path:
     return found[0]
 
 
-def _is_checkpoint(path: Path) -> bool:
+def is_checkpoint(path: str | Path) -> bool:
+    """Whether ``path`` holds a saved policy: its config, safetensors weights and tokenizer."""
+    path = Path(path)
     return (path / "config.json").is_file() and any(path.glob("*.safetensors")) and (path / "tokenizer_config.json").is_file()
 
 
@@ -124,7 +126,7 @@ def load_policy(
     if model_cfg.kind == "gguf":
         gguf_path = find_gguf_file(model_cfg.gguf_package, model_cfg.gguf_file)
         cached = Path(model_cfg.cache_dir) / gguf_path.stem
-        if not _is_checkpoint(cached):
+        if not is_checkpoint(cached):
             gguf_to_checkpoint(gguf_path, cached, dtype)
         return load_checkpoint(cached, dtype)
     raise ValueError(f"unknown model.kind {model_cfg.kind!r}; allowed: scratch, hf, gguf")

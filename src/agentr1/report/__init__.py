@@ -2,7 +2,7 @@
 
 ``methods`` groups named runs into methods (seeds) and ablations, ``inputs`` reads the evaluate
 and train outputs, ``stats`` holds the bootstrap intervals, ``tables``/``summary``/``plots`` render,
-``stage.run_report`` is the CLI entry (``agentr1 report``).
+the stage itself is :mod:`agentr1.stages.report` (``agentr1 report``).
 """
 
 from agentr1.report.methods import Method, group_methods

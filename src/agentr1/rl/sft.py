@@ -48,7 +48,7 @@ absent from ``x_<P`` (so not a tag or word the instructions show) and present in
 model must select which name) and ``continue`` tokens (the previous token is copyable too: the
 next piece of a name already begun - what an induction head does).
 
-The stage itself (:func:`run_sft`) lives in :mod:`agentr1.rl.sft_stage`.
+The stage itself lives in :mod:`agentr1.stages.sft`.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ does not import ``mlflow``. The gate itself is ``agentr1.tracking.gate.gate`` (a
 
 - :mod:`.logger`: ``MetricsLogger`` protocol, ``NullLogger``, ``InMemoryLogger`` (no MLflow);
 - :mod:`.provenance`: git sha/dirty flag, ``dvc.lock`` hashes, pipeline id, flat params (no MLflow);
+- :mod:`.run`: ``StageRun``, a stage's handle on its run (metrics, artifacts, tags, traces, model;
+  no MLflow import until it logs);
 - :mod:`.mlflow_adapter`: tracking URI, reachability check, experiment per profile, ``stage_run``;
 - :mod:`.traces`: trajectories as MLflow traces (AGENT/LLM/RETRIEVER/TOOL spans) and a table;
 - :mod:`.registry`: policy checkpoints as pyfunc models, versions, aliases, the promotion gate;
@@ -17,7 +19,6 @@ does not import ``mlflow``. The gate itself is ``agentr1.tracking.gate.gate`` (a
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 from typing import Any
 
@@ -25,7 +26,7 @@ from agentr1.tracking.logger import InMemoryLogger, MetricsLogger, NullLogger, T
 
 _LAZY = {
     "MLflowLogger": "agentr1.tracking.mlflow_adapter",
-    "StageRun": "agentr1.tracking.mlflow_adapter",
+    "StageRun": "agentr1.tracking.run",
     "stage_run": "agentr1.tracking.mlflow_adapter",
     "resolve_tracking_uri": "agentr1.tracking.mlflow_adapter",
     "check_reachable": "agentr1.tracking.mlflow_adapter",
@@ -36,17 +37,7 @@ _LAZY = {
     "GateStats": "agentr1.tracking.gate",
 }
 
-__all__ = ["InMemoryLogger", "MetricsLogger", "NullLogger", "TrajectoryLogger", "tracked_stage", *_LAZY]
-
-
-def tracked_stage(cfg: Any, stage: str, run_name: str | None = None) -> contextlib.AbstractContextManager[Any]:
-    """``stage_run(cfg, stage, run_name)`` when ``tracking.enabled``, else a context yielding
-    ``None`` - without importing mlflow, so light stages stay light when tracking is off."""
-    if not cfg.tracking.enabled:
-        return contextlib.nullcontext(None)
-    from agentr1.tracking.mlflow_adapter import stage_run
-
-    return stage_run(cfg, stage, run_name)
+__all__ = ["InMemoryLogger", "MetricsLogger", "NullLogger", "TrajectoryLogger", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

@@ -25,7 +25,6 @@ import os
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
@@ -36,8 +35,9 @@ from mlflow.exceptions import MlflowException
 
 from agentr1.errors import StageError
 from agentr1.tracking import provenance
-from agentr1.tracking.logger import MetricsLogger, NullLogger, check_metrics
+from agentr1.tracking.logger import check_metrics
 from agentr1.tracking.redact import redact_uri
+from agentr1.tracking.run import CHECKPOINT_TAG, StageRun
 
 if TYPE_CHECKING:
     from agentr1.config import Config
@@ -48,7 +48,6 @@ log = logging.getLogger(__name__)
 ROLE_TAG = "agentr1.role"
 PIPELINE_TAG = "agentr1.pipeline_id"
 STAGE_TAG = "agentr1.stage"
-CHECKPOINT_TAG = "agentr1.checkpoint_sha256"  # the weights a train@ run wrote (agentr1.io.tree_digest)
 ARTIFACT_ROOT_ENV = "AGENTR1_ARTIFACT_ROOT"  # overrides tracking.artifact_root (a sqlite store's artifacts)
 _BATCH = 100  # MLflow's MAX_PARAMS_TAGS_PER_BATCH; metrics allow 1000, 100 keeps requests small
 
@@ -151,62 +150,6 @@ class MLflowLogger:
         items = [Metric(k, v, now, step) for k, v in values.items()]
         for i in range(0, len(items), _BATCH):
             self.client.log_batch(self.run_id, metrics=items[i : i + _BATCH])
-
-
-@dataclass
-class StageRun:
-    """What a stage gets inside :func:`stage_run`. ``run_id`` is ``None`` when tracking is
-    disabled; the ``log_*`` helpers are then no-ops and ``logger`` is a :class:`NullLogger`."""
-
-    cfg: "Config"
-    stage: str
-    run_id: str | None = None
-    experiment_id: str | None = None
-    tracking_uri: str | None = None
-    pipeline_id: str | None = None
-    logger: MetricsLogger = field(default_factory=NullLogger)
-
-    @property
-    def enabled(self) -> bool:
-        return self.run_id is not None
-
-    def log_traces(self, trajectories: Sequence["Trajectory"], sample_n: int | None = None, **kw: Any) -> list[str]:
-        """:func:`agentr1.tracking.traces.log_trajectory_traces` into this run
-        (``sample_n`` defaults to ``tracking.trace_sample``)."""
-        if not self.enabled:
-            return []
-        from agentr1.tracking.traces import log_trajectory_traces
-
-        n = self.cfg.tracking.trace_sample if sample_n is None else sample_n
-        return log_trajectory_traces(trajectories, n, run_id=self.run_id, seed=self.cfg.seed, **kw)
-
-    def log_table(self, trajectories: Sequence["Trajectory"], artifact_file: str, **kw: Any) -> None:
-        """:func:`agentr1.tracking.traces.log_trajectory_table` into this run."""
-        if self.enabled:
-            from agentr1.tracking.traces import log_trajectory_table
-
-            log_trajectory_table(trajectories, artifact_file, run_id=self.run_id, **kw)
-
-    def tag_checkpoint(self, checkpoint_dir: str | Path) -> str | None:
-        """Tag this run with the digest of the checkpoint it wrote (``agentr1.checkpoint_sha256``),
-        so a registered version can name the run its weights come from; the digest (``None``
-        when disabled)."""
-        if not self.enabled:
-            return None
-        from agentr1.io import tree_digest
-
-        digest = tree_digest(checkpoint_dir)
-        MlflowClient(tracking_uri=self.tracking_uri).set_tag(self.run_id, CHECKPOINT_TAG, digest)
-        return digest
-
-    def log_model(self, checkpoint_dir: str | Path, metrics: Mapping[str, float], **kw: Any) -> Any:
-        """:func:`agentr1.tracking.registry.log_policy_model` from this run (``None`` when disabled)."""
-        if not self.enabled:
-            return None
-        from agentr1.tracking.registry import log_policy_model
-
-        kw.setdefault("registered_name", self.cfg.tracking.registered_model)
-        return log_policy_model(checkpoint_dir, metrics, run_id=self.run_id, **kw)
 
 
 def run_tags(cfg: "Config", stage: str, run_name: str, lock_path: str | Path) -> dict[str, str]:

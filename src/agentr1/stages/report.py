@@ -19,14 +19,15 @@ that writes it. Runs are grouped into methods (seeds) and ablations by
 * ``plots/learning_curves.png``, ``plots/em_bars.png``, ``plots/ablations.png``.
 
 All numbers are computed before anything is written; each file is written atomically. With
-``tracking.enabled`` the Table 3 numbers are logged to an MLflow run ``report`` and the output
-folder as its artifacts.
+``tracking.enabled`` the Table 3 numbers are logged to the stage's MLflow run ``report`` and the
+output folder as its artifacts. The params and inputs are checked before the run opens.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 from agentr1.errors import StageError
 from agentr1.io import write_json_atomic, write_text_atomic
@@ -37,6 +38,8 @@ from agentr1.report.stats import AVG
 from agentr1.report.summary import summarize, summary_markdown
 from agentr1.report.tables import (Diff, Row, ablation_pairs, breakdown, breakdown_tables, build_rows, compare,
                                    csv_text, table3, table4)
+from agentr1.stages.context import StageContext
+from agentr1.tracking.run import StageRun
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +68,10 @@ def _report_json(cfg, rows: list[Row], ablation_diffs: dict[str, list[Diff]], vs
     }
 
 
-def run_report(cfg, args=None) -> dict:
-    """Run the stage (module docstring); returns the report.json content."""
+def before(cfg, args: Any = None) -> None:
+    """Fail before the run opens when the params cannot make a report or an input is missing."""
     rc = cfg.report
-    splits, metric = list(rc.splits), rc.metric
-    samples, ci, seed = rc.bootstrap.samples, rc.bootstrap.ci, cfg.seed
-    eval_dir, runs_dir, out = Path(cfg.evaluate.out_dir), Path(cfg.train.out_dir), Path(rc.out_dir)
+    splits = list(rc.splits)
     not_evaluated = [s for s in splits if s not in cfg.evaluate.splits]
     if not_evaluated:
         raise StageError(f"report.splits {not_evaluated} are not in evaluate.splits {list(cfg.evaluate.splits)}: "
@@ -81,9 +82,16 @@ def run_report(cfg, args=None) -> dict:
         raise StageError(f"params runs {clash} reuse a baseline's name ({', '.join(BASELINES)}): rename the run")
     if not runs:
         raise StageError("params `runs` is empty: the report compares named RL runs against the baselines")
-    baselines = list(BASELINES)
-    check_inputs(eval_dir, runs_dir, runs, baselines)
+    check_inputs(Path(cfg.evaluate.out_dir), Path(cfg.train.out_dir), runs, list(BASELINES))
 
+
+def run(ctx: StageContext, args: Any = None) -> dict:
+    """Run the stage (module docstring); returns the report.json content."""
+    cfg, rc = ctx.cfg, ctx.cfg.report
+    splits, metric = list(rc.splits), rc.metric
+    samples, ci, seed = rc.bootstrap.samples, rc.bootstrap.ci, cfg.seed
+    eval_dir, runs_dir, out = Path(cfg.evaluate.out_dir), Path(cfg.train.out_dir), Path(rc.out_dir)
+    runs, baselines = list(cfg.runs), list(BASELINES)
     methods = group_methods(cfg.runs, cfg.train.model_dump())
     evals = {p: load_evaluation(eval_dir, p, splits, metric, baselines) for p in [*runs, *baselines]}
     rows = build_rows(methods, evals, splits, samples, ci, seed)
@@ -114,7 +122,7 @@ def run_report(cfg, args=None) -> dict:
     for name, text in texts.items():
         write_text_atomic(out / name, text)
     write_json_atomic(out / "report.json", report)
-    _track(cfg, rows, splits, metric, out)
+    _track(ctx.run, rows, splits, metric, out)
 
     summary_path = out / "summary.md"
     log.info("report: %d policies (%d RL methods, %d ablations) over %s; summary in %s", len(rows),
@@ -123,22 +131,14 @@ def run_report(cfg, args=None) -> dict:
     return report
 
 
-def _track(cfg, rows: list[Row], splits: list[str], metric: str, out: Path) -> None:
-    """With tracking on: the policies' scores as metrics and the report folder as artifacts."""
-    if not cfg.tracking.enabled:
-        return
-    from agentr1.tracking.mlflow_adapter import stage_run
-
-    with stage_run(cfg, "report") as srun:
-        flat = {}
-        for r in rows:
-            for k in [*splits, AVG]:
-                c = r.cells[k]
-                flat[f"report/{r.label}/{k}/{metric}"] = c.mean
-                flat[f"report/{r.label}/{k}/{metric}_ci_lower"] = c.ci_lower
-                flat[f"report/{r.label}/{k}/{metric}_ci_upper"] = c.ci_upper
-        srun.logger.log(flat, step=0)
-        if srun.enabled:
-            import mlflow
-
-            mlflow.log_artifacts(str(out), artifact_path="report", run_id=srun.run_id)
+def _track(run: StageRun, rows: list[Row], splits: list[str], metric: str, out: Path) -> None:
+    """The policies' scores as metrics and the report folder as artifacts (when tracking is on)."""
+    flat = {}
+    for r in rows:
+        for k in [*splits, AVG]:
+            c = r.cells[k]
+            flat[f"report/{r.label}/{k}/{metric}"] = c.mean
+            flat[f"report/{r.label}/{k}/{metric}_ci_lower"] = c.ci_lower
+            flat[f"report/{r.label}/{k}/{metric}_ci_upper"] = c.ci_upper
+    run.log_metrics(flat)
+    run.log_artifacts([out], artifact_path="report")

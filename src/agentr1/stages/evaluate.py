@@ -42,7 +42,6 @@ the cold start is a baseline: alias ``cold_start``, never ``challenger``, never 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -55,19 +54,17 @@ from typing import Any
 
 import torch
 
-from agentr1.data.schema import read_dataset
-from agentr1.data.validation import require_validated
-from agentr1.env import ToolEnv
 from agentr1.errors import StageError
 from agentr1.eval.baselines import naive_rag
 from agentr1.eval.metrics import MEANS, SCORES, summarize_split
 from agentr1.eval.quick import episode_metrics, evaluate_tool_policy
-from agentr1.io import atomic_dir, write_json_atomic
-from agentr1.models import load_checkpoint
-from agentr1.retrieval.base import RetrieverError
+from agentr1.io import atomic_dir, tree_digest, write_json_atomic
+from agentr1.models import is_checkpoint, load_checkpoint
 from agentr1.rollout import make_backend
 from agentr1.rollout.engine import decode
 from agentr1.rollout.trajectory import Trajectory
+from agentr1.stages.context import StageContext
+from agentr1.tracking.run import CHECKPOINT_TAG
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +87,6 @@ class Policy:
     produced_by: str
 
 
-def _is_checkpoint(path: Path) -> bool:
-    return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
-
-
 def resolve_policy(cfg, name: str | None) -> Policy:
     """The :class:`Policy` of ``name``; :class:`StageError` naming the allowed names for an unknown
     one and the stage to run first when its checkpoint is missing."""
@@ -111,7 +104,7 @@ def resolve_policy(cfg, name: str | None) -> Policy:
         policy = Policy(name, name, ckpt, name == "cold_start", f"evaluate_baseline@{name}", "`agentr1 sft` (or `dvc repro sft`)")
     else:
         raise StageError(f"unknown policy {name!r}: --policy takes {allowed}")
-    if not _is_checkpoint(policy.checkpoint):
+    if not is_checkpoint(policy.checkpoint):
         raise StageError(f"no checkpoint for policy {name!r} in {policy.checkpoint}: run {policy.produced_by} first")
     return policy
 
@@ -219,36 +212,16 @@ def flat_metrics(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, float]
     return {f"{split}/{k}": s[k] for split, s in summaries.items() for k in FLAT_KEYS if k in s}
 
 
-def _load_env(cfg) -> ToolEnv:
-    try:
-        from agentr1.retrieval.factory import load_retriever
-
-        return ToolEnv.from_config(cfg.env, load_retriever(cfg))
-    except (RetrieverError, FileNotFoundError) as exc:
-        raise StageError(f"cannot load the retriever ({exc}): run `agentr1 index` first") from None
-
-
-@contextlib.contextmanager
-def _timed(times: dict[str, float], name: str):
-    t0 = time.perf_counter()
-    yield
-    times[name] = round(time.perf_counter() - t0, 3)
-
-
 def _register(cfg, run, policy: Policy, flat: dict[str, float], eval_data: str) -> dict[str, Any]:
     """Register the evaluated checkpoint with its provenance: the ``train@`` run that wrote the
     weights (found by the checkpoint digest it tagged), the digest, the variant and a description
     with the headline EM. A trained policy becomes ``challenger`` and goes through the gate; a
     baseline (the cold start) gets its own alias (its name) and never takes ``challenger``."""
-    from mlflow import MlflowClient
-
-    from agentr1.io import tree_digest
-    from agentr1.tracking.mlflow_adapter import CHECKPOINT_TAG
     from agentr1.tracking.registry import CHALLENGER, describe_version, promote, train_run_of
 
     digest = tree_digest(policy.checkpoint)
     rl = policy.kind == "rl"
-    train_run = train_run_of(MlflowClient(tracking_uri=run.tracking_uri), run.experiment_id, digest) if rl else None
+    train_run = train_run_of(run.client(), run.experiment_id, digest) if rl else None
     tags = {CHECKPOINT_TAG: digest, "agentr1.variant": policy.name, "agentr1.policy_kind": policy.kind}
     if train_run is not None:
         tags["agentr1.train_run_id"] = train_run.info.run_id
@@ -262,19 +235,33 @@ def _register(cfg, run, policy: Policy, flat: dict[str, float], eval_data: str) 
     return info
 
 
-def run_evaluate(cfg, args=None) -> dict[str, Any]:
+def _registers(cfg, policy: Policy) -> bool:
+    return policy.registrable and cfg.evaluate.register_ and cfg.tracking.enabled
+
+
+def before(cfg, args: Any = None) -> None:
+    """Fail before any run or work on a bad ``--policy``, a missing checkpoint or a gate metric
+    this evaluation would not produce."""
+    if _registers(cfg, resolve_policy(cfg, getattr(args, "policy", None))):
+        _check_gate_metric(cfg)
+
+
+def names(cfg, args: Any = None) -> tuple[str, str | None]:
+    """The policy's ``dvc.lock`` key as the run name; RL runs log their effective config."""
+    policy = resolve_policy(cfg, getattr(args, "policy", None))
+    return policy.run_name, policy.name if policy.kind == "rl" else None
+
+
+def run(ctx: StageContext, args: Any = None) -> dict[str, Any]:
     """Run the stage (module docstring); returns the metrics it wrote."""
     t_start = time.perf_counter()
+    cfg, run, times = ctx.cfg, ctx.run, ctx.times
     ecfg = cfg.evaluate
     policy = resolve_policy(cfg, getattr(args, "policy", None))
-    register = policy.registrable and ecfg.register_ and cfg.tracking.enabled
-    if register:
-        _check_gate_metric(cfg)
-    require_validated(cfg)
-    times: dict[str, float] = {}
-    with _timed(times, "load"):
-        questions = select_questions(read_dataset(cfg.data.processed_dir), ecfg.splits, ecfg.max_examples)
-        env = _load_env(cfg)
+    register = _registers(cfg, policy)
+    with ctx.phase("load", digits=3, quiet=True):
+        questions = select_questions(ctx.dataset(), ecfg.splits, ecfg.max_examples)
+        env = ctx.env()
         if ecfg.num_threads is not None:
             torch.set_num_threads(ecfg.num_threads)
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -289,65 +276,59 @@ def run_evaluate(cfg, args=None) -> dict[str, Any]:
     log.info("evaluate@%s (%s): %s from %s, %d batch(es) of <= %d", policy.name, policy.kind,
              ", ".join(f"{s} {len(q)}" for s, q in questions.items()), policy.checkpoint, n_batches, ecfg.batch_size)
 
-    from agentr1.tracking.mlflow_adapter import stage_run
-
-    with stage_run(cfg, "evaluate", run_name=policy.run_name, variant=policy.name if policy.kind == "rl" else None) as run:
-        if run.enabled:
-            import mlflow
-
-            mlflow.set_tags({"agentr1.policy": policy.name, "agentr1.policy_kind": policy.kind, "agentr1.eval_data": eval_data})
-        rows: dict[str, list[dict[str, Any]]] = {}
-        trajs: dict[str, list[Trajectory]] = {}
-        bar, done = _progress(n_batches, f"evaluate@{policy.name}"), 0
-        try:
-            for split, qs in questions.items():
-                rows[split], trajs[split] = [], []
-                with _timed(times, f"rollout_{split}"):
-                    for start in range(0, len(qs), ecfg.batch_size):
-                        r, t = batch_fn(backend, tokenizer, env, rollout_cfg, cfg.reward, qs[start : start + ecfg.batch_size],
-                                        split, cfg.seed)
-                        rows[split] += r
-                        trajs[split] += t
-                        done += 1
-                        if bar is not None:
-                            bar.set_postfix_str(split)
-                            bar.update(1)
-                        else:
-                            log.info("evaluate@%s: %s batch %d/%d done", policy.name, split, done, n_batches)
-        finally:
-            if bar is not None:
-                bar.close()
-        with _timed(times, "summarize"):
-            summaries = {split: summarize_split(rows[split], ecfg.bootstrap, cfg.seed) for split in questions}
-        flat = flat_metrics(summaries)
-        metrics: dict[str, Any] = {
-            "policy": policy.name,
-            "kind": policy.kind,
-            "checkpoint": str(policy.checkpoint),
-            "overrides": dict(cfg.runs[policy.name]) if policy.kind == "rl" else None,
-            "eval_data": eval_data,
-            "seed": cfg.seed,
-            "bootstrap": {"samples": ecfg.bootstrap.samples, "ci": ecfg.bootstrap.ci},
-            "splits": summaries,
-            **flat,
-        }
-        episodes = sorted((r for split in questions for r in rows[split]), key=lambda r: (r["split"], r["id"]))
-        mlflow_info: dict[str, Any] = {"run_id": run.run_id}
-        with atomic_dir(Path(ecfg.out_dir) / policy.name) as tmp:
-            with open(tmp / "episodes.jsonl", "w", encoding="utf-8") as f:
-                for r in episodes:
-                    f.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
-            write_json_atomic(tmp / "metrics.json", metrics)
-            with _timed(times, "mlflow"):
-                if not register:  # a registered model's metrics are logged with it, to this run (once)
-                    run.logger.log(flat, step=0)
-                for split in questions:
-                    run.log_traces(trajs[split], split=split)
-                    run.log_table(trajs[split], f"eval/{split}_trajectories.json")
-                if register:
-                    mlflow_info.update(_register(cfg, run, policy, flat, eval_data))
-            times["total"] = round(time.perf_counter() - t_start, 3)
-            write_json_atomic(tmp / "timing.json", {"time_s": times, "device": device, "mlflow": mlflow_info})
+    run.set_tags({"agentr1.policy": policy.name, "agentr1.policy_kind": policy.kind, "agentr1.eval_data": eval_data})
+    rows: dict[str, list[dict[str, Any]]] = {}
+    trajs: dict[str, list[Trajectory]] = {}
+    bar, done = _progress(n_batches, f"evaluate@{policy.name}"), 0
+    try:
+        for split, qs in questions.items():
+            rows[split], trajs[split] = [], []
+            with ctx.phase(f"rollout_{split}", digits=3, quiet=True):
+                for start in range(0, len(qs), ecfg.batch_size):
+                    r, t = batch_fn(backend, tokenizer, env, rollout_cfg, cfg.reward, qs[start : start + ecfg.batch_size],
+                                    split, cfg.seed)
+                    rows[split] += r
+                    trajs[split] += t
+                    done += 1
+                    if bar is not None:
+                        bar.set_postfix_str(split)
+                        bar.update(1)
+                    else:
+                        log.info("evaluate@%s: %s batch %d/%d done", policy.name, split, done, n_batches)
+    finally:
+        if bar is not None:
+            bar.close()
+    with ctx.phase("summarize", digits=3, quiet=True):
+        summaries = {split: summarize_split(rows[split], ecfg.bootstrap, cfg.seed) for split in questions}
+    flat = flat_metrics(summaries)
+    metrics: dict[str, Any] = {
+        "policy": policy.name,
+        "kind": policy.kind,
+        "checkpoint": str(policy.checkpoint),
+        "overrides": dict(cfg.runs[policy.name]) if policy.kind == "rl" else None,
+        "eval_data": eval_data,
+        "seed": cfg.seed,
+        "bootstrap": {"samples": ecfg.bootstrap.samples, "ci": ecfg.bootstrap.ci},
+        "splits": summaries,
+        **flat,
+    }
+    episodes = sorted((r for split in questions for r in rows[split]), key=lambda r: (r["split"], r["id"]))
+    mlflow_info: dict[str, Any] = {"run_id": run.run_id}
+    with atomic_dir(Path(ecfg.out_dir) / policy.name) as tmp:
+        with open(tmp / "episodes.jsonl", "w", encoding="utf-8") as f:
+            for r in episodes:
+                f.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
+        write_json_atomic(tmp / "metrics.json", metrics)
+        with ctx.phase("mlflow", digits=3, quiet=True):
+            if not register:  # a registered model's metrics are logged with it, to this run (once)
+                run.logger.log(flat, step=0)
+            for split in questions:
+                run.log_traces(trajs[split], split=split)
+                run.log_table(trajs[split], f"eval/{split}_trajectories.json")
+            if register:
+                mlflow_info.update(_register(cfg, run, policy, flat, eval_data))
+        times["total"] = round(time.perf_counter() - t_start, 3)
+        write_json_atomic(tmp / "timing.json", {"time_s": times, "device": device, "mlflow": mlflow_info})
     for split, s in summaries.items():
         log.info("evaluate@%s %s: EM %.3f [%.3f, %.3f], F1 %.3f, format %.3f (n=%d)", policy.name, split, s["em"],
                  s["em_ci_lower"], s["em_ci_upper"], s["f1"], s["format_ok"], s["n"])

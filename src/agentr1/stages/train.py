@@ -33,28 +33,24 @@ copy when it verifies; temporaries of killed writes in the run's directory are r
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import logging
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from agentr1.config import flatten
-from agentr1.data.schema import read_dataset
-from agentr1.data.validation import require_validated
-from agentr1.env import ToolEnv
 from agentr1.errors import StageError
 from agentr1.io import remove_stale_temps, tree_digest, write_json_atomic, write_text_atomic
 from agentr1.models import load_checkpoint, save_checkpoint
-from agentr1.retrieval.base import RetrieverError
 from agentr1.rl import checkpoint as ckpt
 from agentr1.rl.distributed import full_params, init_distributed, shutdown
 from agentr1.rl.trainer import Trainer
-from agentr1.tracking.logger import NullLogger
+from agentr1.stages.context import StageContext
 
 log = logging.getLogger(__name__)
 
@@ -126,10 +122,6 @@ def timing(history: list[dict], wall_s: float) -> dict:
     }
 
 
-def _is_checkpoint(path: Path) -> bool:
-    return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
-
-
 def _prepare_state(run: str, run_dir: Path, state_dir: Path, resume: bool) -> str | None:
     """Rank 0, before training: with ``resume``, make sure there is a state to continue (recovered
     from the backup copy of an interrupted save if need be); without, discard an old one, loudly.
@@ -153,28 +145,29 @@ def _prepare_state(run: str, run_dir: Path, state_dir: Path, resume: bool) -> st
     return None
 
 
-def run_train(cfg, args=None) -> dict | None:
+def _run_of(args: Any) -> str:
+    return getattr(args, "run", None) or "default"
+
+
+def names(cfg, args: Any = None) -> tuple[str, str | None]:
+    """``train@<run>``, and the run whose effective config it logs (none for ``default``)."""
+    run = _run_of(args)
+    return f"train@{run}", None if run == "default" else run
+
+
+def run(ctx: StageContext, args: Any = None) -> dict | None:
     """Run the stage (module docstring); returns the metrics it wrote (rank 0) or ``None``."""
     t_start = time.perf_counter()
-    run = getattr(args, "run", None) or "default"
+    cfg, run = ctx.cfg, _run_of(args)
     resume = bool(getattr(args, "resume", False))
     tcfg = cfg.train_for(None if run == "default" else run)
     run_seed = cfg.seed if tcfg.seed is None else tcfg.seed
-    require_validated(cfg)
-    sft_dir = Path(cfg.sft.out_dir)
-    if not _is_checkpoint(sft_dir):
-        raise StageError(f"no cold-start checkpoint in {sft_dir}: run `agentr1 sft` (or `dvc repro sft`) first")
-    ds = read_dataset(cfg.data.processed_dir)
+    ds = ctx.dataset()
+    sft_dir = ctx.checkpoint(cfg.sft.out_dir, "`agentr1 sft` (or `dvc repro sft`)")
     train_q, dev_q = ds.split("train"), ds.split("dev")
     if not train_q:
         raise StageError(f"no train questions in {cfg.data.processed_dir}")
-    try:
-        from agentr1.retrieval.factory import load_retriever
-
-        env = ToolEnv.from_config(cfg.env, load_retriever(cfg))
-    except (RetrieverError, FileNotFoundError) as exc:
-        raise StageError(f"cannot load the retriever ({exc}): run `agentr1 index` first") from None
-
+    env = ctx.env()
     if tcfg.num_threads is not None:
         torch.set_num_threads(tcfg.num_threads)
     dist = init_distributed(tcfg.distributed)
@@ -187,43 +180,35 @@ def run_train(cfg, args=None) -> dict | None:
             raise StageError(problem)
         run_params = {**flatten(cfg.env.model_dump(mode="json"), "env."), "model.dtype": cfg.model.dtype,
                       "start_checkpoint": tree_digest(sft_dir)}
+        logger = ctx.run.logger
+        model, tokenizer = load_checkpoint(sft_dir, cfg.model.dtype, cfg.model.trust_remote_code)
+        trainer = Trainer(model, tokenizer, tcfg, cfg.rollout, cfg.reward, env=env, train_questions=train_q,
+                          dev_questions=dev_q, logger=logger, seed=run_seed, dist=dist, state_dir=state_dir, model_path=sft_dir,
+                          run_params=run_params)
+        if resume:
+            trainer.resume()  # StageError when the params differ from the state's
+            log.info("train@%s: resumed at step %d from %s", run, trainer.step, state_dir)
+        n_params = sum(p.numel() for p in model.parameters())
+        log.info("train@%s: %s, %d steps x %d questions x %d rollouts, policy %.2fM parameters, %d rank(s)",
+                 run, tcfg.estimator, tcfg.steps, tcfg.batch_questions, tcfg.group_size, n_params / 1e6,
+                 dist.world_size)
+        history = trainer.train()
+        metrics = None
         if dist.is_main:
-            from agentr1.tracking.mlflow_adapter import stage_run
-
-            tracking = stage_run(cfg, "train", run_name=f"train@{run}", variant=None if run == "default" else run)
-        else:
-            tracking = contextlib.nullcontext(None)
-        with tracking as srun:
-            logger = srun.logger if srun is not None else NullLogger()
-            model, tokenizer = load_checkpoint(sft_dir, cfg.model.dtype, cfg.model.trust_remote_code)
-            trainer = Trainer(model, tokenizer, tcfg, cfg.rollout, cfg.reward, env=env, train_questions=train_q,
-                              dev_questions=dev_q, logger=logger, seed=run_seed, dist=dist, state_dir=state_dir, model_path=sft_dir,
-                              run_params=run_params)
-            if resume:
-                trainer.resume()  # StageError when the params differ from the state's
-                log.info("train@%s: resumed at step %d from %s", run, trainer.step, state_dir)
-            n_params = sum(p.numel() for p in model.parameters())
-            log.info("train@%s: %s, %d steps x %d questions x %d rollouts, policy %.2fM parameters, %d rank(s)",
-                     run, tcfg.estimator, tcfg.steps, tcfg.batch_questions, tcfg.group_size, n_params / 1e6,
-                     dist.world_size)
-            history = trainer.train()
-            metrics = None
-            if dist.is_main:
-                metrics = summarize(history, trainer, run)
-                times = timing(history, time.perf_counter() - t_start)
-                with full_params(trainer.actor):
-                    save_checkpoint(trainer.policy, tokenizer, run_dir / "checkpoint")
-                if srun is not None:
-                    srun.tag_checkpoint(run_dir / "checkpoint")  # lets the registry link a version to this run
-                write_text_atomic(run_dir / "curve.csv", curve_csv(history))
-                write_json_atomic(run_dir / "metrics.json", metrics)
-                write_json_atomic(run_dir / "timing.json", times)
-                flat = {f"final/{k}": v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-                flat.update({f"final/time_{k}": v for k, v in times.items() if isinstance(v, (int, float))})
-                logger.log(flat, step=trainer.step)
-                log.info("train@%s: reward %.3f -> %.3f, dev EM %s -> %s in %.0fs", run, metrics["reward_first3"] or 0,
-                         metrics["reward_last3"] or 0, metrics["dev_em_start"], metrics["dev_em_final"], times["total"])
-            dist.barrier()
-            return metrics
+            metrics = summarize(history, trainer, run)
+            times = timing(history, time.perf_counter() - t_start)
+            with full_params(trainer.actor):
+                save_checkpoint(trainer.policy, tokenizer, run_dir / "checkpoint")
+            ctx.run.tag_checkpoint(run_dir / "checkpoint")  # lets the registry link a version to this run
+            write_text_atomic(run_dir / "curve.csv", curve_csv(history))
+            write_json_atomic(run_dir / "metrics.json", metrics)
+            write_json_atomic(run_dir / "timing.json", times)
+            flat = {f"final/{k}": v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            flat.update({f"final/time_{k}": v for k, v in times.items() if isinstance(v, (int, float))})
+            logger.log(flat, step=trainer.step)
+            log.info("train@%s: reward %.3f -> %.3f, dev EM %s -> %s in %.0fs", run, metrics["reward_first3"] or 0,
+                     metrics["reward_last3"] or 0, metrics["dev_em_start"], metrics["dev_em_final"], times["total"])
+        dist.barrier()
+        return metrics
     finally:
         shutdown(dist)

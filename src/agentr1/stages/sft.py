@@ -48,22 +48,20 @@ import logging
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from agentr1.data.drills import one_hop_questions, regenerate
-from agentr1.data.schema import read_dataset
-from agentr1.data.validation import require_validated
-from agentr1.env import ToolEnv
 from agentr1.errors import StageError
 from agentr1.eval.quick import episode_metrics, summarize
 from agentr1.io import atomic_dir, write_json_atomic
 from agentr1.models import load_policy, save_checkpoint
 from agentr1.models.vocab import restrict_vocabulary
-from agentr1.retrieval.base import RetrieverError
 from agentr1.rl.sft import copy_probe, pretrain_lm, title_links, train_sft
 from agentr1.rollout import save_trajectories
 from agentr1.rollout.oracle import corpus_titles, oracle_rollout, oracle_texts, plan_all, unique_questions
+from agentr1.stages.context import StageContext
 
 log = logging.getLogger(__name__)
 
@@ -71,15 +69,6 @@ LOSS_FIELDS = ("step", "loss", "lr", "grad_norm", "action_tokens", "tokens")  # 
 PRETRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "tokens")                # same bits on every run (timing.json)
 ORACLE_EXAMPLES = 20
 PROBE_EXAMPLES = 64
-
-
-@contextlib.contextmanager
-def _phase(times: dict[str, float], name: str):
-    log.info("sft: %s ...", name)
-    t0 = time.perf_counter()
-    yield
-    times[name] = round(time.perf_counter() - t0, 2)
-    log.info("sft: %s done in %.1fs", name, times[name])
 
 
 def loss_csv(history: list[dict], fields: tuple[str, ...] = LOSS_FIELDS) -> str:
@@ -90,16 +79,6 @@ def loss_csv(history: list[dict], fields: tuple[str, ...] = LOSS_FIELDS) -> str:
     for row in history:
         writer.writerow({k: (round(row[k], 6) if isinstance(row[k], float) else row[k]) for k in fields})
     return buf.getvalue()
-
-
-def _load_env(cfg):
-    try:
-        from agentr1.retrieval.factory import load_retriever
-
-        retriever = load_retriever(cfg)
-    except (RetrieverError, FileNotFoundError) as exc:
-        raise StageError(f"cannot load the retriever ({exc}): run `agentr1 index` first") from None
-    return ToolEnv.from_config(cfg.env, retriever)
 
 
 def _questions(ds, cfg):
@@ -178,30 +157,27 @@ def _flat_numbers(tree: dict, prefix: str) -> dict[str, float]:
     return out
 
 
-def run_sft(cfg, args=None) -> dict:
+def run(ctx: StageContext, args: Any = None) -> dict:
     """Run the stage (module docstring); returns the metrics it wrote."""
-    from agentr1.tracking.mlflow_adapter import stage_run
-
     t_start = time.perf_counter()
-    require_validated(cfg)
-    times: dict[str, float] = {}
+    cfg, run, times, phase = ctx.cfg, ctx.run, ctx.times, ctx.phase
     scfg = cfg.sft
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if scfg.num_threads is not None:
         torch.set_num_threads(scfg.num_threads)
-    with stage_run(cfg, "sft") as run, contextlib.ExitStack() as outputs:
-        with _phase(times, "load"):
-            ds = read_dataset(cfg.data.processed_dir)
-            env = _load_env(cfg)
+    with contextlib.ExitStack() as outputs:
+        with phase("load"):
+            ds = ctx.dataset()
+            env = ctx.env()
             train_q = _questions(ds, cfg)
-        with _phase(times, "oracle_plans"):
+        with phase("oracle_plans"):
             titles = corpus_titles(ds.corpus)
             try:
                 plans = plan_all(train_q, titles, env.fmt, scfg.oracle_noise, cfg.seed, env.max_turns, scfg.oracle_lead_space)
             except (KeyError, ValueError) as exc:
                 raise StageError(f"cannot script the oracle ({exc}): the sft stage needs the synthetic world's "
                                  "supporting_ids (one passage per hop, in the corpus) and env.max_turns > hops") from None
-        with _phase(times, "policy"):
+        with phase("policy"):
             texts = None
             if cfg.model.kind == "scratch":
                 passages = [f"{p['title']}\n{p['text']}" for p in ds.corpus]
@@ -217,22 +193,22 @@ def run_sft(cfg, args=None) -> dict:
         log.info("sft: policy %s with %.2fM parameters, vocabulary %d", cfg.model.kind, n_params / 1e6, len(tokenizer))
         pre_history: list[dict] = []
         if scfg.pretrain.steps > 0 and cfg.model.kind == "scratch":
-            with _phase(times, "pretrain"):
+            with phase("pretrain"):
                 pre_texts, links = pretrain_texts(ds, env, cfg, titles)
                 pre_history = pretrain_lm(model, tokenizer, pre_texts, scfg.pretrain, seed=cfg.seed, on_step=lambda r: run.logger.log(
                     {"pretrain/loss": r["loss"], "pretrain/lr": r["lr"]}, step=int(r["step"])), links=links)
         elif scfg.pretrain.steps > 0:
             log.info("sft: sft.pretrain skipped: model.kind %s is pretrained already", cfg.model.kind)
-        with _phase(times, "save_init"):  # renamed into sft.init_dir only when the whole stage succeeds
+        with phase("save_init"):  # renamed into sft.init_dir only when the whole stage succeeds
             init_tmp = outputs.enter_context(atomic_dir(scfg.init_dir))
             model.save_pretrained(init_tmp)
             tokenizer.save_pretrained(init_tmp)
-        with _phase(times, "oracle_rollout"):
+        with phase("oracle_rollout"):
             oracle = oracle_rollout(train_q, env, tokenizer, cfg.rollout, plans)
             probe_eps = probe_episodes(ds, env, tokenizer, cfg, titles)
         copy = {"split": "dev", "episodes": len(probe_eps)}
         if probe_eps:
-            with _phase(times, "probe_base"):
+            with phase("probe_base"):
                 copy["base"] = copy_probe(model, probe_eps, tokenizer.pad_token_id)
         oracle_summary = _oracle_summary(oracle, plans, cfg.reward)
         log.info("sft: %d oracle episodes, oracle EM %.3f, kinds %s", len(oracle), oracle_summary["em"], oracle_summary["kinds"])
@@ -242,12 +218,12 @@ def run_sft(cfg, args=None) -> dict:
                             "sft/action_tokens": row["action_tokens"]}, step=int(row["step"]))
 
         history: list[dict] = []
-        with _phase(times, "train"):
+        with phase("train"):
             if scfg.enabled and scfg.steps > 0:
                 history = train_sft(model, oracle, tokenizer.pad_token_id, scfg, seed=cfg.seed, on_step=log_step,
                                     log_every=scfg.log_every)
         if probe_eps:
-            with _phase(times, "probe_cold_start"):
+            with phase("probe_cold_start"):
                 copy["cold_start"] = copy_probe(model, probe_eps, tokenizer.pad_token_id)
             log.info("sft: copy probe (dev, teacher-forced top-1 of copyable tokens) base %.3f -> cold start %.3f "
                      "(start %.3f, continue %.3f)", copy["base"]["top1"] or 0, copy["cold_start"]["top1"] or 0,
@@ -274,7 +250,7 @@ def run_sft(cfg, args=None) -> dict:
             (tmp / "loss.csv").write_text(loss_csv(history))
             (tmp / "pretrain_loss.csv").write_text(loss_csv(pre_history, PRETRAIN_FIELDS))
             save_trajectories(oracle[:ORACLE_EXAMPLES], tmp / "oracle_examples.jsonl")
-            with _phase(times, "save_checkpoint"):
+            with phase("save_checkpoint"):
                 save_checkpoint(model, tokenizer, scfg.out_dir)
             write_json_atomic(Path(tmp) / "metrics.json", metrics)
             run.logger.log(_flat_numbers(metrics, "final"), step=len(history))
