@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from agentr1.tracking.redact import redact_uri
+from agentr1.tracking.uri import sqlite_path
 
 log = logging.getLogger("agentr1.flows")
 
@@ -298,17 +299,20 @@ def metrics_table(files: Mapping[str, Any], max_depth: int | None = None) -> lis
 
 
 # ------------------------------------------------------------------------------------ MLflow
-def resolve_tracking_uri(project_dir: str | os.PathLike[str], tracking_uri: str | None) -> str | None:
-    """The flow parameter, else ``MLFLOW_TRACKING_URI``, else the project's default local store
-    (``mlflow/mlflow.db``) when it exists; None when nothing is configured."""
-    uri = (tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")).strip()
-    if uri:
-        if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-            # a relative sqlite path is relative to the project, as it is for the stages
-            return "sqlite:///" + str((Path(project_dir) / uri[len("sqlite:///"):]).resolve())
-        return uri
-    default_db = Path(project_dir) / "mlflow" / "mlflow.db"
-    return f"sqlite:///{default_db.resolve()}" if default_db.is_file() else None
+def tracking_store(project_dir: str | os.PathLike[str], tracking_uri: str | None = None) -> str | None:
+    """The MLflow store of the project's stages, by :func:`agentr1.tracking.uri.resolve_tracking_uri`
+    with the project's ``params.yaml``: the flow parameter, else ``MLFLOW_TRACKING_URI``, else
+    ``tracking.uri`` (a relative ``sqlite:///`` path resolved against the project). None, with a
+    warning, when the params cannot be read (there is then no store to name)."""
+    from agentr1.config import ConfigError, load_config
+    from agentr1.tracking.uri import resolve_tracking_uri
+
+    try:
+        cfg = load_config(Path(project_dir) / "params.yaml")
+    except ConfigError as exc:
+        log.warning("no MLflow links: %s", exc)
+        return None
+    return resolve_tracking_uri(cfg, tracking_uri, project_dir)
 
 
 def run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str:
@@ -322,6 +326,9 @@ def mlflow_runs_since(tracking_uri: str | None, since_ms: int, max_runs: int = 5
     Returns ``(rows, note)``; never raises: a missing or unreachable store becomes the note."""
     if not tracking_uri:
         return [], "no MLflow tracking URI configured (set MLFLOW_TRACKING_URI or the flow's tracking_uri)"
+    db = sqlite_path(tracking_uri)
+    if db is not None and not db.is_file():  # reading must not create an empty store
+        return [], f"no MLflow store at {db} yet (no stage has logged to it)"
     if tracking_uri.startswith(("http://", "https://")):
         # MLflow's HTTP client retries for minutes; a short health probe keeps the flow quick
         import urllib.request

@@ -33,10 +33,10 @@ from flows.common import (
     metrics_table,
     mlflow_runs_since,
     read_dvc_metrics,
-    resolve_tracking_uri,
     retry_if_transient,
     run_command,
     run_logger,
+    tracking_store,
 )
 
 REPORT_KEY = "agentr1-pipeline-report"
@@ -223,7 +223,7 @@ def pipeline(
             before running any stage when there is no remote to push to.
         remote: DVC remote name for the push (default: the project's default remote).
         tracking_uri: MLflow tracking URI for the run links (default: ``MLFLOW_TRACKING_URI``,
-            else the project's ``mlflow/mlflow.db`` when present, else no links).
+            else the project's ``tracking.uri``; no links while that store does not exist).
         stage_timeout_s: kill a ``dvc repro`` that runs longer than this (None = no limit).
         publish_to: ``s3://bucket/prefix`` to sync ``publish_paths`` to (agentr1.tracking.storage).
         publish_paths: project-relative files/folders to publish (e.g. ``data/report``).
@@ -254,7 +254,7 @@ def pipeline(
     finally:
         status = "Failed" if error else "Completed"
         metrics = read_dvc_metrics(project_dir, KNOWN_METRICS)
-        uri = resolve_tracking_uri(project_dir, tracking_uri)
+        uri = tracking_store(project_dir, tracking_uri)
         mlflow_rows, mlflow_note = mlflow_runs_since(uri, started_ms)
         report_md = None
         if report_file and (Path(project_dir) / report_file).is_file():

@@ -67,6 +67,22 @@ def test_bootstrap_ci_degenerate_and_invalid_inputs():
         bootstrap_ci([0.0, 1.0], ci=1.0)
 
 
+def test_bootstrap_ci_is_scipys_percentile_interval_and_degenerate_samples_never_warn():
+    import warnings
+
+    from scipy.stats import bootstrap
+
+    values = np.random.default_rng(11).integers(0, 2, 80).astype(float)
+    ref = bootstrap((values,), np.mean, n_resamples=700, confidence_level=0.9, method="percentile",
+                    rng=np.random.default_rng(5)).confidence_interval
+    assert bootstrap_ci(values, 700, 0.9, seed=5) == pytest.approx((ref.low, ref.high), abs=1e-15)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # scipy's BCa would warn (and give NaN) on these
+        assert bootstrap_ci(np.zeros(300)) == (0.0, 0.0)
+        assert bootstrap_ci([0.25]) == (0.25, 0.25)
+        assert paired_bootstrap_diff([0.0], [1.0])["lo"] == -1.0
+
+
 def test_paired_diff_of_identical_vectors_is_zero():
     a = [1, 0, 1, 1, 0, 0, 1]
     out = paired_bootstrap_diff(a, list(a), samples=1000, seed=0)

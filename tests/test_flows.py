@@ -153,6 +153,24 @@ def test_flatten_and_markdown():
     assert "a\\|b" in md and md.startswith("| x | y |")
 
 
+def test_tracking_store_is_the_stages_store(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (tmp_path / "params.yaml").write_text("tracking: {uri: 'sqlite:///store/runs.db'}\n")
+    # the project's tracking.uri, relative to the project (not to where the flow runs)
+    assert common.tracking_store(tmp_path) == f"sqlite:///{(tmp_path / 'store/runs.db').resolve()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # the env wins over params ...
+    assert common.tracking_store(tmp_path) == "http://127.0.0.1:9"
+    # ... and the flow's parameter over both
+    assert common.tracking_store(tmp_path, "sqlite:///x.db") == f"sqlite:///{(tmp_path / 'x.db').resolve()}"
+    assert common.tracking_store(tmp_path, "sqlite:////abs/y.db") == "sqlite:////abs/y.db"
+    (tmp_path / "params.yaml").write_text("- not a mapping\n")
+    assert common.tracking_store(tmp_path) is None
+    missing = tmp_path / "store/runs.db"
+    rows, note = common.mlflow_runs_since(f"sqlite:///{missing}", 0)
+    assert rows == [] and note == f"no MLflow store at {missing} yet (no stage has logged to it)"
+    assert not missing.exists()  # reading never creates the store
+
+
 @pytest.mark.slow  # MLflow sqlite migrations take ~30 s on a loaded 2-core machine
 def test_mlflow_links(tmp_path):
     import mlflow

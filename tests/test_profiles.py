@@ -16,11 +16,11 @@ import torch
 import yaml
 
 from agentr1 import cli
-from agentr1.config import ConfigError, flatten, load_config
+from agentr1.config import ConfigError, deep_merge, flatten, load_config
 from agentr1.profiles import (
+    REPLACED_KEYS,
     hydra_value,
     load_profile,
-    merge_profile,
     print_set_line,
     set_overrides,
     stage_commands,
@@ -152,10 +152,14 @@ def test_stage_commands_expand_foreach_and_params():
 def test_merge_replaces_runs_and_merges_mappings():
     base = {"train": {"lr": 1, "kl": {"coef": 2, "mode": "loss"}}, "runs": {"a": {}, "b": {"x": 1}}, "l": [1, 2]}
     over = {"train": {"kl": {"coef": 3}}, "runs": {"b": {"y": 2}}, "l": [3], "new": {"k": 1}}
-    merged = merge_profile(base, over)
+    merged = deep_merge(base, over, REPLACED_KEYS)
     assert merged == {"train": {"lr": 1, "kl": {"coef": 3, "mode": "loss"}}, "runs": {"b": {"y": 2}}, "l": [3],
                       "new": {"k": 1}}
     assert base["runs"] == {"a": {}, "b": {"x": 1}} and base["train"]["kl"]["coef"] == 2  # inputs untouched
+    merged["train"]["kl"]["mode"], merged["new"]["k"] = "x", 9  # and not shared with the result
+    assert base["train"]["kl"]["mode"] == "loss" and over["new"] == {"k": 1}
+    # without `replace` (a named run's overrides onto train) every mapping merges
+    assert deep_merge(base, over)["runs"] == {"a": {}, "b": {"x": 1, "y": 2}}
 
 
 def test_set_overrides_is_the_diff():

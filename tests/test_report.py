@@ -19,6 +19,7 @@ from agentr1.errors import StageError
 from agentr1.eval.metrics import bootstrap_ci
 from agentr1.report.methods import group_methods
 from agentr1 import stages
+from agentr1.report.stats import stratified_average
 
 # ----------------------------------------------------------------------------- grouping (unit)
 PAPER_RUNS = {
@@ -34,6 +35,25 @@ PAPER_RUNS = {
     "ppo_no_adv_no_loss_mask": {"estimator": "gae", "advantage_mask": False, "loss_mask": False},
     "grpo_no_loss_mask": {"estimator": "grpo", "loss_mask": False},
 }
+
+
+def test_stratified_average_is_scipys_unpaired_bootstrap_with_constant_strata_fixed():
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    rng = np.random.default_rng(3)
+    dev, test = (rng.random(60) < 0.4).astype(float), (rng.random(90) < 0.7).astype(float)
+    zeros = np.zeros(25)  # an all-zero split: the same mean in every resample
+    got = stratified_average([dev, zeros, test], 800, 0.95, seed=4)
+    ref = bootstrap((dev, test), lambda a, b, axis: (a.mean(axis=axis) + b.mean(axis=axis)) / 3, n_resamples=800,
+                    method="percentile", rng=np.random.default_rng(4)).confidence_interval
+    assert got.mean == pytest.approx((dev.mean() + test.mean()) / 3)
+    assert (got.lower, got.upper) == pytest.approx((min(ref.low, got.mean), max(ref.high, got.mean)), abs=1e-15)
+    assert got.lower < got.mean < got.upper
+    point = stratified_average([zeros, np.ones(1)], 800, 0.95, seed=4)  # nothing varies: the point itself
+    assert (point.mean, point.lower, point.upper) == (0.5, 0.5, 0.5)
+    with pytest.raises(ValueError, match="no splits"):
+        stratified_average([], 800, 0.95, seed=4)
 
 
 def test_group_methods_seeds_labels_and_ablations():

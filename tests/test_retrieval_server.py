@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import http.server
 import json
 import logging
 import re
 import socket
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import requests
+import urllib3
 
 from agentr1.config import BM25Config
 from agentr1.retrieval.base import Hit, Retriever, RetrieverError
@@ -117,14 +120,25 @@ def test_client_matches_in_process_results_and_batches(server, retriever):
     assert client.health()["status"] == "ok"
 
 
-def test_client_does_not_retry_a_rejected_request(server, monkeypatch):
-    calls = []
-    original = requests.Session.request
-    monkeypatch.setattr(requests.Session, "request", lambda self, *a, **kw: calls.append(a) or original(self, *a, **kw))
+@pytest.fixture()
+def wire(monkeypatch) -> list[str]:
+    """Every HTTP attempt urllib3 makes (its retries included), as ``"METHOD url"``."""
+    calls: list[str] = []
+    original = urllib3.connectionpool.HTTPConnectionPool._make_request
+
+    def counted(self, conn, method, url, *args, **kwargs):
+        calls.append(f"{method} {url}")
+        return original(self, conn, method, url, *args, **kwargs)
+
+    monkeypatch.setattr(urllib3.connectionpool.HTTPConnectionPool, "_make_request", counted)
+    return calls
+
+
+def test_client_does_not_retry_a_rejected_request(server, wire):
     client = HTTPRetriever(server.url, timeout_s=5, retries=3, backoff_s=0.0)
     with pytest.raises(RetrieverError, match="rejected.*from 1 to 5"):
         client.search(["a"], 9)
-    assert len(calls) == 1
+    assert wire == ["POST /retrieve"]
 
 
 class Broken(Retriever):
@@ -132,31 +146,78 @@ class Broken(Retriever):
         raise RetrieverError("index exploded")
 
 
-def test_server_error_is_500_and_the_client_retries_it(monkeypatch):
+def test_server_error_is_500_and_the_client_does_not_retry_it(wire):
     with RetrievalServer(Broken(), "127.0.0.1", 0) as srv:
         resp = requests.post(srv.url + "/retrieve", json={"queries": ["a"]}, timeout=5)
         assert resp.status_code == 500 and "index exploded" in resp.json()["error"]
-        calls = []
-        original = requests.Session.request
-        monkeypatch.setattr(requests.Session, "request",
-                            lambda self, *a, **kw: calls.append(a) or original(self, *a, **kw))
-        with pytest.raises(RetrieverError, match="HTTP 500"):
+        wire.clear()
+        with pytest.raises(RetrieverError, match=r"HTTP 500: .*index exploded.*; 1 attempt\(s\)"):
             HTTPRetriever(srv.url, timeout_s=5, retries=2, backoff_s=0.0).search(["a"], 1)
-        assert len(calls) == 3
+        assert wire == ["POST /retrieve"]  # the same request would fail the same way
 
 
-def test_client_against_a_closed_port_fails_fast_with_the_fix(monkeypatch):
+class Flaky(http.server.BaseHTTPRequestHandler):
+    """Answers ``fail`` POSTs with 503, then a one-hit /retrieve body; counts them in ``seen``."""
+
+    fail = 0
+    seen: list[str] = []
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).seen.append(self.path)
+        if len(type(self).seen) <= type(self).fail:
+            status, body = 503, b'{"error": "busy"}'
+        else:
+            status, body = 200, json.dumps({"result": [[{"document": {"id": "1", "title": "t", "text": "x"},
+                                                         "score": 2.0}]]}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture()
+def flaky():
+    Flaky.fail, Flaky.seen = 0, []
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield Flaky, f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_client_retries_503_and_posts_again(flaky):
+    handler, url = flaky
+    handler.fail = 2
+    hits = HTTPRetriever(url, timeout_s=5, retries=2, backoff_s=0.01).search(["q"], 1)
+    assert hits == [[Hit("1", "t", "x", 2.0)]]
+    assert handler.seen == ["/retrieve"] * 3  # POST retried: /retrieve only reads the index
+    handler.fail, handler.seen[:] = 10, []
+    with pytest.raises(RetrieverError, match=r"HTTP 503: .*busy.*; 2 attempt\(s\)") as err:
+        HTTPRetriever(url, timeout_s=5, retries=1, backoff_s=0.0).search(["q"], 1)
+    assert handler.seen == ["/retrieve"] * 2 and url in str(err.value)
+
+
+def test_client_retry_policy_comes_from_its_parameters():
+    policy = HTTPRetriever("http://127.0.0.1:9", retries=4, backoff_s=0.5)._session().get_adapter("http://x").max_retries
+    assert (policy.total, policy.backoff_factor, policy.raise_on_status) == (4, 0.5, False)
+    assert set(policy.allowed_methods) == {"GET", "POST"} and set(policy.status_forcelist) == {502, 503, 504}
+
+
+def test_client_against_a_closed_port_fails_fast_with_the_fix(wire):
     url = f"http://127.0.0.1:{free_port()}"
-    calls = []
-    original = requests.Session.request
-    monkeypatch.setattr(requests.Session, "request", lambda self, *a, **kw: calls.append(a) or original(self, *a, **kw))
     client = HTTPRetriever(url, timeout_s=2, retries=2, backoff_s=0.01)
     t0 = time.monotonic()
     with pytest.raises(RetrieverError) as err:
         client.search(["anything"], 3)
-    assert time.monotonic() - t0 < 5  # bounded: 3 refused connections and 0.03 s of backoff
-    assert len(calls) == 3
-    assert url in str(err.value) and "agentr1 serve-retriever" in str(err.value)
+    assert time.monotonic() - t0 < 5  # bounded: 3 refused connections and 0.02 s of backoff
+    assert wire == ["POST /retrieve"] * 3
+    assert url in str(err.value) and "agentr1 serve-retriever" in str(err.value) and "3 attempt(s)" in str(err.value)
 
 
 def test_server_stops_and_releases_the_port(retriever):

@@ -11,9 +11,8 @@ import argparse
 import importlib
 import logging
 import sys
-from typing import Any
 
-from agentr1.config import ConfigError, load_config, parse_set
+from agentr1.config import ConfigError, load_config, parse_sets
 from agentr1.errors import StageError
 from agentr1.numerics import pin_cpu_numerics
 from agentr1.stages import STAGES
@@ -27,10 +26,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "promote": ("agentr1.tracking.compare:run_promote", "move the 'champion' alias if the challenger beats it beyond the CI"),
     "profile": ("agentr1.profiles:run_profile", "merge profiles/NAME.yaml onto params.yaml, validate; --dry-run, --print-set, --write"),
 }
-
-
-def _parse_override(text: str) -> tuple[str, Any]:
-    return parse_set(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        overrides = dict(_parse_override(s) for s in args.set)
+        overrides = parse_sets(args.set)
         cfg = load_config(args.params, overrides)
     except ConfigError as exc:
         print(f"agentr1: {exc}", file=sys.stderr)

@@ -8,9 +8,10 @@ questions.train``) and what is allowed there.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -608,10 +609,15 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
+def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any], replace: Collection[str] = ()) -> dict[str, Any]:
+    """``over`` merged onto ``base`` in new containers (both inputs untouched): where both hold a
+    mapping under a key the two merge, recursively; any other value of ``over`` (a scalar, a list,
+    a mapping over a non-mapping) replaces, and so does a top-level key named in ``replace``
+    (a profile's ``runs``)."""
+    out = {k: copy.deepcopy(v) for k, v in base.items()}
     for k, v in over.items():
-        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        both = isinstance(v, Mapping) and isinstance(out.get(k), Mapping) and k not in replace
+        out[k] = deep_merge(out[k], v) if both else copy.deepcopy(v)
     return out
 
 
@@ -619,7 +625,7 @@ def merge_run(train: TrainConfig, override: dict[str, Any], name: str = "<run>")
     """``train`` with a named run's overrides (nested keys merge) -> a validated TrainConfig;
     ``ValueError`` naming ``runs.<name>.<key>`` when an override is invalid."""
     try:
-        return TrainConfig.model_validate(_deep_merge(train.model_dump(), override or {}))
+        return TrainConfig.model_validate(deep_merge(train.model_dump(), override or {}))
     except ValidationError as exc:
         msgs = [f"runs.{name}." + ".".join(str(p) for p in e["loc"]) + f": {e['msg']}" for e in exc.errors()]
         raise ValueError("; ".join(msgs)) from None
@@ -814,6 +820,28 @@ def read_params_text(path: str | Path, what: str = "params file") -> str:
                           "UTF-8 (e.g. `iconv -f latin1 -t utf-8`)") from None
 
 
+def read_params(path: str | Path, what: str = "params file") -> dict[str, Any]:
+    """A params/profile/dvc.yaml file read as a YAML mapping (empty file -> ``{}``); :class:`ConfigError`
+    naming the path when it cannot be read (:func:`read_params_text`), is not valid YAML, or its top
+    level is not a mapping."""
+    try:
+        data = yaml.safe_load(read_params_text(path, what))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} {path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {path}: the top level must be a mapping")
+    return data
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``raw`` with each dotted-key override set in order (:func:`set_override`); returns ``raw``."""
+    for dotted, value in (overrides or {}).items():
+        set_override(raw, dotted, value)
+    return raw
+
+
 def set_override(raw: dict[str, Any], dotted: str, value: Any) -> None:
     """``raw[a][b][c] = value`` for ``dotted = "a.b.c"`` (missing parents become mappings);
     :class:`ConfigError` naming the ``--set`` when a part is empty or a parent is not a mapping."""
@@ -853,17 +881,13 @@ def parse_set(text: str) -> tuple[str, Any]:
                           "or fix it") from None
 
 
+def parse_sets(texts: Iterable[str] | None) -> dict[str, Any]:
+    """``["a.b=3", "c=x"]`` -> ``{"a.b": 3, "c": "x"}`` (each by :func:`parse_set`; a key given
+    twice keeps its last value, as repeated ``--set`` options do)."""
+    return dict(parse_set(text) for text in texts or ())
+
+
 def load_config(path: str | Path = DEFAULT_PARAMS, overrides: dict[str, Any] | None = None) -> Config:
     """Load and validate ``params.yaml`` (plus dotted-key ``overrides`` such as
     ``{"env.max_turns": 3}``)."""
-    path = Path(path)
-    text = read_params_text(path)
-    try:
-        raw = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"params file {path} is not valid YAML: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"invalid params in {path}: the top level must be a mapping")
-    for dotted, value in (overrides or {}).items():
-        set_override(raw, dotted, value)
-    return config_from_dict(raw, str(path))
+    return config_from_dict(apply_overrides(read_params(path), overrides), str(path))

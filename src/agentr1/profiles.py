@@ -48,8 +48,8 @@ from typing import Any
 
 import yaml
 
-from agentr1.config import Config, ConfigError, config_from_dict, read_params_text, set_override
-from agentr1.config import parse_set as parse_one_set
+from agentr1.config import (Config, ConfigError, apply_overrides, config_from_dict, deep_merge, flatten, parse_sets,
+                            read_params)
 
 PROFILE_DIR = "profiles"
 DEFAULT_PROFILE = "nano"
@@ -79,56 +79,6 @@ class Profile:
     @property
     def label(self) -> str:
         return str(self.path) if self.path is not None else f"{self.name} (params.yaml as is)"
-
-
-# ------------------------------------------------------------------------------ merge
-def merge_profile(base: dict[str, Any], over: dict[str, Any], replace: tuple[str, ...] = REPLACED_KEYS) -> dict[str, Any]:
-    """``over`` deep-merged onto ``base`` (new dicts; inputs untouched): mappings merge, lists and
-    scalars replace, and the top-level keys in ``replace`` are replaced wholesale."""
-
-    def merge(a: Any, b: Any) -> Any:
-        if isinstance(a, dict) and isinstance(b, dict):
-            out = {k: _copy(v) for k, v in a.items()}
-            for k, v in b.items():
-                out[k] = merge(out[k], v) if k in out else _copy(v)
-            return out
-        return _copy(b)
-
-    out = {k: _copy(v) for k, v in base.items()}
-    for k, v in over.items():
-        out[k] = _copy(v) if k in replace or k not in out else merge(out[k], v)
-    return out
-
-
-def _copy(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {k: _copy(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_copy(x) for x in v]
-    return v
-
-
-def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
-    """``raw[a][b][c] = value`` for ``dotted = "a.b.c"`` (missing parents become mappings), the
-    rule of ``load_config``'s overrides (:func:`agentr1.config.set_override`)."""
-    set_override(raw, dotted, value)
-
-
-def parse_set(texts: list[str] | None) -> dict[str, Any]:
-    """``["a.b=3"]`` -> ``{"a.b": 3}`` (values read as YAML, like the CLI's ``--set``)."""
-    return dict(parse_one_set(text) for text in texts or [])
-
-
-def _read_yaml(path: Path, what: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(read_params_text(path, what))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{what} {path} is not valid YAML: {exc}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{what} {path}: the top level must be a mapping")
-    return data
 
 
 def profile_path(name: str, root: str | Path = ".") -> Path:
@@ -164,11 +114,11 @@ def load_profile(
     """Merge profile ``name`` onto ``params_path`` (then ``set_overrides``, dotted keys) and
     validate; raises :class:`ConfigError` naming the profile file and each bad key path."""
     params_path = Path(params_path)
-    base = _read_yaml(params_path, "params file")
+    base = read_params(params_path, "params file")
     root = params_path.parent
     path = profile_path(name, root)
     if path.exists():
-        over, launch = _split_launch(_read_yaml(path, "profile"), path)
+        over, launch = _split_launch(read_params(path, "profile"), path)
     elif name == DEFAULT_PROFILE:
         path, over, launch = None, {}, {}
     else:
@@ -180,9 +130,7 @@ def load_profile(
             f"{params_path} already holds the {base_profile!r} profile: profiles merge onto the {DEFAULT_PROFILE} "
             f"default (restore it with `git checkout {params_path}`, or pass --params with a nano params file)"
         )
-    raw = merge_profile(base, over)
-    for dotted, value in (set_overrides or {}).items():
-        set_dotted(raw, dotted, value)
+    raw = apply_overrides(deep_merge(base, over, REPLACED_KEYS), set_overrides)
     source = f"{path} (merged onto {params_path})" if path is not None else str(params_path)
     cfg = config_from_dict(raw, source)
     if nproc_per_node is not None:
@@ -260,9 +208,7 @@ def set_overrides(base: dict[str, Any], target: dict[str, Any], prefix: str = ""
 
 
 def _additions(path: str, value: Any) -> list[str]:
-    if isinstance(value, dict) and value:
-        return [x for k, v in value.items() for x in _additions(f"{path}.{k}", v)]
-    return [f"++{path}={hydra_value(value)}"]
+    return [f"++{key}={hydra_value(leaf)}" for key, leaf in flatten({path: value}).items()]
 
 
 def print_set_line(overrides: list[str]) -> str:
@@ -480,7 +426,7 @@ def checks(p: Profile) -> list[str]:
 
 def dry_run_text(p: Profile, dvc_path: str | Path | None = None) -> str:
     dvc_path = Path(dvc_path) if dvc_path is not None else p.params_path.parent / "dvc.yaml"
-    dvc = _read_yaml(dvc_path, "dvc.yaml")
+    dvc = read_params(dvc_path, "dvc.yaml")
     stages = stage_commands(dvc, p.raw, p.nproc_per_node)
     n_set = len(set_overrides(p.base, p.raw))
     lines = [f"profile {p.cfg.profile}: {p.label}, {n_set} param change(s) against {p.params_path}", ""]
@@ -512,7 +458,7 @@ def write_params(p: Profile, out: str | Path) -> Path:
 def run_profile(cfg: Config, args: Any = None) -> Profile:
     """Stage ``profile`` (module docstring). ``cfg`` (the validated params file) is unused beyond
     the CLI's check; the raw file is re-read so the merge sees exactly what DVC will edit."""
-    p = load_profile(args.name, getattr(args, "params", "params.yaml"), parse_set(getattr(args, "set", None)),
+    p = load_profile(args.name, getattr(args, "params", "params.yaml"), parse_sets(getattr(args, "set", None)),
                      getattr(args, "nproc_per_node", None))
     if getattr(args, "print_set", False):
         print(print_set_line(set_overrides(p.base, p.raw)))

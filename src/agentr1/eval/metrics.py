@@ -4,21 +4,24 @@ Per-question scores (EM, F1, substring EM, format, ...) come from :mod:`agentr1.
 (answers compared with the :mod:`agentr1.env.rewards` metrics). Here they are averaged and
 given uncertainty:
 
+* :func:`percentile_bootstrap` - the one bootstrap (``scipy.stats.bootstrap``, percentile method)
+  behind every interval here and in :mod:`agentr1.report.stats`;
 * :func:`bootstrap_ci` - percentile bootstrap of the mean of one score vector;
 * :func:`paired_bootstrap_diff` - per-question paired bootstrap of the difference of the means of
   two policies scored on the same questions (is a difference larger than the noise?);
 * :func:`summarize_split` - one split's means, CIs and breakdowns by question type and hops.
 
-Everything is deterministic for a given seed (``numpy.random.Generator(PCG64(seed))``).
+Everything is deterministic for a given seed (``numpy.random.default_rng(seed)``, PCG64).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 SCORES = ("em", "f1", "subem")  # the answer metrics that get confidence intervals
 MEANS = ("em", "f1", "subem", "format_ok", "answered", "tool_calls", "turns", "reward")
@@ -35,26 +38,46 @@ def _vector(values: Sequence[float], name: str = "values") -> np.ndarray:
     return x
 
 
-def _resampled_means(x: np.ndarray, samples: int, seed: int) -> np.ndarray:
-    """``samples`` means of ``x`` resampled with replacement (``n`` indices drawn uniformly)."""
-    rng = np.random.Generator(np.random.PCG64(seed))
-    n = x.size
-    per_chunk = max(1, _CHUNK // n)
-    out = np.empty(samples, dtype=np.float64)
-    for start in range(0, samples, per_chunk):
-        k = min(per_chunk, samples - start)
-        out[start : start + k] = x[rng.integers(0, n, size=(k, n))].mean(axis=1)
-    return out
+def percentile_bootstrap(
+    data: Sequence[np.ndarray], statistic: Callable[..., np.ndarray], samples: int, ci: float, seed: int,
+    paired: bool = False,
+) -> tuple[float, float, np.ndarray]:
+    """``scipy.stats.bootstrap`` with the percentile method: ``(lo, hi, distribution)``.
+
+    ``data`` holds the samples, each a 1-D vector of at least two values; ``statistic(*samples,
+    axis=-1)`` is vectorised along the last axis. Resampling is uniform with replacement, from
+    ``numpy.random.default_rng(seed)``: ``paired`` resamples one set of indices shared by all
+    samples (equal lengths; per-question pairing), otherwise each sample is resampled on its own
+    (a stratified bootstrap). ``lo`` and ``hi`` are the ``(1 - ci) / 2`` and ``(1 + ci) / 2``
+    quantiles (linear interpolation) of the B = ``samples`` bootstrap statistics
+    ``distribution``; the point estimate ``statistic(*data)`` is not yet included (callers widen).
+
+    The percentile method is chosen over scipy's default BCa: it is the interval the promotion
+    gate and the reports have always used, and BCa's jackknife acceleration is undefined (scipy
+    warns and returns NaN) on the all-equal score vectors that are common here (all-zero EM).
+    Resamples are drawn ``batch = max(1, 4e6 // n)`` at a time to bound memory on large splits.
+    """
+    _check_ci(ci)
+    res = stats.bootstrap(
+        tuple(data), statistic, n_resamples=samples, batch=max(1, _CHUNK // max(len(x) for x in data)),
+        vectorized=True, paired=paired, axis=-1, confidence_level=ci, method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    lo, hi = res.confidence_interval
+    return float(lo), float(hi), res.bootstrap_distribution
 
 
-def _percentile_interval(stats: np.ndarray, point: float, ci: float) -> tuple[float, float]:
-    """The central ``ci`` interval of the bootstrap distribution ``stats``, widened (if ever
-    needed) to contain the point estimate."""
+def _mean(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(x, axis=axis)
+
+
+def _mean_diff(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(x - y, axis=axis)
+
+
+def _check_ci(ci: float) -> None:
     if not 0.0 < ci < 1.0:
         raise ValueError(f"ci must be in (0, 1), got {ci}")
-    alpha = 1.0 - ci
-    lo, hi = np.quantile(stats, [alpha / 2.0, 1.0 - alpha / 2.0])
-    return float(min(lo, point)), float(max(hi, point))
 
 
 def bootstrap_ci(values: Sequence[float], samples: int = 1000, ci: float = 0.95, seed: int = 0) -> tuple[float, float]:
@@ -63,16 +86,19 @@ def bootstrap_ci(values: Sequence[float], samples: int = 1000, ci: float = 0.95,
     With x_1..x_n the per-question scores and mean m = (1/n) sum_i x_i: draw B = ``samples``
     resamples x*_b of size n with replacement (indices uniform on 1..n), compute their means
     m*_b, and return the alpha/2 and 1 - alpha/2 empirical quantiles of {m*_b} (alpha = 1 -
-    ``ci``; numpy's linear interpolation between order statistics). The interval is widened to
-    contain m in the rare case a skewed bootstrap distribution would exclude it (the promotion
-    gate requires lo <= m <= hi). All-equal values give lo = hi = m exactly. Its width shrinks
-    like sd(x) / sqrt(n).
+    ``ci``; linear interpolation between order statistics), by :func:`percentile_bootstrap`. The
+    interval is widened to contain m in the rare case a skewed bootstrap distribution would
+    exclude it (the promotion gate requires lo <= m <= hi). Degenerate samples are answered
+    without resampling: all-equal values (n = 1 included) give lo = hi = m exactly, as every
+    resample does; no values is a ``ValueError``. Its width shrinks like sd(x) / sqrt(n).
     """
     x = _vector(values)
+    _check_ci(ci)
     mean = float(x.mean())
     if np.all(x == x[0]):
         return mean, mean
-    return _percentile_interval(_resampled_means(x, samples, seed), mean, ci)
+    lo, hi, _ = percentile_bootstrap((x,), _mean, samples, ci, seed)
+    return min(lo, mean), max(hi, mean)
 
 
 def paired_bootstrap_diff(
@@ -82,8 +108,9 @@ def paired_bootstrap_diff(
 
     ``a[i]`` and ``b[i]`` are the two policies' scores on question i. With d_i = a_i - b_i and
     the observed difference delta = mean(d): resample the *questions* (indices uniform on 1..n,
-    with replacement; both policies keep their scores on each drawn question, so question
-    difficulty cancels) B = ``samples`` times, giving delta*_b = mean(d*_b). Returns
+    with replacement, shared by both policies: :func:`percentile_bootstrap` with ``paired``; both
+    keep their scores on each drawn question, so question difficulty cancels) B = ``samples``
+    times, giving delta*_b = mean(d*_b). Returns
 
     * ``mean_diff`` = delta;
     * ``lo``, ``hi`` = the central ``ci`` percentile interval of {delta*_b} (widened to contain
@@ -91,19 +118,23 @@ def paired_bootstrap_diff(
     * ``p_value`` = (1 + #{b : |delta*_b - delta| >= |delta|}) / (B + 1): the two-sided bootstrap
       test of "no difference", which shifts the bootstrap distribution to be centred on 0
       (Efron & Tibshirani 1993, sec. 16.4); identical vectors give p = 1, and p is never 0.
+
+    A constant difference (all d_i equal, n = 1 included) has delta*_b = delta for every
+    resample: lo = hi = delta and p = 1 / (B + 1) (or 1 when delta = 0), without resampling.
     """
     x, y = _vector(a, "a"), _vector(b, "b")
     if x.shape != y.shape:
         raise ValueError(f"paired scores need equal lengths, got {x.size} and {y.size}")
+    _check_ci(ci)
     d = x - y
     delta = float(d.mean())
     if np.all(d == d[0]):
-        stats = np.full(samples, float(d[0]))
+        lo = hi = delta
+        boots = np.full(samples, delta)
     else:
-        stats = _resampled_means(d, samples, seed)
-    lo, hi = _percentile_interval(stats, delta, ci)
-    extreme = int(np.sum(np.abs(stats - delta) >= abs(delta)))
-    return {"mean_diff": delta, "lo": lo, "hi": hi, "p_value": (1 + extreme) / (samples + 1)}
+        lo, hi, boots = percentile_bootstrap((x, y), _mean_diff, samples, ci, seed, paired=True)
+    extreme = int(np.sum(np.abs(boots - delta) >= abs(delta)))
+    return {"mean_diff": delta, "lo": min(lo, delta), "hi": max(hi, delta), "p_value": (1 + extreme) / (samples + 1)}
 
 
 def _bootstrap_params(bootstrap_cfg: Any) -> tuple[int, float]:

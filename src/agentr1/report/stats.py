@@ -7,10 +7,11 @@ difference of two policies, :func:`agentr1.eval.metrics.paired_bootstrap_diff` o
 per-question differences (question difficulty cancels; it also gives a two-sided p-value).
 
 The **average** over splits (the unweighted mean of the split means, like the paper's Avg.
-column) is bootstrapped stratified: each split's questions are resampled independently (its own
-stream, ``numpy.random.default_rng([seed, k])`` for the k-th split), the split means averaged,
-and the interval is the ``(1 - ci) / 2`` and ``(1 + ci) / 2`` quantiles of those averages
-(widened to contain the point estimate, as the per-split intervals are).
+column) is bootstrapped stratified: each split's questions are resampled independently
+(``scipy.stats.bootstrap`` with one sample per split, unpaired, one ``default_rng(seed)``
+stream), the split means averaged, and the interval is the ``(1 - ci) / 2`` and ``(1 + ci) / 2``
+quantiles of those averages (widened to contain the point estimate, as the per-split intervals
+are). All intervals come from the one :func:`agentr1.eval.metrics.percentile_bootstrap`.
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agentr1.eval.metrics import bootstrap_ci, paired_bootstrap_diff
+from agentr1.eval.metrics import bootstrap_ci, paired_bootstrap_diff, percentile_bootstrap
 
 AVG = "avg"
-_CHUNK = 4_000_000  # resampled entries drawn at once
 
 
 @dataclass(frozen=True)
@@ -43,25 +43,28 @@ def seed_mean_std(values: Sequence[float]) -> tuple[float, float | None]:
     return float(arr.mean()), std
 
 
-def _resampled_means(x: np.ndarray, samples: int, rng: np.random.Generator) -> np.ndarray:
-    n = x.size
-    per_chunk = max(1, _CHUNK // n)
-    out = np.empty(samples, dtype=np.float64)
-    for start in range(0, samples, per_chunk):
-        k = min(per_chunk, samples - start)
-        out[start:start + k] = x[rng.integers(0, n, size=(k, n))].mean(axis=1)
-    return out
-
-
 def stratified_average(vectors: Sequence[np.ndarray], samples: int, ci: float, seed: int) -> Interval:
-    """Bootstrap interval of the unweighted mean of the vectors' means (module docstring)."""
+    """Bootstrap interval of the unweighted mean of the vectors' means (module docstring).
+
+    The statistic is A = (1/K) sum_k mean(v_k); each stratum k is resampled on its own
+    (:func:`agentr1.eval.metrics.percentile_bootstrap`, unpaired). A stratum whose values are all
+    equal (a single question included) has the same mean in every resample, so it enters A as
+    that constant and is not resampled; when every stratum is constant the interval is the point.
+    """
     if not vectors:
         raise ValueError("no splits to average")
     point = float(np.mean([v.mean() for v in vectors]))
-    boots = np.mean([_resampled_means(v, samples, np.random.default_rng([seed, k])) for k, v in enumerate(vectors)],
-                    axis=0)
-    lo, hi = np.quantile(boots, [(1 - ci) / 2, (1 + ci) / 2])
-    return Interval(point, float(min(lo, point)), float(max(hi, point)))
+    varying = [v for v in vectors if np.any(v != v[0])]
+    if not varying:
+        return Interval(point, point, point)
+    constant = float(sum(v[0] for v in vectors if np.all(v == v[0])))
+    k = len(vectors)
+
+    def average(*resampled: np.ndarray, axis: int = -1) -> np.ndarray:
+        return (np.sum([np.mean(x, axis=axis) for x in resampled], axis=0) + constant) / k
+
+    lo, hi, _ = percentile_bootstrap(varying, average, samples, ci, seed)
+    return Interval(point, min(lo, point), max(hi, point))
 
 
 def _vectors(values: Mapping[str, Sequence[float]]) -> dict[str, np.ndarray]:

@@ -3,19 +3,27 @@
 It works against ``agentr1 serve-retriever`` and against Search-R1/verl retrieval servers (it
 always asks for scores and reads the ``document`` fields ``id``, ``title``, ``text``, falling back
 to splitting Search-R1's ``contents`` = ``"Title"`` newline text when ``title``/``text`` are
-absent). Connection failures, timeouts and 5xx answers are retried ``retries`` times with
-exponential backoff (``backoff_s``, 2x, 4x ...); a 4xx answer is not retried. What finally fails is
-a :class:`RetrieverError` naming the URL and the fix.
+absent). Retries are urllib3's :class:`~urllib3.util.Retry` mounted on each thread's
+``requests.Session``: connection failures, timeouts and 502/503/504 answers (a proxy or the
+server's connection cap, which sends ``Retry-After``; honoured) are retried up to ``retries`` times
+in all, for GET and POST alike (``POST /retrieve`` only reads the index, so it is idempotent). The
+waits follow urllib3's schedule with ``backoff_factor = backoff_s``: none before the first retry,
+then ``backoff_s * 2 ** (k - 1)`` before retry k >= 2 (capped at urllib3's 120 s). A 4xx answer
+and a 500 (the server's retriever raised: the same request fails the same way) are not retried.
+What finally fails is a :class:`RetrieverError` naming the URL, the attempts and the fix.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import requests
+from requests.adapters import HTTPAdapter
+from urllib3.exceptions import MaxRetryError
+from urllib3.exceptions import TimeoutError as Urllib3Timeout
+from urllib3.util import Retry
 
 from agentr1.retrieval.base import Hit, Retriever, RetrieverError
 
@@ -23,6 +31,10 @@ from agentr1.retrieval.base import Hit, Retriever, RetrieverError
 def _split_contents(contents: str) -> tuple[str, str]:
     title, _, text = contents.partition("\n")
     return title.strip().strip('"'), text
+
+
+RETRY_STATUSES = (502, 503, 504)  # transient: a proxy in between, or the server's connection cap
+RETRY_METHODS = ("GET", "POST")  # /health and /retrieve: both idempotent
 
 
 def hit_from_item(item: Any) -> Hit:
@@ -50,10 +62,20 @@ class HTTPRetriever(Retriever):
         self.max_batch = max_batch
         self._local = threading.local()  # one requests.Session (keep-alive pool) per thread
 
+    def _retry(self) -> Retry:
+        """The retry policy (module docstring): ``total = retries`` bounds connect, read and status
+        retries together; an exhausted status retry returns the last answer (``raise_on_status``
+        off) so its status and body reach the error message."""
+        return Retry(total=self.retries, backoff_factor=self.backoff_s, status_forcelist=RETRY_STATUSES,
+                     allowed_methods=RETRY_METHODS, raise_on_status=False, raise_on_redirect=False)
+
     def _session(self) -> requests.Session:
         session = getattr(self._local, "session", None)
         if session is None:
             session = self._local.session = requests.Session()
+            adapter = HTTPAdapter(max_retries=self._retry())
+            session.mount("http://", adapter)
+            session.mount("https://", adapter)
         return session
 
     def _down(self, attempts: int, why: str) -> RetrieverError:
@@ -63,29 +85,26 @@ class HTTPRetriever(Retriever):
         )
 
     def _request(self, method: str, path: str, body: dict | None = None) -> Any:
-        last = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
-            try:
-                resp = self._session().request(method, self.url + path, json=body, timeout=self.timeout_s)
-            except requests.Timeout:
-                last = f"timed out after {self.timeout_s}s"
-                continue
-            except requests.RequestException as exc:
-                last = f"{type(exc).__name__}: {exc}"
-                continue
-            if resp.status_code >= 500:
-                last = f"HTTP {resp.status_code}: {resp.text[:200]}"
-                continue
-            if resp.status_code >= 400:
-                raise RetrieverError(f"retrieval server at {self.url} rejected the request "
-                                     f"(HTTP {resp.status_code}): {resp.text[:500]}")
-            try:
-                return resp.json()
-            except ValueError:
-                raise RetrieverError(f"retrieval server at {self.url} answered non-JSON: {resp.text[:200]!r}") from None
-        raise self._down(self.retries + 1, last)
+        try:
+            resp = self._session().request(method, self.url + path, json=body, timeout=self.timeout_s)
+        except requests.RequestException as exc:
+            # urllib3 gives up with MaxRetryError once every retry is spent; anything else is not retried
+            spent = exc.args[0] if exc.args and isinstance(exc.args[0], MaxRetryError) else None
+            attempts = self.retries + 1 if spent is not None else 1
+            timed_out = isinstance(exc, requests.Timeout) or isinstance(getattr(spent, "reason", None), Urllib3Timeout)
+            why = f"timed out after {self.timeout_s}s" if timed_out else f"{type(exc).__name__}: {exc}"
+            raise self._down(attempts, why) from None
+        if resp.status_code >= 500:
+            retries = getattr(resp.raw, "retries", None)
+            attempts = 1 + len(retries.history) if retries is not None else 1
+            raise self._down(attempts, f"HTTP {resp.status_code}: {resp.text[:200]}")
+        if resp.status_code >= 400:
+            raise RetrieverError(f"retrieval server at {self.url} rejected the request "
+                                 f"(HTTP {resp.status_code}): {resp.text[:500]}")
+        try:
+            return resp.json()
+        except ValueError:
+            raise RetrieverError(f"retrieval server at {self.url} answered non-JSON: {resp.text[:200]!r}") from None
 
     def health(self) -> dict:
         """``GET /health`` (raises :class:`RetrieverError` when the server is down)."""

@@ -28,7 +28,7 @@ _LAZY = {
     "MLflowLogger": "agentr1.tracking.mlflow_adapter",
     "StageRun": "agentr1.tracking.run",
     "stage_run": "agentr1.tracking.mlflow_adapter",
-    "resolve_tracking_uri": "agentr1.tracking.mlflow_adapter",
+    "resolve_tracking_uri": "agentr1.tracking.uri",
     "check_reachable": "agentr1.tracking.mlflow_adapter",
     "log_trajectory_traces": "agentr1.tracking.traces",
     "log_trajectory_table": "agentr1.tracking.traces",

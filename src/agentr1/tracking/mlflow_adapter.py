@@ -37,7 +37,8 @@ from agentr1.errors import StageError
 from agentr1.tracking import provenance
 from agentr1.tracking.logger import check_metrics
 from agentr1.tracking.redact import redact_uri
-from agentr1.tracking.run import CHECKPOINT_TAG, StageRun
+from agentr1.tracking.run import StageRun
+from agentr1.tracking.uri import resolve_tracking_uri, sqlite_path
 
 if TYPE_CHECKING:
     from agentr1.config import Config
@@ -50,11 +51,6 @@ PIPELINE_TAG = "agentr1.pipeline_id"
 STAGE_TAG = "agentr1.stage"
 ARTIFACT_ROOT_ENV = "AGENTR1_ARTIFACT_ROOT"  # overrides tracking.artifact_root (a sqlite store's artifacts)
 _BATCH = 100  # MLflow's MAX_PARAMS_TAGS_PER_BATCH; metrics allow 1000, 100 keeps requests small
-
-
-def resolve_tracking_uri(cfg: "Config") -> str:
-    """``MLFLOW_TRACKING_URI`` when set, else ``tracking.uri`` from params."""
-    return os.environ.get("MLFLOW_TRACKING_URI", "").strip() or cfg.tracking.uri
 
 
 def _is_server(uri: str) -> bool:
@@ -79,8 +75,8 @@ def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
             f"--host 127.0.0.1 --port 5000 --backend-store-uri sqlite:///mlflow/mlflow.db`) or point "
             f"MLFLOW_TRACKING_URI / tracking.uri at a reachable server or a sqlite:/// store."
         )
-    if uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///"):])
+    db = sqlite_path(uri)
+    if db is not None:
         try:
             db.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

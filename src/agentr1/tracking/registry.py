@@ -44,7 +44,8 @@ from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
 from agentr1.errors import StageError
 from agentr1.io import tree_digest as _tree_digest
 from agentr1.tracking.gate import GateStats, gate
-from agentr1.tracking.mlflow_adapter import CHECKPOINT_TAG, STAGE_TAG
+from agentr1.tracking.mlflow_adapter import STAGE_TAG
+from agentr1.tracking.run import CHECKPOINT_TAG
 
 log = logging.getLogger(__name__)
 
