@@ -10,12 +10,10 @@ import statistics
 import pytest
 import torch
 
+from agentr1.registry import ESTIMATORS
 from agentr1.rl.advantages import (
-    advantage_requires,
-    available_advantages,
     compute_advantage,
     gae,
-    get_advantage,
     grpo,
     reinforce_pp,
     reinforce_pp_baseline,
@@ -216,18 +214,18 @@ def test_singleton_batch_gives_zero_for_every_group_estimator():
     r = t([[0.0, 1.0], [2.0, 0.0]])
     m = t([[1, 1], [1, 0]])
     for name in ("grpo", "rloo", "reinforce_pp_baseline"):
-        adv, _ = get_advantage(name)(r, m, index=["a", "b"])
+        adv, _ = ESTIMATORS.get(name)(r, m, index=["a", "b"])
         close(adv, torch.zeros(2, 2))
 
 
 # ============================================================================ registry / dispatch
 def test_registry_and_dispatch():
-    assert set(available_advantages()) >= {"gae", "grpo", "reinforce_pp", "reinforce_pp_baseline", "rloo"}
-    assert advantage_requires("gae") == {"values"}
-    assert advantage_requires("grpo") == {"index"}
-    assert advantage_requires("reinforce_pp") == set()
-    with pytest.raises(KeyError, match="unknown advantage"):
-        get_advantage("nope")
+    assert ESTIMATORS.names() == ["gae", "grpo", "reinforce_pp", "reinforce_pp_baseline", "rloo"]
+    assert ESTIMATORS.get("gae") is gae and ESTIMATORS.get("grpo") is grpo
+    assert ESTIMATORS.names(needs_values=True) == ["gae"]  # the trainer builds a critic for these
+    assert ESTIMATORS.names(grouped=True) == ["grpo", "reinforce_pp_baseline", "rloo"]  # these need index
+    with pytest.raises(KeyError, match="unknown advantage estimator 'nope'; available: gae, grpo"):
+        ESTIMATORS.get("nope")
     # one config serves every estimator: unused shared knobs are dropped
     cfg = dict(values=t(V_GAE), index=[0, 1], gamma=0.9, lam=0.8, whiten=False, norm_by_std=True)
     adv, ret = compute_advantage("gae", t(R_GAE), t(M_GAE), **cfg)
@@ -237,6 +235,8 @@ def test_registry_and_dispatch():
     close(adv, reinforce_pp(t(R_RPP), t(A_RPP), gamma=0.5)[0])
     with pytest.raises(ValueError, match="needs 'values'"):
         compute_advantage("gae", t(R_GAE), t(M_GAE), gamma=0.9)
+    with pytest.raises(ValueError, match="needs 'index'"):
+        compute_advantage("grpo", t(R_GAE), t(M_GAE), index=None)
     with pytest.raises(TypeError, match="takes no option 'gama'"):
         compute_advantage("reinforce_pp", t(R_RPP), t(A_RPP), gama=0.9)
     with pytest.raises(ValueError, match="selects no token"):
@@ -354,10 +354,7 @@ def action_values(x, am):
     return [x[b][am[b].bool()] for b in range(x.shape[0])]
 
 
-ESTIMATORS = ["gae", "reinforce_pp", "reinforce_pp_baseline", "grpo", "rloo"]
-
-
-@pytest.mark.parametrize("name", ESTIMATORS)
+@pytest.mark.parametrize("name", ESTIMATORS.names())
 def test_observation_insertion_invariance_with_advantage_mask(name):
     rng = random.Random(1234)
     for trial in range(40):

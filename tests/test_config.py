@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentr1.config import Config, ConfigError, config_from_dict, load_config
+from agentr1.config import Config, ConfigError, config_from_dict, flatten, load_config
+from agentr1.registry import ESTIMATORS
 
 
 def test_repo_params_load_and_match_defaults(repo_root: Path) -> None:
@@ -17,7 +18,9 @@ def test_repo_params_load_and_match_defaults(repo_root: Path) -> None:
     assert isinstance(cfg, Config)
     assert cfg.profile == "nano"
     # params.yaml states the defaults explicitly: it must not drift from config.py.
-    assert cfg.model_dump() == Config().model_dump()
+    assert cfg.model_dump(exclude={"runs"}) == Config().model_dump(exclude={"runs"})
+    # ... except the named runs, which live in params.yaml only
+    assert Config().runs == {} and cfg.train_for("ppo").estimator == "gae" and len(cfg.runs) == 10
 
 
 def test_unknown_key_names_its_path() -> None:
@@ -43,6 +46,47 @@ def test_literal_lists_allowed_values() -> None:
     with pytest.raises(ConfigError) as exc:
         config_from_dict({"retrieval": {"backend": "elastic"}})
     assert "retrieval.backend" in str(exc.value) and "'bm25'" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "section, path, choices",
+    [
+        ({"train": {"estimator": "ppo"}}, "train.estimator", "gae, grpo, reinforce_pp, reinforce_pp_baseline, rloo"),
+        ({"train": {"policy_loss": "clip"}}, "train.policy_loss", "ppo_clip, reinforce"),
+        ({"train": {"kl": {"estimator": "k4"}}}, "train.kl.estimator", "abs, k1, k2, k3, kl, low_var_kl, mse"),
+        ({"env": {"format": "xml"}}, "env.format", "hermes, tags"),
+        ({"env": {"tools": ["search", "calculator"]}}, "env.tools.1", "search"),
+        ({"reward": {"metric": "bleu"}}, "reward.metric", "em, f1, subem"),
+        ({"runs": {"x": {"estimator": "ppo"}}}, "runs.x.estimator", "gae, grpo"),
+    ],
+)
+def test_registry_names_are_checked(section: dict, path: str, choices: str) -> None:
+    """A field naming a plug-in must name a registered one; the error names the field, the bad
+    value and the registered names."""
+    with pytest.raises(ConfigError) as exc:
+        config_from_dict(section)
+    bad = next(v for v in flatten(section).values())
+    bad = bad[-1] if isinstance(bad, list) else bad
+    line = next(ln for ln in str(exc.value).splitlines() if path in ln)
+    assert f"{bad!r}" in line and f"available: {choices}" in line, line
+
+
+def test_a_registered_estimator_is_valid_in_config() -> None:
+    import agentr1.rl.advantages as adv
+
+    with pytest.raises(ConfigError, match="train.estimator"):
+        config_from_dict({"train": {"estimator": "grpo_test_copy", "group_size": 1}})
+    ESTIMATORS.register("grpo_test_copy", grouped=True)(adv.grpo)
+    try:
+        cfg = config_from_dict({"train": {"estimator": "grpo_test_copy"}})
+        assert cfg.train.estimator == "grpo_test_copy"
+        # what it declares is what config enforces: a grouped estimator needs group_size >= 2
+        with pytest.raises(ConfigError, match="compares the rollouts of one question.*estimator gae / reinforce_pp"):
+            config_from_dict({"train": {"estimator": "grpo_test_copy", "group_size": 1}})
+    finally:
+        ESTIMATORS.remove("grpo_test_copy")
+    with pytest.raises(ConfigError, match="train.estimator"):
+        config_from_dict({"train": {"estimator": "grpo_test_copy"}})
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,10 @@ import json
 import pytest
 
 from agentr1.env.base import ToolResult
-from agentr1.env.formats import HermesFormat, TagFormat, available_formats, get_format, select_calls
+from agentr1.env.formats import HermesFormat, TagFormat, get_format, select_calls
 from agentr1.env.search import SearchTool
 from agentr1.env.tools import Tool
+from agentr1.registry import FORMATS
 from agentr1.retrieval.base import Hit, Retriever
 
 
@@ -28,7 +29,7 @@ def fmt(request):
 
 
 def test_registry():
-    assert {"tags", "hermes"} <= set(available_formats())
+    assert FORMATS.names() == ["hermes", "tags"]
     assert isinstance(get_format("tags"), TagFormat)
     assert isinstance(get_format("hermes"), HermesFormat)
     with pytest.raises(ValueError, match="unknown tool-call format 'xml'.*hermes"):

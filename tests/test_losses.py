@@ -9,16 +9,14 @@ import random
 import pytest
 import torch
 
+from agentr1.registry import KL_ESTIMATORS, POLICY_LOSSES
 from agentr1.rl.losses import (
     AGG_MODES,
     agg_loss,
     apply_kl_penalty,
-    available_kl_estimators,
-    available_policy_losses,
     compute_policy_loss,
     entropy_bonus,
     entropy_from_logits,
-    get_policy_loss,
     kl_estimate,
     kl_loss,
     ppo_clip,
@@ -175,9 +173,10 @@ def test_reinforce_loss():
 
 
 def test_policy_loss_registry_and_dispatch():
-    assert set(available_policy_losses()) >= {"ppo_clip", "reinforce"}
-    with pytest.raises(KeyError, match="unknown policy loss"):
-        get_policy_loss("nope")
+    assert POLICY_LOSSES.names() == ["ppo_clip", "reinforce"]
+    assert POLICY_LOSSES.get("ppo_clip") is ppo_clip
+    with pytest.raises(KeyError, match="unknown policy loss 'nope'; available: ppo_clip, reinforce"):
+        compute_policy_loss("nope", *ppo_inputs())
     logp, old, adv, m = ppo_inputs()
     cfg = dict(clip_low=0.2, clip_high=0.28, dual_clip=3.0, agg_mode="token-mean")
     loss, _ = compute_policy_loss("ppo_clip", logp, old, adv, m, **cfg)
@@ -224,7 +223,8 @@ def test_kl_estimators_hand_computed():
     close(kl_estimate(logp, ref, "abs"), [[LN2, LN2, 30.0]])
     for alias, name in (("kl", "k1"), ("mse", "k2"), ("low_var_kl", "k3")):
         close(kl_estimate(logp, ref, alias), kl_estimate(logp, ref, name))
-    assert {"k1", "k2", "k3"} <= set(available_kl_estimators())
+    assert KL_ESTIMATORS.names() == ["abs", "k1", "k2", "k3", "kl", "low_var_kl", "mse"]
+    assert KL_ESTIMATORS.spec("low_var_kl").meta["alias_of"] == "k3"
     with pytest.raises(KeyError, match="unknown KL"):
         kl_estimate(logp, ref, "k4")
 

@@ -142,6 +142,7 @@ def stage_cfg(tmp_path, **train):
         "rollout": {"max_turn_tokens": 6, "max_total_tokens": 1024, "batch_size": 8},
         "sft": {"out_dir": str(sft)},
         "tracking": {"enabled": False},
+        "runs": tw.RUNS,
         "train": base,
     })
 

@@ -8,19 +8,17 @@ from agentr1.config import RewardConfig
 from agentr1.env import SearchTool, ToolEnv
 from agentr1.env.base import CallOutcome
 from agentr1.env.rewards import (
-    available_metrics,
     episode_format,
     episode_format_ok,
     exact_match,
     f1_score,
     format_score,
-    get_metric,
     normalize_answer,
     outcome_reward,
     process_rewards,
-    register_metric,
     substring_exact_match,
 )
+from agentr1.registry import METRICS
 from agentr1.retrieval.base import Hit, Retriever
 
 
@@ -67,17 +65,20 @@ def test_f1():
 
 
 def test_metric_registry():
-    assert {"em", "subem", "f1"} <= set(available_metrics())
-    assert get_metric("f1") is f1_score
+    assert METRICS.names() == ["em", "f1", "subem"]
+    assert METRICS.get("f1") is f1_score and METRICS.get("em") is exact_match
 
-    @register_metric("first_letter_test")
+    @METRICS.register("first_letter_test")
     def first_letter(pred, golds):
         return float(any(pred[:1].lower() == g[:1].lower() for g in golds))
 
-    cfg = RewardConfig()
-    assert outcome_reward("kappa", ["Korvash"], 1.0, cfg, metric="first_letter_test") == 1.0
+    try:
+        cfg = RewardConfig(metric="first_letter_test")  # a registered metric is a valid reward.metric
+        assert outcome_reward("kappa", ["Korvash"], 1.0, cfg) == 1.0
+    finally:
+        METRICS.remove("first_letter_test")
     with pytest.raises(ValueError, match="unknown answer metric 'bleu'"):
-        get_metric("bleu")
+        outcome_reward("x", ["x"], 1.0, RewardConfig(), metric="bleu")
 
 
 # --------------------------------------------------------------------------- format score cases

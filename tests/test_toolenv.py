@@ -8,7 +8,8 @@ from agentr1.config import config_from_dict
 from agentr1.env import ToolEnv
 from agentr1.env.base import ToolResult
 from agentr1.env.search import NO_RESULTS, SearchTool, format_passages
-from agentr1.env.tools import Tool, available_tools, make_tool, register_tool
+from agentr1.env.tools import Tool, make_tool
+from agentr1.registry import TOOLS
 from agentr1.retrieval.base import Hit, Retriever, RetrieverError
 
 PASSAGES = [
@@ -122,7 +123,7 @@ def test_tool_validate_and_registry():
     assert tool.validate(["q"]) == ["arguments must be a JSON object, got list"]
     tool.max_arg_chars = 20
     assert tool.validate({"query": "x" * 30})[0].startswith("arguments too large")
-    assert "search" in available_tools()
+    assert TOOLS.names() == ["search"]
     assert isinstance(make_tool("search", retriever=FakeRetriever()), SearchTool)
     with pytest.raises(ValueError, match="unknown tool 'nope'"):
         make_tool("nope")
@@ -278,11 +279,14 @@ def test_misbehaving_tools_never_raise(crash, message):
 
 
 def test_registered_user_tool_works_in_both_formats():
-    @register_tool("reverse_test_tool")
+    @TOOLS.register("reverse_test_tool")
     class Reverse(_Echo):
         name = "reverse_test_tool"
 
-    tool = make_tool("reverse_test_tool")
+    try:
+        tool = make_tool("reverse_test_tool")
+    finally:
+        TOOLS.remove("reverse_test_tool")
     for fmt in ("tags", "hermes"):
         env = ToolEnv([tool], fmt)
         res = env.step(env.fmt.render_call("reverse_test_tool", {"text": "abc"}), 0)

@@ -35,6 +35,7 @@ def _cfg(tmp_path, **train):
         "rollout": {"max_turn_tokens": 6, "max_total_tokens": 1024, "batch_size": 8},
         "sft": {"out_dir": str(tmp_path / "sft")},
         "tracking": {"enabled": False},
+        "runs": tw.RUNS,
         "train": {"steps": 2, "batch_questions": 2, "group_size": 2, "micro_batch_size": 2, "out_dir": str(tmp_path / "runs"),
                   "dev": {"every": 2, "examples": 2}, "checkpoint": {"every": 1}, **train},
     })

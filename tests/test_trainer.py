@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import _rl_tiny as R
-from agentr1.config import Config, ConfigError, config_from_dict
+from agentr1.config import Config, ConfigError, config_from_dict, load_config
 from agentr1.errors import StageError
 from agentr1.rl import trainer as trainer_mod
 from agentr1.rl.trainer import Trainer, deterministic_metrics, lr_factor, score_episode
@@ -227,8 +227,8 @@ def test_lr_schedule():
     assert lr_factor(10, 2, 10, "cosine", 0.1) == pytest.approx(0.1)
 
 
-def test_named_runs_merge_into_train():
-    cfg = Config()
+def test_named_runs_merge_into_train(repo_root):
+    cfg = load_config(repo_root / "params.yaml")  # the named runs live there only (Config().runs is empty)
     assert set(cfg.runs) == {"ppo", "grpo", "reinforce_pp", "reinforce_pp_baseline", "rloo", "ppo_no_adv_mask",
                              "ppo_no_adv_no_loss_mask", "grpo_no_loss_mask", "grpo_s1", "grpo_s2"}
     assert cfg.train_for("grpo_s2").seed == 2 and cfg.train_for("grpo").seed is None  # None = the top-level seed

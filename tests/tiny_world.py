@@ -9,6 +9,8 @@ from agentr1.env import ToolEnv
 from agentr1.models import TOOL_TAGS, build_scratch_model, train_tokenizer
 from agentr1.retrieval.bm25 import BM25Retriever
 
+# the named runs stage tests train and evaluate (params.yaml holds the real list; Config().runs is empty)
+RUNS = {"ppo": {"estimator": "gae"}, "grpo": {"estimator": "grpo"}}
 TINY_MODEL = ScratchModelConfig(
     vocab_size=600, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=64, max_position=1024
 )
@@ -48,7 +50,8 @@ def env(fmt: str = "tags", max_turns: int = 4) -> ToolEnv:
 def stage_config(root, splits: dict[str, list[dict]], **sections):
     """A Config for running stages on this world under ``root``: ``splits`` written as
     ``root/processed``, the BM25 index saved as ``root/index``, checkpoints and reports under
-    ``root``; ``sections`` override top-level sections (``sft`` merges into the base sft)."""
+    ``root``; ``sections`` override top-level sections (``sft`` merges into the base sft; ``runs``
+    defaults to :data:`RUNS`)."""
     from pathlib import Path
 
     from agentr1.config import config_from_dict
@@ -66,6 +69,7 @@ def stage_config(root, splits: dict[str, list[dict]], **sections):
         "env": {"search": {"topk": 2, "passage_max_chars": 200}},
         "model": {"scratch": TINY_MODEL.model_dump()},
         "sft": sft,
+        "runs": RUNS,
         **sections,
     })
 

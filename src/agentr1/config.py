@@ -3,7 +3,10 @@
 This module and ``params.yaml`` are the only places where defaults live. Every stage reads its
 section through :func:`load_config`. Unknown keys, wrong types and impossible values fail *before
 any work* with a :class:`ConfigError` whose message names the key path (``data.synthetic.
-questions.train``) and what is allowed there.
+questions.train``) and what is allowed there. A field that names a plug-in (``train.estimator``,
+``train.policy_loss``, ``train.kl.estimator``, ``env.format``, ``env.tools``, ``reward.metric``)
+must name an entry of its registry in :mod:`agentr1.registry`, which answers without importing
+the implementations (no torch).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from agentr1.registry import ESTIMATORS, FORMATS, KL_ESTIMATORS, METRICS, POLICY_LOSSES, TOOLS
 
 DEFAULT_PARAMS = Path("params.yaml")
 
@@ -25,6 +30,15 @@ SPLITS = ("train", "dev", "test", "ood")
 
 class ConfigError(ValueError):
     """A params file that cannot be used; the message names each bad key path and the fix."""
+
+
+# A name of a registry (agentr1.registry): an unknown one fails with the registered names.
+EstimatorName = Annotated[str, AfterValidator(ESTIMATORS.check)]
+PolicyLossName = Annotated[str, AfterValidator(POLICY_LOSSES.check)]
+KLEstimatorName = Annotated[str, AfterValidator(KL_ESTIMATORS.check)]
+ToolName = Annotated[str, AfterValidator(TOOLS.check)]
+FormatName = Annotated[str, AfterValidator(FORMATS.check)]
+MetricName = Annotated[str, AfterValidator(METRICS.check)]
 
 
 class _Section(BaseModel):
@@ -243,13 +257,13 @@ class SearchToolConfig(_Section):
 
 
 class EnvConfig(_Section):
-    format: Literal["tags", "hermes"] = "tags"
+    format: FormatName = "tags"
     max_turns: int = Field(5, ge=1, le=32)
     multi_call: Literal["first", "all"] = "first"
     max_calls_per_turn: int = Field(3, ge=1, le=16)
     observation_max_chars: int = Field(1600, ge=64)
     think: bool = False
-    tools: list[str] = Field(default_factory=lambda: ["search"])
+    tools: list[ToolName] = Field(default_factory=lambda: ["search"])
     search: SearchToolConfig = SearchToolConfig()
 
 
@@ -266,7 +280,7 @@ class RewardConfig(_Section):
     See ``agentr1.env.rewards``: with format score f, R = format_score + (1 - format_score) *
     metric(answer) when the format is valid (f = 1), else R = f - 1."""
 
-    metric: Literal["em", "subem", "f1"] = "em"
+    metric: MetricName = "em"
     format_score: float = Field(0.0, ge=0, le=1)
     process: ProcessRewardConfig = ProcessRewardConfig()
 
@@ -460,7 +474,7 @@ class KLConfig(_Section):
 
     mode: Literal["none", "loss", "reward"] = "loss"
     coef: float = Field(0.001, ge=0)
-    estimator: Literal["k1", "k2", "k3", "abs"] = "k3"
+    estimator: KLEstimatorName = "k3"
 
 
 class CriticConfig(_Section):
@@ -512,9 +526,6 @@ class DistributedConfig(_Section):
     strategy: Literal["ddp", "fsdp"] = "ddp"
 
 
-GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_pp_baseline")  # advantage = reward against the question's group
-
-
 class TrainConfig(_Section):
     """The RL trainer (stage ``train``, ``agentr1.rl.trainer``). One step: ``batch_questions``
     train questions x ``group_size`` rollouts -> rewards -> old/ref log-probs (+ values) ->
@@ -533,8 +544,8 @@ class TrainConfig(_Section):
     steps: int = Field(30, ge=0)
     batch_questions: int = Field(4, ge=1)
     group_size: int = Field(4, ge=1)
-    estimator: Literal["gae", "grpo", "reinforce_pp", "reinforce_pp_baseline", "rloo"] = "grpo"
-    policy_loss: Literal["ppo_clip", "reinforce"] = "ppo_clip"
+    estimator: EstimatorName = "grpo"
+    policy_loss: PolicyLossName = "ppo_clip"
     loss_mask: bool = True
     advantage_mask: bool = True
     gamma: float = Field(1.0, ge=0, le=1)
@@ -569,10 +580,10 @@ class TrainConfig(_Section):
 
     @model_validator(mode="after")
     def _trains_something(self) -> "TrainConfig":
-        if self.estimator in GROUP_ESTIMATORS and self.group_size < 2 and self.steps > 0:
+        if ESTIMATORS.spec(self.estimator).meta.get("grouped") and self.group_size < 2 and self.steps > 0:
             raise ValueError(f"estimator {self.estimator} compares the rollouts of one question, so group_size "
                              f"{self.group_size} gives every episode advantage 0 and training would not move the "
-                             "policy: set group_size >= 2 (or estimator gae / reinforce_pp)")
+                             f"policy: set group_size >= 2 (or estimator {' / '.join(ESTIMATORS.names(grouped=False))})")
         batch = self.batch_questions * self.group_size
         if batch % self.mini_batches:
             raise ValueError(f"mini_batches {self.mini_batches} does not divide the batch of {batch} episodes "
@@ -580,20 +591,6 @@ class TrainConfig(_Section):
         return self
 
 
-
-
-DEFAULT_RUNS: dict[str, dict[str, Any]] = {
-    "ppo": {"estimator": "gae"},
-    "grpo": {"estimator": "grpo"},
-    "reinforce_pp": {"estimator": "reinforce_pp"},
-    "reinforce_pp_baseline": {"estimator": "reinforce_pp_baseline"},
-    "rloo": {"estimator": "rloo"},
-    "ppo_no_adv_mask": {"estimator": "gae", "advantage_mask": False},
-    "ppo_no_adv_no_loss_mask": {"estimator": "gae", "advantage_mask": False, "loss_mask": False},
-    "grpo_no_loss_mask": {"estimator": "grpo", "loss_mask": False},
-    "grpo_s1": {"estimator": "grpo", "seed": 1},
-    "grpo_s2": {"estimator": "grpo", "seed": 2},
-}
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -728,7 +725,7 @@ class Config(_Section):
     train: TrainConfig = TrainConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
     report: ReportConfig = ReportConfig()
-    runs: dict[str, dict[str, Any]] = Field(default_factory=lambda: {k: dict(v) for k, v in DEFAULT_RUNS.items()})
+    runs: dict[str, dict[str, Any]] = Field(default_factory=dict)  # params.yaml's runs: the one list of them
     tracking: TrackingConfig = TrackingConfig()
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)

@@ -1,7 +1,8 @@
 """Tool-call formats: how tools are described to the model, how its turn is parsed, and how
 observations and answers are written back.
 
-Two formats are registered (``get_format(name, tools=..., think=...)``):
+Two formats are registered in :data:`agentr1.registry.FORMATS` (``get_format(name, tools=...,
+think=...)`` builds one):
 
 ``tags`` (Search-R1 style)
     call ``<search>query</search>`` (the tag is the tool's name; the content, stripped, is the
@@ -42,12 +43,13 @@ from __future__ import annotations
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from agentr1.env.base import ParsedTurn, ToolCall
 from agentr1.env.tools import Tool
+from agentr1.registry import FORMATS
 
 ANSWER_OPEN = "<answer>"
 ANSWER_CLOSE = "</answer>"
@@ -72,7 +74,7 @@ class ToolFormat(ABC):
     asks the model to reason inside ``<think>...</think>`` before acting (never required by the
     parser)."""
 
-    name: str = ""
+    name: str = ""  # the name it is registered under in agentr1.registry.FORMATS
 
     def __init__(self, tools: Sequence[Tool] = (), think: bool = False) -> None:
         self.think = think
@@ -207,34 +209,10 @@ class ToolFormat(ABC):
 
 
 # ----------------------------------------------------------------------------------- formats
-FormatT = TypeVar("FormatT", bound=type[ToolFormat])
-_FORMATS: dict[str, type[ToolFormat]] = {}
-
-
-def register_format(name: str) -> Callable[[FormatT], FormatT]:
-    """Class decorator: make a :class:`ToolFormat` available as ``get_format(name)``."""
-
-    def deco(cls: FormatT) -> FormatT:
-        if name in _FORMATS and _FORMATS[name] is not cls:
-            raise ValueError(f"format name {name!r} is already registered")
-        cls.name = name
-        _FORMATS[name] = cls
-        return cls
-
-    return deco
-
-
 def get_format(name: str, tools: Sequence[Tool] = (), think: bool = False) -> ToolFormat:
-    """A new instance of the format registered under ``name``, bound to ``tools``."""
-    try:
-        cls = _FORMATS[name]
-    except KeyError:
-        raise ValueError(f"unknown tool-call format {name!r}; available: {', '.join(available_formats())}") from None
-    return cls(tools=tools, think=think)
-
-
-def available_formats() -> list[str]:
-    return sorted(_FORMATS)
+    """A new instance of the format registered under ``name`` in
+    :data:`~agentr1.registry.FORMATS`, bound to ``tools``."""
+    return FORMATS.get(name)(tools=tools, think=think)
 
 
 def tag_parameter(tool: Tool) -> str:
@@ -250,10 +228,10 @@ def tag_parameter(tool: Tool) -> str:
     return required[0]
 
 
-@register_format("tags")
 class TagFormat(ToolFormat):
     """Search-R1 style tags: ``<search>q</search>``, ``<information>``, ``<answer>``."""
 
+    name = "tags"
     OBS_OPEN = "<information>"
     OBS_CLOSE = "</information>"
     RESERVED = {"answer", "think", "information"}
@@ -309,10 +287,10 @@ class TagFormat(ToolFormat):
         return ToolCall(marker.tag, {tag_parameter(tool): content.strip()}, raw, start, end)
 
 
-@register_format("hermes")
 class HermesFormat(ToolFormat):
     """Qwen / Hermes function calling: ``<tool_call>{json}</tool_call>``, ``<tool_response>``."""
 
+    name = "hermes"
     CALL_OPEN = "<tool_call>"
     CALL_CLOSE = "</tool_call>"
     OBS_OPEN = "<tool_response>"

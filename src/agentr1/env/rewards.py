@@ -14,7 +14,7 @@ article-only prediction would score 1 against it; ``agentr1 validate`` refuses s
   F1 = 2PR/(P+R); as in HotpotQA, when either side normalizes to "yes", "no" or "noanswer" and the
   two differ, F1 = 0.
 
-Metrics are registered by name (``register_metric`` / ``get_metric``); ``reward.metric`` picks one.
+Metrics are registered by name in :data:`agentr1.registry.METRICS`; ``reward.metric`` picks one.
 
 Outcome reward (Agent-R1, arXiv 2511.14460, Eq. 6 — our reading)
 -----------------------------------------------------------------
@@ -61,6 +61,7 @@ from typing import Any
 
 from agentr1.data.answers import normalize_answer
 from agentr1.env.base import CallOutcome
+from agentr1.registry import METRICS
 
 Metric = Callable[[str, Sequence[str]], float]
 
@@ -71,38 +72,12 @@ def _golds(golds: str | Sequence[str]) -> list[str]:
     return [golds] if isinstance(golds, str) else [str(g) for g in golds]
 
 
-_METRICS: dict[str, Metric] = {}
-
-
-def register_metric(name: str) -> Callable[[Metric], Metric]:
-    """Decorator: register ``fn(prediction, golds) -> float in [0, 1]`` under ``name``."""
-
-    def deco(fn: Metric) -> Metric:
-        _METRICS[name] = fn
-        return fn
-
-    return deco
-
-
-def get_metric(name: str) -> Metric:
-    try:
-        return _METRICS[name]
-    except KeyError:
-        raise ValueError(f"unknown answer metric {name!r}; available: {', '.join(available_metrics())}") from None
-
-
-def available_metrics() -> list[str]:
-    return sorted(_METRICS)
-
-
-@register_metric("em")
 def exact_match(prediction: str, golds: str | Sequence[str]) -> float:
     """1.0 if the normalized prediction equals a (non-blank) normalized gold answer, else 0.0."""
     pred = normalize_answer(prediction)
     return float(any((g := normalize_answer(gold)) and pred == g for gold in _golds(golds)))
 
 
-@register_metric("subem")
 def substring_exact_match(prediction: str, golds: str | Sequence[str]) -> float:
     """1.0 if a (non-blank) normalized gold answer occurs in the normalized prediction."""
     pred = normalize_answer(prediction)
@@ -123,7 +98,6 @@ def _f1_single(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-@register_metric("f1")
 def f1_score(prediction: str, golds: str | Sequence[str]) -> float:
     """Max over golds of the token F1 (HotpotQA rules for yes/no/noanswer)."""
     return max((_f1_single(prediction, g) for g in _golds(golds)), default=0.0)
@@ -179,7 +153,7 @@ def outcome_reward(
     if answer is None:
         raise ValueError("a format score of 1 requires a final answer (got answer=None)")
     lam = float(getattr(reward_cfg, "format_score", 0.0))
-    m = get_metric(metric or reward_cfg.metric)(answer, golds)
+    m = METRICS.get(metric or reward_cfg.metric)(answer, golds)
     return lam + (1.0 - lam) * m
 
 

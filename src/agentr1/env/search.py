@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentr1.env.base import ToolResult
-from agentr1.env.tools import Tool, register_tool
+from agentr1.env.tools import Tool
 from agentr1.retrieval.base import Hit, Retriever, RetrieverError
 
 NO_RESULTS = "No results found."
@@ -39,7 +39,6 @@ def format_passages(hits: Sequence[Hit], passage_max_chars: int) -> str:
     return "\n".join(lines)
 
 
-@register_tool("search")
 class SearchTool(Tool):
     """Search a passage collection; returns the top ``topk`` passages for ``query``."""
 

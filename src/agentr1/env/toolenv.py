@@ -40,7 +40,8 @@ from typing import Any
 
 from agentr1.env.base import CallOutcome, ParsedTurn, StepResult, ToolCall, ToolResult
 from agentr1.env.formats import MULTI_CALL_POLICIES, ToolFormat, get_format, select_calls
-from agentr1.env.tools import Tool, make_tool, tool_class
+from agentr1.env.tools import Tool, make_tool
+from agentr1.registry import TOOLS
 from agentr1.retrieval.base import Retriever
 
 
@@ -147,7 +148,7 @@ class ToolEnv:
         for name in env_cfg.tools:
             section = getattr(env_cfg, name, None)
             deps: dict[str, Any] = section.model_dump() if hasattr(section, "model_dump") else {}
-            if "retriever" in inspect.signature(tool_class(name).__init__).parameters:
+            if "retriever" in inspect.signature(TOOLS.get(name).__init__).parameters:
                 if retriever is None:
                     raise ValueError(f"tool {name!r} needs a retriever")
                 deps["retriever"] = retriever

@@ -10,20 +10,22 @@ Tools never raise for bad input: ``execute``/``execute_batch`` return a failed
 :class:`~agentr1.env.base.ToolResult` with a message the model can read. (The environment still
 guards against a misbehaving user tool; see ``ToolEnv``.)
 
-Users add a tool by subclassing :class:`Tool` and decorating it with ``@register_tool("name")``;
-``make_tool("name", **deps)`` builds it and ``available_tools()`` lists the registered names.
+Users add a tool by subclassing :class:`Tool` and decorating it with
+``@agentr1.registry.TOOLS.register("name")``; ``make_tool("name", **deps)`` builds it and
+``TOOLS.names()`` lists the registered names.
 """
 
 from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import jsonschema
 
 from agentr1.env.base import ToolResult
+from agentr1.registry import TOOLS
 
 DEFAULT_MAX_ARG_CHARS = 4096
 
@@ -113,37 +115,10 @@ def _short_message(err: jsonschema.ValidationError) -> str:
 
 
 # ---------------------------------------------------------------------------------- registry
-ToolT = TypeVar("ToolT", bound=type[Tool])
-_TOOLS: dict[str, type[Tool]] = {}
-
-
-def register_tool(name: str) -> Callable[[ToolT], ToolT]:
-    """Class decorator: make ``cls`` buildable as ``make_tool(name, **deps)``."""
-
-    def deco(cls: ToolT) -> ToolT:
-        if not (isinstance(cls, type) and issubclass(cls, Tool)):
-            raise TypeError(f"@register_tool({name!r}) must decorate a Tool subclass, got {cls!r}")
-        if name in _TOOLS and _TOOLS[name] is not cls:
-            raise ValueError(f"tool name {name!r} is already registered by {_TOOLS[name].__name__}")
-        _TOOLS[name] = cls
-        return cls
-
-    return deco
-
-
-def tool_class(name: str) -> type[Tool]:
-    """The class registered under ``name`` (ValueError listing the known names otherwise)."""
-    try:
-        return _TOOLS[name]
-    except KeyError:
-        raise ValueError(f"unknown tool {name!r}; available: {', '.join(available_tools())}") from None
-
-
 def make_tool(name: str, **deps: Any) -> Tool:
-    """Build the tool registered under ``name`` with constructor arguments ``deps``."""
-    return tool_class(name)(**deps)
-
-
-def available_tools() -> list[str]:
-    """Registered tool names, sorted."""
-    return sorted(_TOOLS)
+    """Build the tool registered under ``name`` in :data:`~agentr1.registry.TOOLS` with
+    constructor arguments ``deps``."""
+    cls = TOOLS.get(name)
+    if not (isinstance(cls, type) and issubclass(cls, Tool)):
+        raise TypeError(f"tool {name!r} is registered as {cls!r}, which is not a Tool subclass: register the class")
+    return cls(**deps)

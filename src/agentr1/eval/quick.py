@@ -22,8 +22,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentr1 import registry
 from agentr1.env.base import CallOutcome
-from agentr1.env.rewards import episode_format, get_metric, outcome_reward
+from agentr1.env.rewards import episode_format, outcome_reward
 from agentr1.rollout.engine import RolloutEngine
 from agentr1.rollout.trajectory import Trajectory
 
@@ -39,7 +40,7 @@ def answer_scores(answer: str | None, golds: Sequence[str]) -> dict[str, float]:
     """em / subem / f1 of ``answer`` (0 for all when there is none)."""
     if answer is None:
         return {m: 0.0 for m in METRICS}
-    return {m: float(get_metric(m)(answer, list(golds))) for m in METRICS}
+    return {m: float(registry.METRICS.get(m)(answer, list(golds))) for m in METRICS}
 
 
 def outcomes_of(traj: Trajectory) -> list[list[CallOutcome]]:

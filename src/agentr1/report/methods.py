@@ -18,16 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentr1.config import TrainConfig
+from agentr1.registry import ESTIMATORS
+
 SEED_KEY = "seed"
 MASK_KEYS = ("loss_mask", "advantage_mask")
 MASK_WORDS = {"loss_mask": "loss mask", "advantage_mask": "advantage mask"}
-ESTIMATOR_NAMES = {
-    "gae": "PPO",
-    "grpo": "GRPO",
-    "reinforce_pp": "REINFORCE++",
-    "reinforce_pp_baseline": "REINFORCE++ baseline",
-    "rloo": "RLOO",
-}
 # Table 3 order of the baselines: eval policy name -> row name
 BASELINES = {"base_tool_call": "Base Tool Call", "naive_rag": "Naive RAG", "cold_start": "Cold start SFT"}
 _MISSING = object()
@@ -68,7 +64,8 @@ def group_methods(runs: Mapping[str, Mapping[str, Any]], defaults: Mapping[str, 
     """Group named runs into methods (module docstring). ``defaults`` = the ``train`` section as
     a dict (``cfg.train.model_dump()``); without it, overrides are compared as written and the
     masks default to on. Returns the methods in a stable order: full-mask methods by estimator
-    (PPO, GRPO, REINFORCE++, REINFORCE++ baseline, RLOO) then label, then the ablations."""
+    (the registered names' order: gae, grpo, reinforce_pp, reinforce_pp_baseline, rloo; an
+    unregistered one last) then label, then the ablations."""
     defaults = dict(defaults or {})
     groups: dict[str, tuple[dict[str, Any], list[str]]] = {}
     for name in runs:
@@ -79,7 +76,7 @@ def group_methods(runs: Mapping[str, Mapping[str, Any]], defaults: Mapping[str, 
     for canon, names in groups.values():
         names = sorted(names, key=lambda n: (len(n), n))
         off = [k for k in MASK_KEYS if _effective(k, canon, defaults, True) is False]
-        estimator = str(_effective("estimator", canon, defaults, "grpo"))
+        estimator = str(_effective("estimator", canon, defaults, TrainConfig.model_fields["estimator"].default))
         methods.append(Method(label=names[0], runs=names, overrides=canon, estimator=estimator, masks_off=off))
 
     by_overrides = {_key(m.overrides): m for m in methods if not m.is_ablation}
@@ -89,7 +86,7 @@ def group_methods(runs: Mapping[str, Mapping[str, Any]], defaults: Mapping[str, 
             full = by_overrides.get(_key(base))
             m.ablation_of = full.label if full is not None else None
 
-    est_order = list(ESTIMATOR_NAMES)
+    est_order = ESTIMATORS.names()
 
     def order(m: Method) -> tuple:
         rank = est_order.index(m.estimator) if m.estimator in est_order else len(est_order)
@@ -100,12 +97,18 @@ def group_methods(runs: Mapping[str, Mapping[str, Any]], defaults: Mapping[str, 
     return methods
 
 
+def estimator_label(name: str) -> str:
+    """The report's name of estimator ``name``: its registered ``label``, else ``name`` itself."""
+    return ESTIMATORS.spec(name).meta.get("label", name) if name in ESTIMATORS else name
+
+
 def _name_methods(methods: list[Method]) -> None:
-    """Row names: the estimator's name (``GRPO``), with the label added when several full-mask
-    methods share an estimator; an ablation is ``<full-mask name> w/o <masks>``."""
+    """Row names: the estimator's ``label`` in :data:`~agentr1.registry.ESTIMATORS` (``GRPO``; its
+    name when it declares none), with the run label added when several full-mask methods share an
+    estimator; an ablation is ``<full-mask name> w/o <masks>``."""
     full = [m for m in methods if not m.is_ablation]
     for m in full:
-        base = ESTIMATOR_NAMES.get(m.estimator, m.estimator)
+        base = estimator_label(m.estimator)
         shared = sum(1 for o in full if o.estimator == m.estimator) > 1
         plain = not any(k != "estimator" for k in m.overrides)
         m.display = f"{base} ({m.label})" if shared and not plain else base
@@ -113,5 +116,5 @@ def _name_methods(methods: list[Method]) -> None:
     for m in methods:
         if m.is_ablation:
             words = " & ".join(MASK_WORDS[k] for k in m.masks_off)
-            base = names.get(m.ablation_of or "", ESTIMATOR_NAMES.get(m.estimator, m.estimator))
+            base = names.get(m.ablation_of or "", estimator_label(m.estimator))
             m.display = f"{base} w/o {words}" if m.ablation_of else f"{m.label} ({words} off)"

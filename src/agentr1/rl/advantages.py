@@ -25,9 +25,9 @@ mean and ``std_g`` the **unbiased** (Bessel, ``n - 1``) standard deviation, as `
 verl. A **singleton group** (``n_g = 1``) has no baseline to compare against: its advantage is
 **0** in every group estimator (verl instead passes the raw score through with mean 0 / std 1).
 
-Registry: :func:`register_advantage`, :func:`get_advantage`, :func:`available_advantages`,
-:func:`advantage_requires`, and the dispatcher :func:`compute_advantage` that a trainer calls
-with the run's config.
+Registry: :data:`agentr1.registry.ESTIMATORS` names every estimator and holds what it declares
+(``needs_values``: a critic; ``grouped``: ``index``); :func:`compute_advantage` is the
+dispatcher a trainer calls with the run's config.
 """
 
 from __future__ import annotations
@@ -38,54 +38,28 @@ from typing import Any
 
 import torch
 
+from agentr1.registry import ESTIMATORS
 from agentr1.rl.masks import WHITEN_EPS, as_bool, masked_sum, masked_whiten
 
 AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
-_ADVANTAGES: dict[str, AdvantageFn] = {}
 
-# Shared knobs a trainer may pass to any estimator; each is forwarded only to estimators that
-# take it. Anything else unknown to the chosen estimator is a TypeError (a typo, not a knob).
+# Shared knobs a trainer may pass to any estimator; each is forwarded only to estimators whose
+# signature takes it (the signature is the estimator's list of knobs). Anything else unknown to
+# the chosen estimator is a TypeError (a typo, not a knob).
 SHARED_OPTIONS = frozenset({"values", "index", "gamma", "lam", "whiten", "norm_by_std", "eps"})
-
-
-def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Decorator: register an estimator ``fn(token_rewards, mask, ...) -> (adv, returns)``."""
-
-    def deco(fn: AdvantageFn) -> AdvantageFn:
-        if name in _ADVANTAGES and _ADVANTAGES[name] is not fn:
-            raise ValueError(f"advantage estimator {name!r} already registered")
-        _ADVANTAGES[name] = fn
-        return fn
-
-    return deco
-
-
-def get_advantage(name: str) -> AdvantageFn:
-    try:
-        return _ADVANTAGES[name]
-    except KeyError:
-        raise KeyError(f"unknown advantage estimator {name!r}; known: {available_advantages()}") from None
-
-
-def available_advantages() -> list[str]:
-    return sorted(_ADVANTAGES)
-
-
-def advantage_requires(name: str) -> set[str]:
-    """Which batch inputs the estimator needs beyond rewards and mask: a subset of
-    ``{"values", "index"}`` (``"values"`` = needs a critic)."""
-    params = inspect.signature(get_advantage(name)).parameters
-    return {p for p in ("values", "index") if p in params}
 
 
 def compute_advantage(
     name: str, token_rewards: torch.Tensor, mask: torch.Tensor, **kwargs: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run estimator ``name``. Keyword arguments in :data:`SHARED_OPTIONS` (``values``,
-    ``index``, ``gamma``, ``lam``, ``whiten``, ``norm_by_std``, ``eps``) are passed only where the
-    estimator accepts them, so one config serves every estimator; a required one that is missing
-    or ``None`` raises ``ValueError``; any other keyword goes through as is."""
-    fn = get_advantage(name)
+    """Run estimator ``name`` of :data:`~agentr1.registry.ESTIMATORS`. Keyword arguments in
+    :data:`SHARED_OPTIONS` (``values``, ``index``, ``gamma``, ``lam``, ``whiten``,
+    ``norm_by_std``, ``eps``) are passed only where the estimator accepts them, so one config
+    serves every estimator; the input it declares it needs (``values`` for ``needs_values``,
+    ``index`` for ``grouped``) missing or ``None`` raises ``ValueError``; any other keyword goes
+    through as is."""
+    fn: AdvantageFn = ESTIMATORS.get(name)
+    meta = ESTIMATORS.spec(name).meta
     params = inspect.signature(fn).parameters
     call: dict[str, Any] = {}
     for k, v in kwargs.items():
@@ -93,8 +67,8 @@ def compute_advantage(
             call[k] = v
         elif k not in SHARED_OPTIONS:
             raise TypeError(f"advantage estimator {name!r} takes no option {k!r}")
-    for need in advantage_requires(name):
-        if call.get(need) is None:
+    for need, flag in (("values", "needs_values"), ("index", "grouped")):
+        if meta.get(flag) and call.get(need) is None:
             raise ValueError(f"advantage estimator {name!r} needs {need!r}")
     return fn(token_rewards=token_rewards, mask=mask, **call)
 
@@ -152,7 +126,6 @@ def _broadcast(per_seq: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- estimators
-@register_advantage("gae")
 @torch.no_grad()
 def gae(
     token_rewards: torch.Tensor,
@@ -196,7 +169,6 @@ def gae(
     return adv, returns
 
 
-@register_advantage("reinforce_pp")
 @torch.no_grad()
 def reinforce_pp(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++: discounted return-to-go over the mask tokens, then global whitening.
@@ -224,7 +196,6 @@ def reinforce_pp(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float =
     return masked_whiten(returns, m), returns
 
 
-@register_advantage("reinforce_pp_baseline")
 @torch.no_grad()
 def reinforce_pp_baseline(
     token_rewards: torch.Tensor, mask: torch.Tensor, index: torch.Tensor | Sequence[Hashable]
@@ -246,7 +217,6 @@ def reinforce_pp_baseline(
     return adv, adv
 
 
-@register_advantage("grpo")
 @torch.no_grad()
 def grpo(
     token_rewards: torch.Tensor,
@@ -276,7 +246,6 @@ def grpo(
     return adv, adv
 
 
-@register_advantage("rloo")
 @torch.no_grad()
 def rloo(token_rewards: torch.Tensor, mask: torch.Tensor, index: torch.Tensor | Sequence[Hashable]) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE leave-one-out: each score minus the mean of the *other* members of its group::
@@ -299,15 +268,11 @@ def rloo(token_rewards: torch.Tensor, mask: torch.Tensor, index: torch.Tensor | 
 __all__ = [
     "SHARED_OPTIONS",
     "WHITEN_EPS",
-    "advantage_requires",
-    "available_advantages",
     "compute_advantage",
     "gae",
-    "get_advantage",
     "group_ids",
     "group_stats",
     "grpo",
-    "register_advantage",
     "reinforce_pp",
     "reinforce_pp_baseline",
     "rloo",

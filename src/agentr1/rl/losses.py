@@ -23,7 +23,8 @@ Micro-batching / data parallelism: pass ``denom`` = the global count (mask token
 token-mean, sequences for the seq-mean modes) to every micro-batch's call; the micro-batch losses
 then *sum* to exactly the global-batch loss.
 
-KL estimators (per token, ``log_r = logp - ref_logp``, Schulman's k1/k2/k3)::
+KL estimators (per token, ``log_r = logp - ref_logp``, Schulman's k1/k2/k3; by name in
+:data:`agentr1.registry.KL_ESTIMATORS`, as the policy losses are in ``POLICY_LOSSES``)::
 
     k1 (alias "kl")          log_r
     k2 (alias "mse")         0.5 * log_r^2
@@ -40,6 +41,7 @@ from typing import Any
 
 import torch
 
+from agentr1.registry import KL_ESTIMATORS, POLICY_LOSSES
 from agentr1.rl.masks import as_bool, masked_mean, masked_sum
 
 AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -48,8 +50,6 @@ K3_CLAMP = 10.0
 
 Stats = dict[str, torch.Tensor]
 PolicyLossFn = Callable[..., tuple[torch.Tensor, Stats]]
-_POLICY_LOSSES: dict[str, PolicyLossFn] = {}
-_KL: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {}
 
 # Knobs a trainer may pass to any policy loss; forwarded only to the losses that take them.
 SHARED_OPTIONS = frozenset({"clip_low", "clip_high", "dual_clip", "agg_mode", "denom", "norm_const"})
@@ -104,30 +104,6 @@ def agg_loss(
 
 
 # ----------------------------------------------------------------------------- policy losses
-def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    """Decorator: register ``fn(logp, old_logp, advantages, mask, *, agg_mode, denom,
-    norm_const, ...) -> (loss, stats)``."""
-
-    def deco(fn: PolicyLossFn) -> PolicyLossFn:
-        if name in _POLICY_LOSSES and _POLICY_LOSSES[name] is not fn:
-            raise ValueError(f"policy loss {name!r} already registered")
-        _POLICY_LOSSES[name] = fn
-        return fn
-
-    return deco
-
-
-def get_policy_loss(name: str) -> PolicyLossFn:
-    try:
-        return _POLICY_LOSSES[name]
-    except KeyError:
-        raise KeyError(f"unknown policy loss {name!r}; known: {available_policy_losses()}") from None
-
-
-def available_policy_losses() -> list[str]:
-    return sorted(_POLICY_LOSSES)
-
-
 def compute_policy_loss(
     name: str,
     logp: torch.Tensor,
@@ -136,9 +112,11 @@ def compute_policy_loss(
     mask: torch.Tensor,
     **options: Any,
 ) -> tuple[torch.Tensor, Stats]:
-    """Run policy loss ``name``; options in :data:`SHARED_OPTIONS` go only to losses that take
-    them (so one config serves every loss), any other unknown option raises ``TypeError``."""
-    fn = get_policy_loss(name)
+    """Run policy loss ``name`` of :data:`~agentr1.registry.POLICY_LOSSES` (signature
+    ``fn(logp, old_logp, advantages, mask, *, agg_mode, denom, norm_const, ...) -> (loss,
+    stats)``); options in :data:`SHARED_OPTIONS` go only to losses that take them (so one config
+    serves every loss), any other unknown option raises ``TypeError``."""
+    fn: PolicyLossFn = POLICY_LOSSES.get(name)
     params = inspect.signature(fn).parameters
     call: dict[str, Any] = {}
     for k, v in options.items():
@@ -160,7 +138,6 @@ def _kl_stats(logp: torch.Tensor, old_logp: torch.Tensor, m: torch.Tensor) -> St
         }
 
 
-@register_policy_loss("ppo_clip")
 def ppo_clip(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -218,7 +195,6 @@ def ppo_clip(
     return loss, stats
 
 
-@register_policy_loss("reinforce")
 def reinforce(
     logp: torch.Tensor,
     old_logp: torch.Tensor | None,
@@ -287,47 +263,27 @@ def value_loss(
 
 
 # ----------------------------------------------------------------------------- KL
-def register_kl(*names: str) -> Callable:
-    def deco(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
-        for n in names:
-            _KL[n] = fn
-        return fn
-
-    return deco
-
-
-def available_kl_estimators() -> list[str]:
-    return sorted(_KL)
-
-
-@register_kl("k1", "kl")
-def _k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+def kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return logp - ref_logp
 
 
-@register_kl("k2", "mse")
-def _k2(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+def kl_k2(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return 0.5 * (logp - ref_logp) ** 2
 
 
-@register_kl("k3", "low_var_kl")
-def _k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     kl = (ref_logp - logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     return (torch.exp(kl) - kl - 1).clamp(-K3_CLAMP, K3_CLAMP)
 
 
-@register_kl("abs")
-def _abs(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+def kl_abs(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return (logp - ref_logp).abs()
 
 
 def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k3", mask: torch.Tensor | None = None) -> torch.Tensor:
     """Per-token KL(pi || ref) estimate ``[B, T]`` (formulas in the module docstring); 0 where
     ``mask`` (if given) is 0."""
-    try:
-        fn = _KL[estimator]
-    except KeyError:
-        raise KeyError(f"unknown KL estimator {estimator!r}; known: {available_kl_estimators()}") from None
+    fn = KL_ESTIMATORS.get(estimator)
     _check(logp, ref_logp)
     if mask is None:
         return fn(logp, ref_logp)
@@ -414,17 +370,16 @@ __all__ = [
     "SHARED_OPTIONS",
     "agg_loss",
     "apply_kl_penalty",
-    "available_kl_estimators",
-    "available_policy_losses",
     "compute_policy_loss",
     "entropy_bonus",
     "entropy_from_logits",
-    "get_policy_loss",
+    "kl_abs",
     "kl_estimate",
+    "kl_k1",
+    "kl_k2",
+    "kl_k3",
     "kl_loss",
     "ppo_clip",
-    "register_kl",
-    "register_policy_loss",
     "reinforce",
     "value_loss",
 ]

@@ -69,8 +69,9 @@ from agentr1.config import flatten
 from agentr1.env.base import CallOutcome
 from agentr1.env.rewards import episode_format, exact_match, outcome_reward, process_rewards
 from agentr1.errors import StageError
+from agentr1.registry import ESTIMATORS
 from agentr1.rl import checkpoint as ckpt
-from agentr1.rl.advantages import advantage_requires, compute_advantage
+from agentr1.rl.advantages import compute_advantage
 from agentr1.rl.critic import PolicyLogProbs, build_critic
 from agentr1.rl.distributed import Dist, full_params, no_sync, unwrap, wrap
 from agentr1.rl.losses import apply_kl_penalty, compute_policy_loss, entropy_bonus, kl_estimate, kl_loss, value_loss
@@ -253,7 +254,7 @@ class Trainer:
             self.ref = PolicyLogProbs(ref_model, rollout_cfg.temperature, share_prefix)
         self.critic = None
         self.critic_opt = None
-        if "values" in advantage_requires(tcfg.estimator):
+        if ESTIMATORS.spec(tcfg.estimator).meta.get("needs_values"):
             self.critic = wrap(build_critic(self.policy, tcfg.critic, next(policy.parameters()).dtype).to(device), self.dist)
             self.critic_opt = make_optimizer(self.critic, tcfg.critic.lr, tcfg.weight_decay)
         self.opt = make_optimizer(self.actor, tcfg.lr, tcfg.weight_decay)
