@@ -18,7 +18,7 @@ from agentr1.config import ConfigError, config_from_dict
 from agentr1.errors import StageError
 from agentr1.eval import stage as eval_stage
 from agentr1.eval.metrics import bootstrap_ci, paired_bootstrap_diff, summarize_split
-from agentr1.eval.quick import answer_scores
+from agentr1.env.rewards import answer_scores
 
 torch.set_num_threads(1)
 
