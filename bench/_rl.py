@@ -257,9 +257,9 @@ class PhaseTimer:
             self.trajs = out
             return out
 
-        def t_row_forward(fn, batch, key_mask, out_rows=None):
+        def t_row_forward(fn, batch, key_mask):
             t0 = time.perf_counter()
-            out = row_forward(fn, batch, key_mask, out_rows)
+            out = row_forward(fn, batch, key_mask)
             name = ("old_logp", "ref_logp", "values")[min(self._row_calls, 2)]
             self._row_calls += 1
             self.times[name] += time.perf_counter() - t0

@@ -101,8 +101,8 @@ def _traj(answer, outcomes):
 
 
 def test_episode_metrics_by_hand():
-    ok = CallOutcome("search", True, True, 10, True).__dict__
-    bad = CallOutcome(None, False, False, 5, False, "unclosed").__dict__
+    ok = CallOutcome("search", True, True, 10, True)
+    bad = CallOutcome(None, False, False, 5, False, "unclosed")
     row = episode_metrics(_traj("ada vell", [[ok], [bad], []]), REWARD)
     assert row["em"] == 1.0 and row["f1"] == 1.0 and row["format_ok"] == 0.0
     assert row["tool_calls"] == 2.0 and row["searches_found_support"] == 1.0

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import asdict
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,8 +13,8 @@ from hypothesis import strategies as st
 
 from agentr1.config import RewardConfig
 from agentr1.env import SearchTool, StepResult, ToolEnv, select_calls
+from agentr1.env.rewards import score_episode
 from agentr1.retrieval.base import Hit, Retriever, RetrieverError
-from agentr1.rl.trainer import score_episode
 from agentr1.rollout import Trajectory
 
 FORMATS = ("tags", "hermes")
@@ -117,7 +116,7 @@ def episode(turns: list[tuple[str, StepResult]], golds: list[str]) -> Trajectory
         t.turn_spans.append((start, len(t.response_ids)))
         t.turn_texts.append(text)
         t.turn_char_ends.append(list(range(1, len(text) + 1)))
-        t.outcomes.append([asdict(o) for o in res.outcomes])
+        t.outcomes.append(list(res.outcomes))
         if res.answer is not None:
             t.answer = res.answer
         t.reason = res.reason

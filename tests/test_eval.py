@@ -19,7 +19,7 @@ from agentr1.errors import StageError
 from agentr1 import stages
 from agentr1.stages import evaluate as eval_stage
 from agentr1.eval.metrics import bootstrap_ci, paired_bootstrap_diff, summarize_split
-from agentr1.eval.quick import answer_scores
+from agentr1.env.rewards import answer_scores
 
 torch.set_num_threads(1)
 

@@ -49,7 +49,7 @@ def test_noise_free_oracle_answers_correctly_through_the_engine(fmt, lead_space)
         # every search call was valid, executed, and found the hop's supporting passage
         searches = [o for turn in t.outcomes[:-1] for o in turn]
         assert len(searches) == len(q["supporting_ids"])
-        assert all(o["valid"] and o["success"] and o["found_support"] for o in searches)
+        assert all(o.valid and o.success and o.found_support for o in searches)
 
 
 @pytest.mark.parametrize("fmt", ["tags", "hermes"])

@@ -4,6 +4,9 @@ the batch, storage round trips."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import pytest
 import torch
 
@@ -137,7 +140,7 @@ def test_turns_and_reasons_follow_the_env(rolled):
     by_q = {q["id"]: _turns(q) for q in QUESTIONS}
     for t in trajs:
         assert t.num_turns == by_q[t.qid] and t.reason == "answer" and t.answer == "Zorvath Quellin"
-        assert len(t.outcomes) == t.num_turns and t.outcomes[0][0]["found_support"] is True
+        assert len(t.outcomes) == t.num_turns and t.outcomes[0][0].found_support is True
         assert len(t.observations) == t.num_turns - 1
     assert [t.sample_index for t in trajs] == [0, 1] * len(QUESTIONS)
     assert [t.golds for t in trajs[::2]] == [q["answers"] for q in QUESTIONS]
@@ -252,7 +255,7 @@ def test_token_index_for_char_places_call_ends(rolled, tok):
             idx = t.token_index_for_char(k, c)
             assert s <= idx < e
             assert len(decode(tok, t.response_ids[s : idx + 1])) > c >= len(decode(tok, t.response_ids[s:idx]))
-        end = t.outcomes[k][0]["end"]
+        end = t.outcomes[k][0].end
         assert t.token_index_for_char(k, end - 1) == e - 1
         with pytest.raises(IndexError):
             t.token_index_for_char(k, len(text))
@@ -348,7 +351,7 @@ def test_save_load_parquet_and_jsonl(rolled, tmp_path):
     trajs = [Trajectory.from_dict(t.to_dict()) for t in trajs]
     trajs[0].outcome_reward = 1.0
     trajs[0].process_rewards = [0.0] * len(trajs[0].response_ids)
-    trajs[0].process_rewards[trajs[0].token_index_for_char(0, trajs[0].outcomes[0][0]["end"] - 1)] = 0.1
+    trajs[0].process_rewards[trajs[0].token_index_for_char(0, trajs[0].outcomes[0][0].end - 1)] = 0.1
     for name in ("t.parquet", "t.jsonl"):
         save_trajectories(trajs, tmp_path / name)
         back = load_trajectories(tmp_path / name)
@@ -356,6 +359,25 @@ def test_save_load_parquet_and_jsonl(rolled, tmp_path):
         assert isinstance(back[0].turn_spans[0], tuple)
     with pytest.raises(ValueError, match="parquet"):
         save_trajectories(trajs, tmp_path / "t.csv")
+
+
+def test_outcomes_are_call_outcomes_in_memory_and_field_dicts_on_disk(rolled, tmp_path):
+    """The engine keeps each call's CallOutcome; to_dict writes it as the dict of its fields (the
+    saved format of every committed trajectory file) and from_dict / load_trajectories rebuild it."""
+    _, _, trajs = rolled
+    t = trajs[0]
+    assert all(isinstance(o, CallOutcome) for turn in t.outcomes for o in turn) and t.outcomes[0]
+    d = t.to_dict()
+    assert d["outcomes"] == [[dataclasses.asdict(o) for o in turn] for turn in t.outcomes]
+    assert list(d["outcomes"][0][0]) == ["name", "valid", "success", "end", "found_support", "error"]
+    assert Trajectory.from_dict(json.loads(json.dumps(d))) == t
+    save_trajectories([t], tmp_path / "t.jsonl")
+    line = (tmp_path / "t.jsonl").read_text().strip()
+    assert line == json.dumps(d, ensure_ascii=False, sort_keys=True)
+    assert load_trajectories(tmp_path / "t.jsonl") == [t]
+    d["outcomes"][0][0] = {"name": "search", "valid": True}
+    with pytest.raises(ValueError, match=r"outcomes\[0\] holds .*not the fields of a CallOutcome \(name, valid, success, end"):
+        Trajectory.from_dict(d)
 
 
 def test_collate_pads_and_aligns(rolled, tok):

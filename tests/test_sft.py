@@ -24,7 +24,6 @@ from agentr1.rl.sft import (
     copy_probe,
     copyable_positions,
     linked_chain,
-    lr_at,
     mean_action_nll,
     passage_lm_loss,
     pretrain_lm,
@@ -33,6 +32,7 @@ from agentr1.rl.sft import (
     title_links,
     train_sft,
 )
+from agentr1.rl.schedule import lr_at
 from agentr1.rollout import collate
 from agentr1.rollout.hf import HFBackend
 from agentr1.rollout.oracle import corpus_titles, oracle_rollout, oracle_texts, plan_all, unique_questions

@@ -13,7 +13,10 @@ import _rl_tiny as R
 from agentr1.config import Config, ConfigError, config_from_dict, load_config
 from agentr1.errors import StageError
 from agentr1.rl import trainer as trainer_mod
-from agentr1.rl.trainer import Trainer, deterministic_metrics, lr_factor, score_episode
+from agentr1.env.rewards import score_episode
+from agentr1.rl import collapse, weight_sync
+from agentr1.rl.schedule import lr_at
+from agentr1.rl.trainer import Trainer, deterministic_metrics
 from agentr1.tracking.logger import InMemoryLogger
 
 torch.set_num_threads(1)
@@ -90,7 +93,7 @@ def test_rewards_on_last_action_token_and_call_closing_token(rolled):
         assert t.turn_spans[0][0] <= tok_close < t.turn_spans[0][1]
         close = start + tok_close
         last = start + t.turn_spans[-1][1] - 1
-        assert s.process == [(tok_close, 0.25)]
+        assert s.process == ((tok_close, 0.25),)
         expected = torch.zeros(rw.shape[1])
         expected[close] += 0.25
         expected[last] += s.reward
@@ -205,10 +208,11 @@ def test_nan_stop_fails_with_a_clear_message(tok, monkeypatch):
 def test_reward_drop_detection(tok):
     tr, _ = make(tok, collapse={"reward_drop": 0.3, "window": 3})
     tr.guard_rewards = [0.8, 0.8]
-    assert tr._reward_drop(0.1) is None  # not enough history yet
+    c = tr.tcfg.collapse
+    assert collapse.reward_drop(0.1, tr.guard_rewards, c) is None  # not enough history yet
     tr.guard_rewards = [0.7, 0.8, 0.9]
-    assert tr._reward_drop(0.6) is None
-    assert "fell more than 0.3" in tr._reward_drop(0.45)
+    assert collapse.reward_drop(0.6, tr.guard_rewards, c) is None
+    assert "fell more than 0.3" in collapse.reward_drop(0.45, tr.guard_rewards, c)
 
 
 def test_too_many_rollbacks_stop(tok, monkeypatch):
@@ -220,11 +224,23 @@ def test_too_many_rollbacks_stop(tok, monkeypatch):
 
 
 # ----------------------------------------------------------------------------- schedule, config
-def test_lr_schedule():
-    assert [lr_factor(s, 2, 10, "constant", 0.1) for s in (0, 1, 2, 9)] == [0.5, 1.0, 1.0, 1.0]
-    assert lr_factor(2, 2, 10, "cosine", 0.1) == pytest.approx(1.0)
-    assert lr_factor(6, 2, 10, "cosine", 0.1) == pytest.approx(0.55)
-    assert lr_factor(10, 2, 10, "cosine", 0.1) == pytest.approx(0.1)
+def test_lr_schedule_is_applied_per_optimizer_step(tok):
+    """The logged lr of a step is the mean over its optimizer steps of the schedule; after a
+    roll-back and a reload, the optimizer holds the schedule's lr at the saved step count."""
+    tr, _ = make(tok, steps=3, estimator="gae", lr_schedule="cosine", warmup_steps=3, critic={"lr": 0.02})
+    t = tr.tcfg
+    n = t.mini_batches * t.ppo_epochs  # optimizer steps per training step
+    total = t.steps * n
+    history = tr.train()
+    for h in history:
+        done = (h["step"] - 1) * n
+        assert h["train/lr"] == pytest.approx(sum(lr_at(done + i, t.lr, 3, total, "cosine") for i in range(n)) / n)
+    assert tr.opt_steps == tr.critic_opt_steps == total
+    assert {g["lr"] for g in tr.opt.param_groups} == {lr_at(total, t.lr, 3, total, "cosine")}
+    assert {g["lr"] for g in tr.critic_opt.param_groups} == {lr_at(total, 0.02, 3, total, "cosine")}
+    tr.lr_scale, tr.opt_steps = 0.5, 1
+    tr._build_schedulers()
+    assert tr.opt.param_groups[0]["lr"] == lr_at(1, t.lr * 0.5, 3, total, "cosine")
 
 
 def test_named_runs_merge_into_train(repo_root):
@@ -302,14 +318,14 @@ def test_vllm_backend_gets_the_policy_weights_before_every_rollout(tok, monkeypa
 
     tr_hf, _ = make(tok, steps=2, dev={"every": 1, "examples": 4})
     hf_history = tr_hf.train()
-    monkeypatch.setattr(trainer_mod, "make_backend", fake_make_backend)
+    monkeypatch.setattr(weight_sync, "make_backend", fake_make_backend)
     logger = InMemoryLogger()
     tr = Trainer(R.tiny_policy(tok), tok, R.train_cfg(steps=2, dev={"every": 1, "examples": 4}),
                  R.rollout_cfg(backend="vllm"), R.reward_cfg(), env=R.ToyEnv(), train_questions=R.QUESTIONS,
                  dev_questions=R.QUESTIONS, logger=logger, seed=0, model_path="ckpt/sft")
     sync_points = []
-    orig = tr._synced_inference
-    tr._synced_inference = lambda cfg: (sync_points.append(R.params_of(tr.policy)), orig(cfg))[1]
+    orig = tr.weight_sync.synced
+    tr.weight_sync.synced = lambda cfg, policy: (sync_points.append(R.params_of(tr.policy)), orig(cfg, policy))[1]
     history = tr.train()
     [engine] = built  # built once, from the start checkpoint
     assert engine.model_path == "ckpt/sft"

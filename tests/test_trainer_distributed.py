@@ -22,7 +22,8 @@ import torch.multiprocessing as mp
 import _rl_tiny as R
 from agentr1.models import load_checkpoint, save_checkpoint
 from agentr1.rl.distributed import init_distributed, shutdown, unwrap
-from agentr1.rl.trainer import Trainer, deterministic_metrics, score_episode
+from agentr1.env.rewards import score_episode
+from agentr1.rl.trainer import Trainer, deterministic_metrics
 from agentr1.rollout import load_trajectories, save_trajectories
 
 WORLD = 2

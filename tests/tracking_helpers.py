@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 from agentr1.config import Config
+from agentr1.env.base import CallOutcome
 from agentr1.rollout.trajectory import Trajectory
 
 PROMPT = "<|im_start|>user\nWhere was Ada Vell born?<|im_end|>\n<|im_start|>assistant\n"
@@ -29,7 +30,7 @@ def good_trajectory(qid: str = "q1") -> Trajectory:
         logprobs=[-0.1, -0.2, -0.3, 0.0, 0.0, -0.4, -0.5], turn_spans=[(0, 3), (5, 7)],
         turn_texts=[TURN0, TURN1], turn_char_ends=[[8, 17, len(TURN0)], [8, len(TURN1)]],
         observations=[OBS0],
-        outcomes=[[{"name": "search", "valid": True, "success": True, "end": len(TURN0), "found_support": True, "error": None}], []],
+        outcomes=[[CallOutcome("search", valid=True, success=True, end=len(TURN0), found_support=True)], []],
         answer="Pellora", reason="answer", outcome_reward=1.0, prompt_text=PROMPT,
         response_text=TURN0 + OBS0 + TURN1,
     )
@@ -44,7 +45,7 @@ def bad_trajectory(qid: str = "q2") -> Trajectory:
         response_ids=[10, 11, 20], action_mask=[1, 1, 0], logprobs=[-1.0, -1.0, 0.0],
         turn_spans=[(0, 2)], turn_texts=[BAD_TURN0], turn_char_ends=[[7, len(BAD_TURN0)]],
         observations=[BAD_OBS0],
-        outcomes=[[{"name": None, "valid": False, "success": False, "end": len(BAD_TURN0), "found_support": False, "error": "malformed"}]],
+        outcomes=[[CallOutcome(None, valid=False, success=False, end=len(BAD_TURN0), error="malformed")]],
         answer=None, reason="max_turns", outcome_reward=-1.0, prompt_text=PROMPT,
         response_text=BAD_TURN0 + BAD_OBS0,
     )

@@ -186,3 +186,61 @@ def process_rewards(
             if value != 0.0:
                 out.append((t, o.end, value))
     return out
+
+
+# ----------------------------------------------------------------------------- one episode
+ANSWER_METRICS = ("em", "subem", "f1")
+
+
+def answer_scores(answer: str | None, golds: Sequence[str]) -> dict[str, float]:
+    """em / subem / f1 of ``answer`` against ``golds`` (0 for all when there is no answer)."""
+    if answer is None:
+        return {m: 0.0 for m in ANSWER_METRICS}
+    return {m: float(METRICS.get(m)(answer, list(golds))) for m in ANSWER_METRICS}
+
+
+@dataclass(frozen=True)
+class EpisodeScore:
+    """Everything scored about one episode (:func:`score_episode`).
+
+    reward:    the outcome reward (module docstring; ``reward.metric``, ``reward.format_score``);
+    em / subem / f1: the answer metrics (0 without an answer);
+    format_score / format_ok: f and f == 1 (:func:`episode_format`); answered: an answer was given;
+    tool_calls: call attempts (valid or not); valid_calls: the valid ones;
+    searches_found_support: valid calls that returned a supporting passage;
+    process:   ``(response_token, value)`` per non-zero process reward, in turn and text order.
+    """
+
+    reward: float
+    em: float
+    subem: float
+    f1: float
+    format_score: float
+    format_ok: bool
+    answered: bool
+    tool_calls: int
+    valid_calls: int
+    searches_found_support: int
+    process: tuple[tuple[int, float], ...] = ()
+
+
+def score_episode(traj: Any, reward_cfg: Any) -> EpisodeScore:
+    """Score one episode: ``traj`` is a :class:`agentr1.rollout.Trajectory` (``answer``, ``golds``,
+    ``outcomes`` = one list of :class:`CallOutcome` per policy turn, and ``token_index_for_char``,
+    which maps each process reward from ``(turn, end_char)`` to the response token holding
+    character ``end_char - 1``); ``reward_cfg`` is ``cfg.reward``."""
+    outcomes = traj.outcomes
+    answered = traj.answer is not None
+    fmt = episode_format(outcomes, answered)
+    flat = [o for turn in outcomes for o in turn]
+    scores = answer_scores(traj.answer, traj.golds)
+    process = tuple((traj.token_index_for_char(turn, end - 1), value)
+                    for turn, end, value in process_rewards(outcomes, reward_cfg))
+    return EpisodeScore(
+        reward=float(outcome_reward(traj.answer, traj.golds, fmt.score, reward_cfg)),
+        em=scores["em"], subem=scores["subem"], f1=scores["f1"],
+        format_score=fmt.score, format_ok=fmt.ok, answered=answered,
+        tool_calls=len(flat), valid_calls=fmt.valid,
+        searches_found_support=sum(bool(o.valid and o.found_support) for o in flat),
+        process=process,
+    )

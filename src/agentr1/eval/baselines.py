@@ -28,9 +28,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentr1.env.formats import ANSWER_CLOSE, ANSWER_OPEN
-from agentr1.env.rewards import episode_format, outcome_reward
-from agentr1.eval.quick import answer_scores, evaluate_tool_policy, summarize
+from agentr1.env.rewards import score_episode
+from agentr1.eval.quick import evaluate_tool_policy, score_row, summarize
 from agentr1.rollout.engine import RolloutEngine, decode, encode
+from agentr1.rollout.trajectory import Trajectory
 
 
 def base_tool_call(backend, tokenizer, env, rollout_cfg, questions, reward_cfg, seed: int = 0):
@@ -83,17 +84,10 @@ def naive_rag(
         turn = prefix + decode(tokenizer, gen.token_ids)
         parsed = env.fmt.parse(turn)
         answer = parsed.answer
-        fmt = episode_format([], answer is not None)
         golds = list(q.get("answers", []))
-        row = answer_scores(answer, golds)
-        row.update(
-            format_ok=float(fmt.ok),
-            reward=outcome_reward(answer, golds, fmt.score, reward_cfg),
-            tool_calls=0.0,
-            turns=1.0,
-            answered=float(answer is not None),
-            reason="answer" if answer is not None else gen.finish,
-        )
+        score = score_episode(Trajectory(str(q["id"]), q["question"], golds, ids, outcomes=[[]], answer=answer), reward_cfg)
+        row = {**score_row(score), "turns": 1.0, "answered": float(score.answered),
+               "reason": "answer" if answer is not None else gen.finish}
         rows.append(row)
         records.append({"qid": str(q["id"]), "prompt_text": decode(tokenizer, ids), "turn_text": turn,
                         "answer": answer, "golds": golds, **{k: v for k, v in row.items()}})

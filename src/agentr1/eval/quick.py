@@ -22,48 +22,27 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentr1 import registry
-from agentr1.env.base import CallOutcome
-from agentr1.env.rewards import episode_format, outcome_reward
+from agentr1.env.rewards import EpisodeScore, score_episode
 from agentr1.rollout.engine import RolloutEngine
 from agentr1.rollout.trajectory import Trajectory
-
-METRICS = ("em", "subem", "f1")
-
 
 def greedy(rollout_cfg):
     """A copy of ``rollout_cfg`` with greedy decoding (temperature 0, top-p 1)."""
     return rollout_cfg.model_copy(update={"temperature": 0.0, "top_p": 1.0})
 
 
-def answer_scores(answer: str | None, golds: Sequence[str]) -> dict[str, float]:
-    """em / subem / f1 of ``answer`` (0 for all when there is none)."""
-    if answer is None:
-        return {m: 0.0 for m in METRICS}
-    return {m: float(registry.METRICS.get(m)(answer, list(golds))) for m in METRICS}
-
-
-def outcomes_of(traj: Trajectory) -> list[list[CallOutcome]]:
-    """The trajectory's per-turn call outcomes as :class:`CallOutcome` objects."""
-    return [[CallOutcome(**o) if isinstance(o, Mapping) else o for o in turn] for turn in traj.outcomes]
+def score_row(score: EpisodeScore) -> dict[str, float]:
+    """em / subem / f1, ``format_ok``, ``reward`` and ``tool_calls`` of a scored episode, as floats
+    (the leading columns of every per-episode row: these and the naive-RAG baseline's)."""
+    return {"em": score.em, "subem": score.subem, "f1": score.f1, "format_ok": float(score.format_ok),
+            "reward": score.reward, "tool_calls": float(score.tool_calls)}
 
 
 def episode_metrics(traj: Trajectory, reward_cfg) -> dict[str, Any]:
     """The per-episode metrics of the module docstring for one trajectory."""
-    outcomes = outcomes_of(traj)
-    fmt = episode_format(outcomes, traj.answer is not None)
-    flat = [o for turn in outcomes for o in turn]
-    row = answer_scores(traj.answer, traj.golds)
-    row.update(
-        format_ok=float(fmt.ok),
-        reward=outcome_reward(traj.answer, traj.golds, fmt.score, reward_cfg),
-        tool_calls=float(len(flat)),
-        searches_found_support=float(sum(o.valid and o.found_support for o in flat)),
-        turns=float(traj.num_turns),
-        answered=float(traj.answer is not None),
-        reason=traj.reason,
-    )
-    return row
+    score = score_episode(traj, reward_cfg)
+    return {**score_row(score), "searches_found_support": float(score.searches_found_support),
+            "turns": float(traj.num_turns), "answered": float(score.answered), "reason": traj.reason}
 
 
 def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

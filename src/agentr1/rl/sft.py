@@ -63,6 +63,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
+from agentr1.rl.schedule import lr_lambda, scheduler
 from agentr1.rollout.trajectory import Trajectory, collate
 
 log = logging.getLogger(__name__)
@@ -154,16 +155,6 @@ def sft_loss(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
     return -(logp * mask).sum() / n, n
 
 
-def lr_at(step: int, lr: float, warmup_steps: int, total_steps: int) -> float:
-    """Learning rate for optimizer step ``step`` (0-based): linear warmup to ``lr`` over
-    ``warmup_steps``, then cosine decay from ``lr`` to ``MIN_LR_RATIO * lr`` at ``total_steps``."""
-    if warmup_steps > 0 and step < warmup_steps:
-        return lr * (step + 1) / warmup_steps
-    span = max(total_steps - warmup_steps, 1)
-    progress = min(max(step - warmup_steps, 0) / span, 1.0)
-    return lr * (MIN_LR_RATIO + (1 - MIN_LR_RATIO) * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
 def batch_indices(n: int, batch_size: int, seed: int) -> Iterator[list[int]]:
     """Endless batches of ``min(batch_size, n)`` distinct indices in ``range(n)``: a seeded
     permutation, cut into consecutive batches, reshuffled each epoch (a partial tail is dropped
@@ -211,10 +202,9 @@ def train_sft(
     history: list[dict] = []
     t0 = time.perf_counter()
     model.train()
+    sched = scheduler(opt, lr_lambda(sft_cfg.lr, sft_cfg.warmup_steps, sft_cfg.steps, "cosine", MIN_LR_RATIO))
     for step in range(sft_cfg.steps):
-        lr = lr_at(step, sft_cfg.lr, sft_cfg.warmup_steps, sft_cfg.steps)
-        for group in opt.param_groups:
-            group["lr"] = lr
+        lr = sched.get_last_lr()[0]
         batch = collate([trajectories[i] for i in next(draws)], pad_id)
         batch = {k: v.to(device) for k, v in batch.items()}
         loss, n_action = sft_loss(model, batch)
@@ -226,6 +216,7 @@ def train_sft(
         if not math.isfinite(loss_value) or not math.isfinite(grad_norm):
             raise FloatingPointError(f"SFT step {step + 1}: loss {loss_value}, grad norm {grad_norm}")
         opt.step()
+        sched.step()
         record = {
             "step": step + 1,
             "loss": loss_value,
@@ -317,10 +308,9 @@ def pretrain_lm(
     history: list[dict] = []
     t0 = time.perf_counter()
     model.train()
+    sched = scheduler(opt, lr_lambda(pretrain_cfg.lr, pretrain_cfg.warmup_steps, pretrain_cfg.steps, "cosine", MIN_LR_RATIO))
     for step in range(pretrain_cfg.steps):
-        lr = lr_at(step, pretrain_cfg.lr, pretrain_cfg.warmup_steps, pretrain_cfg.steps)
-        for group in opt.param_groups:
-            group["lr"] = lr
+        lr = sched.get_last_lr()[0]
         batch = [linked_chain(i, links, chain, follow) if chain > 1 else [i] for i in next(draws)]
         enc = tokenizer(["\n\n".join(texts[j] for j in c) for c in batch], return_tensors="pt", padding=True)
         ids, attn = enc["input_ids"].to(device), enc["attention_mask"].to(device)
@@ -331,6 +321,7 @@ def pretrain_lm(
         if not math.isfinite(loss.item()):
             raise FloatingPointError(f"pretraining step {step + 1}: loss {loss.item()}")
         opt.step()
+        sched.step()
         record = {"step": step + 1, "loss": loss.item(), "lr": lr, "grad_norm": grad_norm,
                   "tokens": int(attn.sum()), "elapsed_s": time.perf_counter() - t0}
         history.append(record)

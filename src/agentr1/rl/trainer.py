@@ -5,7 +5,7 @@ One training step ``k`` (:meth:`Trainer.train_step`)::
     1. questions   ``batch_questions`` train questions drawn with a generator seeded by (seed, k)
     2. rollout     each question ``group_size`` times through the multi-turn RolloutEngine + ToolEnv
                    (token-exact trajectories with action_mask; rank r rolls out its share)
-    3. rewards     outcome reward per episode (format + answer metric, env.rewards) on the last
+    3. rewards     outcome reward per episode (format + answer metric, env.rewards.score_episode) on the last
                    action token; optional process rewards on the token closing each tool call
     4. log-probs   old log-probs (a no-grad forward pass of the rollout policy, or the sampling-
                    time ones), reference log-probs (frozen start policy) for the KL, critic values
@@ -14,9 +14,10 @@ One training step ``k`` (:meth:`Trainer.train_step`)::
     6. update      ppo_epochs x mini_batches optimizer steps; each mini-batch is accumulated over
                    micro-batches; policy loss (registry) + kl.coef * KL (kl.mode = loss)
                    - entropy_coef * entropy, all over the loss mask; clipped value loss for the
-                   critic; gradient clipping; warmup + constant/cosine lr
+                   critic; gradient clipping; warmup + constant/cosine lr (agentr1.rl.schedule, a
+                   LambdaLR per optimizer)
     7. metrics     rollout/*, train/*, time/* (and eval/dev/* every dev.every steps, greedy)
-    8. guard       non-finite loss/gradient or a reward drop -> skip / roll back / stop
+    8. guard       non-finite loss/gradient or a reward drop -> skip / roll back / stop (agentr1.rl.collapse)
     9. checkpoint  every checkpoint.every steps (resumable; agentr1.rl.checkpoint)
 
 Masks (ARCHITECTURE invariants 2-4): ``action_mask`` (policy-sampled tokens) is the single source;
@@ -27,8 +28,8 @@ Simplifications (stated, as nanoGPT/CleanRL do):
 * ``rollout.backend: hf`` rolls out with the trainer's own weights (no copy, no sync);
   ``rollout.backend: vllm`` builds one vLLM engine per rank from ``model_path`` (the start
   checkpoint) and, before every rollout (training and dev), loads the current policy weights
-  into it (``VLLMBackend.load_weights``; gathered first under FSDP) - a colocated "hybrid
-  engine" that syncs every step, simpler than verl's resharding;
+  into it (``VLLMBackend.load_weights``; gathered first under FSDP; agentr1.rl.weight_sync) - a
+  colocated "hybrid engine" that syncs every step, simpler than verl's resharding;
 * ``old_logprobs: recompute`` (default) runs a forward pass with the weights that sampled the
   batch - exact for every response token (needed when the loss mask is off, since observation
   tokens have no sampling-time log-prob); ``rollout`` reuses the sampling-time log-probs, which
@@ -37,7 +38,7 @@ Simplifications (stated, as nanoGPT/CleanRL do):
 * log-probs are ``log_softmax(logits / T)`` with ``T`` the sampling temperature (verl's
   convention), so the ratio compares like with like; top-p truncation is not renormalised;
 * the reference model is a full frozen copy on every rank, and the no-grad passes are sharded by
-  rows and all-gathered (every rank then holds the whole batch and computes identical global
+  rows and all-gathered (agentr1.rl.logprobs) (every rank then holds the whole batch and computes identical global
   advantages); truncated episodes are not bootstrapped (the last action token is terminal);
 * the lr schedule is a pure function of the optimizer-step counter, which is what is saved;
 * FSDP (``train.distributed.strategy: fsdp``, GPU) shards the trained modules and unshards them
@@ -55,28 +56,31 @@ from __future__ import annotations
 import copy
 import hashlib
 import logging
-import math
 import random
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from agentr1.config import flatten
-from agentr1.env.base import CallOutcome
-from agentr1.env.rewards import episode_format, exact_match, outcome_reward, process_rewards
+from agentr1.env.rewards import EpisodeScore, score_episode
 from agentr1.errors import StageError
 from agentr1.registry import ESTIMATORS
 from agentr1.rl import checkpoint as ckpt
+from agentr1.rl import collapse
 from agentr1.rl.advantages import compute_advantage
+from agentr1.rl.collapse import Collapse
 from agentr1.rl.critic import PolicyLogProbs, build_critic
 from agentr1.rl.distributed import Dist, full_params, no_sync, unwrap, wrap
+from agentr1.rl.logprobs import forward_module, row_forward
 from agentr1.rl.losses import apply_kl_penalty, compute_policy_loss, entropy_bonus, kl_estimate, kl_loss, value_loss
 from agentr1.rl.masks import as_bool, build_token_rewards, masked_mean, select_masks
+from agentr1.rl.schedule import lr_lambda, scheduler
 from agentr1.rl.sft import make_optimizer
+from agentr1.rl.stats import StepStats
+from agentr1.rl.weight_sync import WeightSync
 from agentr1.rollout import RolloutEngine, Trajectory, collate, make_backend
 
 log = logging.getLogger(__name__)
@@ -86,50 +90,12 @@ ADDITIVE_STATS = frozenset({"pg_loss", "kl_loss", "entropy", "loss"})
 
 
 # ----------------------------------------------------------------------------- small pieces
-def lr_factor(opt_step: int, warmup_steps: int, total_steps: int, schedule: str, min_ratio: float) -> float:
-    """Multiplier of the base lr at optimizer step ``opt_step`` (0-based): linear warmup over
-    ``warmup_steps``, then 1 (``constant``) or a cosine from 1 to ``min_ratio`` at ``total_steps``."""
-    if warmup_steps > 0 and opt_step < warmup_steps:
-        return (opt_step + 1) / warmup_steps
-    if schedule == "constant":
-        return 1.0
-    span = max(total_steps - warmup_steps, 1)
-    progress = min(max(opt_step - warmup_steps, 0) / span, 1.0)
-    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-
 def _key(*parts: int) -> int:
     """A deterministic 63-bit seed from integers (seed, step, rank, ...)."""
     h = 1469598103934665603
     for p in parts:
         h = ((h ^ (int(p) & 0xFFFFFFFFFFFF)) * 1099511628211) % (1 << 63)
     return h
-
-
-def _outcomes(traj: Trajectory) -> list[list[CallOutcome]]:
-    return [[o if isinstance(o, CallOutcome) else CallOutcome(**o) for o in turn] for turn in traj.outcomes]
-
-
-@dataclass
-class EpisodeScore:
-    """Reward and bookkeeping of one episode; ``process`` = ``(response_token, value)`` pairs."""
-
-    reward: float
-    em: float
-    format_ok: bool
-    tool_calls: int
-    process: list[tuple[int, float]] = field(default_factory=list)
-
-
-def score_episode(traj: Trajectory, reward_cfg) -> EpisodeScore:
-    """Outcome reward (paper Eq. 6 reading, ``env.rewards``), EM, format flag, and the process
-    rewards mapped from ``(turn, end_char)`` to the response token holding ``end_char - 1``."""
-    outs = _outcomes(traj)
-    fmt = episode_format(outs, traj.answer is not None)
-    reward = outcome_reward(traj.answer, traj.golds, fmt.score, reward_cfg)
-    em = exact_match(traj.answer, traj.golds) if traj.answer is not None else 0.0
-    proc = [(traj.token_index_for_char(turn, end - 1), v) for turn, end, v in process_rewards(outs, reward_cfg)]
-    return EpisodeScore(float(reward), float(em), fmt.ok, sum(len(t) for t in outs), proc)
 
 
 def rollout_metrics(trajs: Sequence[Trajectory], scores: Sequence[EpisodeScore]) -> dict[str, float]:
@@ -145,39 +111,6 @@ def rollout_metrics(trajs: Sequence[Trajectory], scores: Sequence[EpisodeScore])
         "rollout/action_tokens": sum(t.num_action_tokens for t in trajs) / n,
         "rollout/max_length_rate": sum(t.reason == "max_length" for t in trajs) / n,
     }
-
-
-class _Stats:
-    """Accumulates per-micro-batch stats: ``add`` (a sum, e.g. a loss piece with the global
-    denominator) and ``mean`` (a weighted mean, e.g. clipfrac weighted by tokens); reduced over
-    ranks and averaged over optimizer steps by :meth:`result`."""
-
-    def __init__(self) -> None:
-        self.sums: dict[str, float] = {}
-        self.wsum: dict[str, float] = {}
-        self.wts: dict[str, float] = {}
-
-    def add(self, name: str, value: float) -> None:
-        self.sums[name] = self.sums.get(name, 0.0) + float(value)
-
-    def mean(self, name: str, value: float, weight: float) -> None:
-        self.wsum[name] = self.wsum.get(name, 0.0) + float(value) * weight
-        self.wts[name] = self.wts.get(name, 0.0) + weight
-
-    def result(self, dist: Dist, n_opt_steps: int) -> dict[str, float]:
-        keys_s, keys_w = sorted(self.sums), sorted(self.wsum)
-        vec = torch.tensor([self.sums[k] for k in keys_s] + [self.wsum[k] for k in keys_w] + [self.wts[k] for k in keys_w],
-                           dtype=torch.float64)
-        vec = dist.all_reduce_sum(vec) if len(vec) else vec
-        out = {k: float(vec[i]) / max(n_opt_steps, 1) for i, k in enumerate(keys_s)}
-        n = len(keys_s)
-        for i, k in enumerate(keys_w):
-            out[k] = float(vec[n + i]) / max(float(vec[n + len(keys_w) + i]), 1e-12)
-        return out
-
-
-class _Collapse(Exception):
-    """Internal: the guard fired during a step (reason in args[0])."""
 
 
 # ----------------------------------------------------------------------------- the trainer
@@ -230,7 +163,7 @@ class Trainer:
     ):
         self.tcfg, self.rollout_cfg, self.reward_cfg = tcfg, rollout_cfg, reward_cfg
         self.model_path = None if model_path is None else str(model_path)  # vllm: the checkpoint it starts from
-        self._inference = None  # the vLLM engine (rollout.backend: vllm), built on first use
+        self.weight_sync = WeightSync(self.model_path)  # the vLLM engine (rollout.backend: vllm), built on first use
         self.dist = dist or Dist()
         self.seed = seed
         self.tokenizer = tokenizer
@@ -268,6 +201,7 @@ class Trainer:
         self.history: list[dict[str, float]] = []
         self.guard_rewards: list[float] = []
         self.events: list[dict[str, Any]] = []
+        self._build_schedulers()
         self._memory_state: tuple[dict, dict] | None = None
         self.on_step: Callable[[int, dict], None] | None = None  # hook after each finished step
 
@@ -295,19 +229,11 @@ class Trainer:
     def _engine(self, rollout_cfg) -> RolloutEngine:
         if self.env is None:
             raise ValueError("the trainer needs env= to roll out")
-        if rollout_cfg.backend == "vllm":
-            backend = self._synced_inference(rollout_cfg)
+        if rollout_cfg.backend == "vllm":  # under FSDP inside full_params(self.actor), as collect does
+            backend = self.weight_sync.synced(rollout_cfg, self.policy)
         else:
             backend = make_backend(rollout_cfg, model=self.policy, tokenizer=self.tokenizer)
         return RolloutEngine(backend, self.env, self.tokenizer, rollout_cfg)
-
-    def _synced_inference(self, rollout_cfg):
-        """The vLLM engine with the current policy weights loaded (built once, synced per call).
-        Under FSDP call it inside ``full_params(self.actor)`` (as :meth:`collect` does)."""
-        if self._inference is None:
-            self._inference = make_backend(rollout_cfg, model_path=self.model_path)
-        self._inference.load_weights(unwrap(self.policy).named_parameters())
-        return self._inference
 
     @torch.no_grad()
     def collect(self, step: int) -> list[Trajectory]:
@@ -319,25 +245,9 @@ class Trainer:
         return self.dist.all_gather_objects(local)
 
     # ------------------------------------------------------------------ 3-5: batch, advantages
-    def _row_forward(self, fn, batch: dict, key_mask: str, out_rows: Sequence[int] | None = None) -> torch.Tensor:
-        """A no-grad ``[B, L]`` tensor of ``fn(ids, attn, mask)`` over the batch: each rank does
-        its share of the rows in micro-batches (columns trimmed to the longest row), then the
-        shares are all-gathered."""
-        B, L = batch["input_ids"].shape
-        s, e = self.dist.shard_range(B)
-        out = torch.zeros((e - s, L), dtype=torch.float32)
-        mb = self.tcfg.micro_batch_size
-        dev = self.dist.device
-        for i in range(s, e, mb):
-            j = min(i + mb, e)
-            width = int(batch["attention_mask"][i:j].sum(-1).max())
-            args = [batch[k][i:j, :width].to(dev) for k in ("input_ids", "attention_mask", key_mask)]
-            out[i - s : j - s, :width] = fn(*args).float().cpu()
-        return self.dist.gather_rows(out)
-
-    def _fwd_module(self, module):
-        """The module for no-grad passes: unwrapped under DDP (no collectives), wrapped under FSDP."""
-        return module if self.dist.strategy == "fsdp" and self.dist.active else unwrap(module)
+    def _row_forward(self, fn, batch: dict, key_mask: str) -> torch.Tensor:
+        """:func:`agentr1.rl.logprobs.row_forward` in this trainer's micro-batches."""
+        return row_forward(fn, batch, key_mask, self.dist, self.tcfg.micro_batch_size)
 
     @torch.no_grad()
     def prepare(self, trajs: Sequence[Trajectory], scores: Sequence[EpisodeScore]) -> dict[str, Any]:
@@ -357,7 +267,7 @@ class Trainer:
         process = [(b, int(batch["response_start"][b]) + tok, v) for b, s in enumerate(scores) for tok, v in s.process]
         rewards = build_token_rewards([s.reward for s in scores], batch["action_mask"], process or None)
 
-        actor = self._fwd_module(self.actor)
+        actor = forward_module(self.actor, self.dist)
         actor.eval()
         if t.old_logprobs == "recompute":
             old = self._row_forward(lambda i, a, m: actor(i, a, m)[0], batch, "loss_mask")
@@ -374,7 +284,7 @@ class Trainer:
                 stats["train/kl_penalty"] = float(kl_stats["kl"]) * t.kl.coef
         values = None
         if self.critic is not None:
-            critic = self._fwd_module(self.critic)
+            critic = forward_module(self.critic, self.dist)
             critic.eval()
             values = self._row_forward(lambda i, a, m: critic(i, a), batch, "adv_mask")
             values = torch.where(as_bool(adv_mask), values, torch.zeros(()))
@@ -389,17 +299,20 @@ class Trainer:
         return batch
 
     # ------------------------------------------------------------------ 6: update
-    def _set_lr(self) -> float:
+    def _build_schedulers(self) -> None:
+        """The lr schedulers (:mod:`agentr1.rl.schedule`) of the actor and the critic at their
+        optimizer-step counts, over ``steps x ppo_epochs x mini_batches`` optimizer steps, with base
+        lr ``lr * lr_scale`` (read at every step). Rebuilt whenever the counts or ``lr_scale`` are
+        set from outside the update (a loaded checkpoint, a roll-back)."""
         t = self.tcfg
         total = max(t.steps * t.ppo_epochs * t.mini_batches, 1)
-        lr = t.lr * self.lr_scale * lr_factor(self.opt_steps, t.warmup_steps, total, t.lr_schedule, t.min_lr_ratio)
-        for g in self.opt.param_groups:
-            g["lr"] = lr
-        if self.critic_opt is not None:
-            for g in self.critic_opt.param_groups:
-                g["lr"] = t.critic.lr * self.lr_scale * lr_factor(self.critic_opt_steps, t.warmup_steps, total,
-                                                                  t.lr_schedule, t.min_lr_ratio)
-        return lr
+
+        def build(opt, lr: float, start: int):
+            fn = lr_lambda(lambda: lr * self.lr_scale, t.warmup_steps, total, t.lr_schedule, t.min_lr_ratio)
+            return scheduler(opt, fn, start=start)
+
+        self.scheduler = build(self.opt, t.lr, self.opt_steps)
+        self.critic_scheduler = None if self.critic_opt is None else build(self.critic_opt, t.critic.lr, self.critic_opt_steps)
 
     def _clip(self, module) -> float:
         max_norm = self.tcfg.grad_clip if self.tcfg.grad_clip > 0 else float("inf")
@@ -413,83 +326,111 @@ class Trainer:
 
     def update(self, batch: dict[str, Any], step: int) -> dict[str, float]:
         """``ppo_epochs`` x ``mini_batches`` optimizer steps on a prepared batch; raises
-        :class:`_Collapse` on a non-finite loss or gradient (no optimizer step is taken then)."""
-        t, d = self.tcfg, self.dist
-        B = batch["input_ids"].shape[0]
-        M = B // t.mini_batches
-        update_policy = step > t.critic.warmup_steps or self.critic is None
-        norm_const = float(self.rollout_cfg.max_total_tokens)
-        acc = _Stats()
+        :class:`~agentr1.rl.collapse.Collapse` on a non-finite loss or gradient (no optimizer step
+        is taken then)."""
+        update_policy = step > self.tcfg.critic.warmup_steps or self.critic is None
+        acc = StepStats()
         n_steps = 0
         self.actor.train()
         if self.critic is not None:
             self.critic.train()
-        for epoch in range(t.ppo_epochs):
-            perm = torch.randperm(B, generator=torch.Generator().manual_seed(_key(self.seed, step, 3, epoch))).tolist()
-            for k in range(t.mini_batches):
-                rows = perm[k * M : (k + 1) * M]
-                local = d.shard(rows)
-                lm_all = batch["loss_mask"][rows]
-                am_all = batch["adv_mask"][rows]
-                pol_denom, val_denom = self._denom(lm_all), self._denom(am_all)
-                micro = [local[i : i + t.micro_batch_size] for i in range(0, len(local), t.micro_batch_size)]
-                lr = self._set_lr()
-                finite = torch.ones(1)
-                for mi, idx in enumerate(micro):
-                    last = mi == len(micro) - 1
-                    width = int(batch["attention_mask"][idx].sum(-1).max())
-                    mb = {key: batch[key][idx, :width].to(d.device) for key in
-                          ("input_ids", "attention_mask", "loss_mask", "adv_mask", "old_logp", "advantages", "returns")
-                          + (("ref_logp",) if "ref_logp" in batch else ()) + (("values",) if "values" in batch else ())}
-                    n_tok = float(as_bool(mb["loss_mask"]).sum())
-                    if update_policy:
-                        with no_sync(self.actor, not last):
-                            loss, st = self._policy_loss(mb, pol_denom, norm_const)
-                            finite *= float(torch.isfinite(loss.detach()))
-                            (loss * d.world_size).backward()
-                        for name, v in st.items():
-                            if name in ADDITIVE_STATS:  # pieces of the global mini-batch loss: they add up
-                                acc.add(name, v)
-                            else:  # per-micro-batch means: weight by its loss-mask tokens
-                                acc.mean(name, v, n_tok)
-                    if self.critic is not None:
-                        with no_sync(self.critic, not last):
-                            vloss, vst = self._value_loss(mb, val_denom, norm_const)
-                            finite *= float(torch.isfinite(vloss.detach()))
-                            (vloss * d.world_size).backward()
-                        acc.add("vf_loss", float(vloss.detach()))
-                        n_adv = float(as_bool(mb["adv_mask"]).sum())
-                        for name in ("vf_clipfrac", "vpred_mean", "vf_explained_var"):
-                            acc.mean(name, float(vst[name]), n_adv)
-                finite = d.all_reduce_sum(finite)
-                norms = {}
-                if update_policy:
-                    norms["grad_norm"] = self._clip(self.actor)
-                if self.critic is not None:
-                    norms["critic_grad_norm"] = self._clip(self.critic)
-                if float(finite) < d.world_size or not all(math.isfinite(v) for v in norms.values()):
-                    self.opt.zero_grad(set_to_none=True)
-                    if self.critic_opt is not None:
-                        self.critic_opt.zero_grad(set_to_none=True)
-                    raise _Collapse(f"non-finite loss or gradient at step {step} (epoch {epoch}, mini-batch {k}; "
-                                    f"grad norms {norms})")
-                if update_policy:
-                    self.opt.step()
-                    self.opt_steps += 1
-                if self.critic_opt is not None:
-                    self.critic_opt.step()
-                    self.critic_opt_steps += 1
-                self.opt.zero_grad(set_to_none=True)
-                if self.critic_opt is not None:
-                    self.critic_opt.zero_grad(set_to_none=True)
-                for name, v in norms.items():
-                    acc.mean(name, v, 1.0 / d.world_size)  # identical on every rank
-                acc.mean("lr", lr, 1.0 / d.world_size)
-                n_steps += 1
+        for epoch, k, rows in self._mini_batches(batch["input_ids"].shape[0], step):
+            lr = self.opt.param_groups[0]["lr"]
+            finite = self._accumulate(batch, rows, update_policy, acc)
+            self._optimizer_step(finite, update_policy, acc, (step, epoch, k))
+            acc.mean("lr", lr, 1.0 / self.dist.world_size)
+            n_steps += 1
         self.actor.eval()
-        out = {f"train/{k}": v for k, v in acc.result(d, n_steps).items()}
+        out = {f"train/{k}": v for k, v in acc.result(self.dist, n_steps).items()}
         out["train/policy_updated"] = float(update_policy)
         return out
+
+    def _mini_batches(self, batch_size: int, step: int) -> Iterator[tuple[int, int, list[int]]]:
+        """``(epoch, k, rows)`` of every optimizer step: each epoch a permutation of the rows keyed
+        by ``(seed, step, 3, epoch)``, cut into ``mini_batches`` consecutive slices."""
+        t = self.tcfg
+        M = batch_size // t.mini_batches
+        for epoch in range(t.ppo_epochs):
+            gen = torch.Generator().manual_seed(_key(self.seed, step, 3, epoch))
+            perm = torch.randperm(batch_size, generator=gen).tolist()
+            for k in range(t.mini_batches):
+                yield epoch, k, perm[k * M : (k + 1) * M]
+
+    def _micro_batches(self, batch: dict[str, Any], rows: list[int]) -> Iterator[tuple[bool, dict[str, torch.Tensor]]]:
+        """``(last, mb)`` for this rank's share of ``rows`` in micro-batches of
+        ``micro_batch_size``: the tensors a loss needs, cut to the longest row, on the device."""
+        mbs = self.tcfg.micro_batch_size
+        local = self.dist.shard(rows)
+        micro = [local[i : i + mbs] for i in range(0, len(local), mbs)]
+        keys = (("input_ids", "attention_mask", "loss_mask", "adv_mask", "old_logp", "advantages", "returns")
+                + (("ref_logp",) if "ref_logp" in batch else ()) + (("values",) if "values" in batch else ()))
+        for mi, idx in enumerate(micro):
+            width = int(batch["attention_mask"][idx].sum(-1).max())
+            yield mi == len(micro) - 1, {key: batch[key][idx, :width].to(self.dist.device) for key in keys}
+
+    def _accumulate(self, batch: dict[str, Any], rows: list[int], update_policy: bool, acc: StepStats) -> torch.Tensor:
+        """Backward passes of the policy loss (when ``update_policy``) and the value loss over the
+        mini-batch ``rows``, each scaled by the world size (DDP averages the gradients over ranks,
+        the losses are already normalised by the global mini-batch denominator); gradients are
+        synced on the last micro-batch only. Returns this rank's 0/1 flag "every loss finite"."""
+        d = self.dist
+        pol_denom, val_denom = self._denom(batch["loss_mask"][rows]), self._denom(batch["adv_mask"][rows])
+        norm_const = float(self.rollout_cfg.max_total_tokens)
+        finite = torch.ones(1)
+        for last, mb in self._micro_batches(batch, rows):
+            n_tok = float(as_bool(mb["loss_mask"]).sum())
+            if update_policy:
+                with no_sync(self.actor, not last):
+                    loss, st = self._policy_loss(mb, pol_denom, norm_const)
+                    finite *= float(torch.isfinite(loss.detach()))
+                    (loss * d.world_size).backward()
+                for name, v in st.items():
+                    if name in ADDITIVE_STATS:  # pieces of the global mini-batch loss: they add up
+                        acc.add(name, v)
+                    else:  # per-micro-batch means: weight by its loss-mask tokens
+                        acc.mean(name, v, n_tok)
+            if self.critic is not None:
+                with no_sync(self.critic, not last):
+                    vloss, vst = self._value_loss(mb, val_denom, norm_const)
+                    finite *= float(torch.isfinite(vloss.detach()))
+                    (vloss * d.world_size).backward()
+                acc.add("vf_loss", float(vloss.detach()))
+                n_adv = float(as_bool(mb["adv_mask"]).sum())
+                for name in ("vf_clipfrac", "vpred_mean", "vf_explained_var"):
+                    acc.mean(name, float(vst[name]), n_adv)
+        return finite
+
+    def _optimizer_step(self, finite: torch.Tensor, update_policy: bool, acc: StepStats, at: tuple[int, int, int]) -> None:
+        """Clip the gradients and step the optimizers and their lr schedulers (the actor's only
+        when ``update_policy``); :class:`Collapse` (gradients dropped, nothing stepped) when a
+        rank's loss or a gradient norm is not finite. ``at`` = ``(step, epoch, mini_batch)``."""
+        d = self.dist
+        finite = d.all_reduce_sum(finite)
+        norms = {}
+        if update_policy:
+            norms["grad_norm"] = self._clip(self.actor)
+        if self.critic is not None:
+            norms["critic_grad_norm"] = self._clip(self.critic)
+        reason = collapse.nonfinite(float(finite), d.world_size, norms, *at)
+        if reason is not None:
+            self._zero_grad()
+            raise Collapse(reason)
+        if update_policy:
+            self.opt.step()
+            self.scheduler.step()
+            self.opt_steps += 1
+        if self.critic_opt is not None:
+            self.critic_opt.step()
+            self.critic_scheduler.step()
+            self.critic_opt_steps += 1
+        self._zero_grad()
+        for name, v in norms.items():
+            acc.mean(name, v, 1.0 / d.world_size)  # identical on every rank
+
+    def _zero_grad(self) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        if self.critic_opt is not None:
+            self.critic_opt.zero_grad(set_to_none=True)
 
     def _policy_loss(self, mb: dict, denom: float, norm_const: float) -> tuple[torch.Tensor, dict[str, float]]:
         t = self.tcfg
@@ -537,30 +478,17 @@ class Trainer:
         return self.dist.broadcast_object(out)
 
     # ------------------------------------------------------------------ 8: collapse guard
-    def _reward_drop(self, reward: float) -> str | None:
-        c = self.tcfg.collapse
-        hist = self.guard_rewards[-c.window :]
-        if c.reward_drop is None or len(hist) < c.window:
-            return None
-        ref = sum(hist) / len(hist)
-        if reward < ref - c.reward_drop:
-            return f"mean reward {reward:.3f} fell more than {c.reward_drop} below the running mean {ref:.3f}"
-        return None
-
     def _on_collapse(self, step: int, reason: str) -> None:
+        """Record the collapse and respond (:func:`agentr1.rl.collapse.respond`); a roll-back
+        restores the last checkpoint but keeps the events and the roll-back count, and scales the lr."""
         c = self.tcfg.collapse
         self.events.append({"step": step, "reason": reason, "action": c.action})
-        if c.action == "stop":
-            raise StageError(f"training collapsed at step {step}: {reason} (train.collapse.action: stop)")
-        if c.action == "skip":
-            log.warning("collapse guard: step %d skipped: %s", step, reason)
+        if collapse.respond(c, step, reason, self.rollbacks) == "skip":
             return
-        if self.rollbacks >= c.max_rollbacks:
-            raise StageError(f"training collapsed at step {step}: {reason}; already rolled back {self.rollbacks} "
-                             f"time(s) (train.collapse.max_rollbacks); lower train.lr or check the data")
         rollbacks, scale, events = self.rollbacks + 1, self.lr_scale * c.lr_factor, list(self.events)
         self.restore()
         self.rollbacks, self.lr_scale, self.events = rollbacks, scale, events
+        self._build_schedulers()
         log.warning("collapse guard: %s at step %d -> rolled back to step %d, lr x%.3g", reason, step, self.step, scale)
 
     # ------------------------------------------------------------------ 9: checkpoints
@@ -595,6 +523,7 @@ class Trainer:
         random.setstate(_tupled(meta["python_random"]))
         self.step, self.opt_steps, self.critic_opt_steps = meta["step"], meta["opt_steps"], meta["critic_opt_steps"]
         self.lr_scale, self.rollbacks = meta["lr_scale"], meta["rollbacks"]
+        self._build_schedulers()
         self.history = [dict(h) for h in meta["history"]]
         self.guard_rewards, self.events = list(meta["guard_rewards"]), list(meta["events"])
 
@@ -641,14 +570,14 @@ class Trainer:
         metrics = rollout_metrics(trajs, scores)
         self._trace(trajs, step)
         try:
-            drop = self._reward_drop(metrics["rollout/reward"])
+            drop = collapse.reward_drop(metrics["rollout/reward"], self.guard_rewards, self.tcfg.collapse)
             if drop is not None:
-                raise _Collapse(drop)
+                raise Collapse(drop)
             batch = self.prepare(trajs, scores)
             t2 = time.perf_counter()
             metrics.update(batch["stats"])
             metrics.update(self.update(batch, step))
-        except _Collapse as exc:
+        except Collapse as exc:
             self._on_collapse(step, str(exc.args[0]))
             if self.tcfg.collapse.action == "skip":
                 self.step = step

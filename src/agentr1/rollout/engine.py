@@ -26,7 +26,6 @@ The env is duck-typed: ``system_prompt()``, ``user_prompt(question)``, ``stop_st
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -158,7 +157,7 @@ class RolloutEngine:
             still = []
             for i, text, res in zip(live, texts, results):
                 t = trajs[i]
-                t.outcomes.append([asdict(o) for o in res.outcomes])
+                t.outcomes.append(list(res.outcomes))
                 if res.answer is not None:
                     t.answer = res.answer
                 if res.done:

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from agentr1.env.base import CallOutcome
 from agentr1.io import atomic_path
 
 
@@ -36,7 +37,9 @@ class Trajectory:
                      "max_length" (total token limit reached; the response is truncated);
     outcome_reward:  scalar reward, filled later by the reward function (None until then);
     process_rewards: per response token, filled later (None until then);
-    sample_index:    index within the group of samples drawn for the same question.
+    sample_index:    index within the group of samples drawn for the same question;
+    outcomes:        per policy turn, one :class:`CallOutcome` per call attempt (saved as dicts:
+                     :meth:`to_dict` / :meth:`from_dict`).
     """
 
     qid: str
@@ -50,7 +53,7 @@ class Trajectory:
     turn_texts: list[str] = field(default_factory=list)
     turn_char_ends: list[list[int]] = field(default_factory=list)
     observations: list[str] = field(default_factory=list)
-    outcomes: list[list[dict[str, Any]]] = field(default_factory=list)
+    outcomes: list[list[CallOutcome]] = field(default_factory=list)
     answer: str | None = None
     reason: str = ""
     sample_index: int = 0
@@ -97,16 +100,27 @@ class Trajectory:
 
     # ------------------------------------------------------------------ (de)serialisation
     def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able values; each ``CallOutcome`` becomes the dict of its fields."""
         d = asdict(self)
         d["turn_spans"] = [list(s) for s in self.turn_spans]
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
+        """The inverse of :meth:`to_dict` (unknown keys are ignored)."""
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in known}
         kwargs["turn_spans"] = [tuple(s) for s in kwargs.get("turn_spans", [])]
+        kwargs["outcomes"] = [[_outcome(o, d.get("qid"), k) for o in turn] for k, turn in enumerate(kwargs.get("outcomes", []))]
         return cls(**kwargs)
+
+
+def _outcome(o: Any, qid: Any, turn: int) -> CallOutcome:
+    try:
+        return CallOutcome(**o)
+    except TypeError as exc:
+        raise ValueError(f"trajectory {qid}: outcomes[{turn}] holds {o!r}, not the fields of a CallOutcome "
+                         f"({', '.join(f.name for f in fields(CallOutcome))}): {exc}") from None
 
 
 PARQUET_SCHEMA = pa.schema(

@@ -24,7 +24,8 @@ from typing import Any, Sequence
 import mlflow
 from mlflow.entities import SpanType
 
-from agentr1.env.rewards import exact_match
+from agentr1.env.base import CallOutcome
+from agentr1.env.rewards import answer_scores
 from agentr1.rollout.trajectory import Trajectory
 
 
@@ -37,23 +38,24 @@ def sample_indices(n_total: int, sample_n: int, seed: int = 0) -> list[int]:
 
 
 def episode_em(t: Trajectory) -> float:
-    """Exact match of the trajectory's final answer (0 when it gave none)."""
-    return exact_match(t.answer, t.golds) if t.answer is not None else 0.0
+    """Exact match of the trajectory's final answer (0 when it gave none; the ``em`` of
+    :func:`agentr1.env.rewards.score_episode`, which needs no reward config)."""
+    return answer_scores(t.answer, t.golds)["em"]
 
 
-def _call_segments(text: str, outcomes: Sequence[dict[str, Any]]) -> list[str]:
+def _call_segments(text: str, outcomes: Sequence[CallOutcome]) -> list[str]:
     """The turn text cut at each call's end (``CallOutcome.end``): the text of every call."""
     segments, start = [], 0
     for o in outcomes:
-        end = int(o.get("end", len(text)))
+        end = int(o.end)
         segments.append(text[start:end].strip())
         start = end
     return segments
 
 
-def _tool_span_kind(outcomes: Sequence[dict[str, Any]]) -> tuple[str, str]:
-    names = sorted({o.get("name") or "invalid" for o in outcomes})
-    all_search = all(o.get("valid") and o.get("name") == "search" for o in outcomes)
+def _tool_span_kind(outcomes: Sequence[CallOutcome]) -> tuple[str, str]:
+    names = sorted({o.name or "invalid" for o in outcomes})
+    all_search = all(o.valid and o.name == "search" for o in outcomes)
     return ("+".join(names), SpanType.RETRIEVER if all_search else SpanType.TOOL)
 
 
@@ -79,9 +81,9 @@ def _trace_episode(t: Trajectory, run_id: str | None, tags: dict[str, str], attr
                     tool.set_attributes(
                         {
                             "turn": k,
-                            "valid": [bool(o.get("valid")) for o in outcomes],
-                            "success": [bool(o.get("success")) for o in outcomes],
-                            "found_support": [bool(o.get("found_support")) for o in outcomes],
+                            "valid": [bool(o.valid) for o in outcomes],
+                            "success": [bool(o.success) for o in outcomes],
+                            "found_support": [bool(o.found_support) for o in outcomes],
                         }
                     )
             context += turn + observation

@@ -1,0 +1,36 @@
+"""The training statistics of one RL step, accumulated over micro-batches and optimizer steps."""
+
+from __future__ import annotations
+
+import torch
+
+from agentr1.rl.distributed import Dist
+
+
+class StepStats:
+    """Accumulates per-micro-batch stats: ``add`` (a sum, e.g. a loss piece with the global
+    denominator) and ``mean`` (a weighted mean, e.g. clipfrac weighted by tokens); reduced over
+    ranks and averaged over optimizer steps by :meth:`result`."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.wsum: dict[str, float] = {}
+        self.wts: dict[str, float] = {}
+
+    def add(self, name: str, value: float) -> None:
+        self.sums[name] = self.sums.get(name, 0.0) + float(value)
+
+    def mean(self, name: str, value: float, weight: float) -> None:
+        self.wsum[name] = self.wsum.get(name, 0.0) + float(value) * weight
+        self.wts[name] = self.wts.get(name, 0.0) + weight
+
+    def result(self, dist: Dist, n_opt_steps: int) -> dict[str, float]:
+        keys_s, keys_w = sorted(self.sums), sorted(self.wsum)
+        vec = torch.tensor([self.sums[k] for k in keys_s] + [self.wsum[k] for k in keys_w] + [self.wts[k] for k in keys_w],
+                           dtype=torch.float64)
+        vec = dist.all_reduce_sum(vec) if len(vec) else vec
+        out = {k: float(vec[i]) / max(n_opt_steps, 1) for i, k in enumerate(keys_s)}
+        n = len(keys_s)
+        for i, k in enumerate(keys_w):
+            out[k] = float(vec[n + i]) / max(float(vec[n + len(keys_w) + i]), 1e-12)
+        return out
