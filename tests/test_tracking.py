@@ -176,6 +176,8 @@ def test_variant_runs_log_their_effective_config(sqlite_store) -> None:
 
     uri, art = sqlite_store
     cfg = tracking_cfg(uri, art, parent_run=False)
+    cfg.runs = {"ppo": {"estimator": "gae"}, "grpo_s1": {"estimator": "grpo", "seed": 1},
+                "ppo_no_adv_no_loss_mask": {"estimator": "gae", "advantage_mask": False, "loss_mask": False}}
     got = {}
     for variant in ("ppo", "grpo_s1", "ppo_no_adv_no_loss_mask"):
         with stage_run(cfg, "train", run_name=f"train@{variant}", variant=variant) as run:
@@ -269,6 +271,7 @@ def test_registered_versions_carry_their_provenance(sqlite_store, checkpoint: Pa
 
     uri, art = sqlite_store
     cfg = tracking_cfg(uri, art, parent_run=False, registered_model="provenance-policy")
+    cfg.runs = {"ppo": {"estimator": "gae"}}
     client = MlflowClient(tracking_uri=uri)
     flat = {"test/em": 0.25, "test/em_ci_lower": 0.2, "test/em_ci_upper": 0.3, "ood/em": 0.1,
             "ood/em_ci_lower": 0.05, "ood/em_ci_upper": 0.15}
