@@ -6,12 +6,18 @@
 #   scripts/topology.sh up       start everything in the background (bounded waits), deploy;
 #                                with no default DVC remote, set $DVC_REMOTE (s3://$S3_BUCKET/dvcstore)
 #                                in the git-ignored .dvc/config.local
+#                                moto keeps S3 in memory: a fresh one gets the bucket back from
+#                                the mirror .topology/s3/$S3_BUCKET/ that `down`/`save` wrote
 #   scripts/topology.sh status   what is running
-#   scripts/topology.sh down     stop what `up` started (by the pids it recorded); moto keeps S3 in
-#                                memory, so this DELETES the DVC remote and the MLflow artifacts
+#   scripts/topology.sh save     mirror the local S3 bucket (DVC remote dvcstore/, MLflow artifacts
+#                                mlflow/) to .topology/s3/$S3_BUCKET/ now, one file per object
+#   scripts/topology.sh down     stop what `up` started (by the pids it recorded), saving the local
+#                                S3 bucket first; DISCARD_S3=1 stops without saving (DELETES it)
 #   scripts/topology.sh env      print the environment variables a client needs
 #
-# Logs and pid files: $AGENTR1_TOPOLOGY_DIR (default .prefect/topology, git-ignored).
+# Logs and pid files: $AGENTR1_TOPOLOGY_DIR (default .prefect/topology, git-ignored). The S3
+# mirror is always .topology/s3/<bucket>/ in this checkout (git-ignored), next to the mlflow/mlflow.db
+# whose runs point at its artifacts; nothing from outside chooses where it writes.
 # For a production topology, skip this script: point the variables printed by `env` at your
 # servers (README "Orchestration and production topology").
 set -euo pipefail
@@ -43,6 +49,12 @@ if [[ -z "${AWS_ACCESS_KEY_ID:-}" && -z "${AWS_PROFILE:-}" ]]; then
   INVENTED_KEYS=1
 fi
 DVC_REMOTE=${DVC_REMOTE:-agentr1-local}
+# S3 naming rules (3-63 of a-z 0-9 . -, no '..'): the name is also the mirror's folder name.
+if [[ ! "$S3_BUCKET" =~ ^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$ || "$S3_BUCKET" == *..* ]]; then
+  echo "S3_BUCKET=$S3_BUCKET is not an S3 bucket name: use 3-63 characters of a-z 0-9 . - (no '..')" >&2
+  exit 2
+fi
+S3_STORE=.topology/s3/$S3_BUCKET  # relative to $ROOT (the working directory)
 
 mkdir -p "$TOPO"
 
@@ -58,9 +70,11 @@ wait_http() {  # url, name, pidfile: poll until HTTP answers, the process dies, 
   return 1
 }
 
+running() { [[ -f "$TOPO/$1.pid" ]] && kill -0 "$(cat "$TOPO/$1.pid")" 2>/dev/null; }
+
 start() {  # name, command...: start in the background, record the pid
   local name=$1; shift
-  if [[ -f "$TOPO/$name.pid" ]] && kill -0 "$(cat "$TOPO/$name.pid")" 2>/dev/null; then
+  if running "$name"; then
     echo "$name already running (pid $(cat "$TOPO/$name.pid"))"; return 0
   fi
   setsid "$@" >"$TOPO/$name.log" 2>&1 &
@@ -81,21 +95,52 @@ stop() {
   rm -f "$TOPO/$name.pid"
 }
 
+save_s3() {  # mirror the bucket of the moto this script started into $S3_STORE
+  mkdir -p "$S3_STORE"
+  python - "$S3_BUCKET" "$S3_STORE" <<'EOF'
+import sys
+from agentr1.tracking.storage import S3Storage, mirror_summary, save_bucket
+bucket, folder = sys.argv[1:]
+r = save_bucket(S3Storage(bucket), folder)
+print(f"saved s3://{bucket} -> {folder}/: {mirror_summary(folder)}; "
+      f"{len(r.transferred)} downloaded, {len(r.skipped)} unchanged, {len(r.deleted)} removed")
+EOF
+}
+
 case "${1:-}" in
   up)
-    if [[ "${USE_LOCAL_S3:-1}" == 1 ]]; then
+    local_s3=${USE_LOCAL_S3:-1} fresh_s3=0
+    if [[ "$local_s3" == 1 ]]; then
+      running s3 || fresh_s3=1
       start s3 moto_server -H 127.0.0.1 -p "$S3_PORT"
       wait_http "http://127.0.0.1:$S3_PORT/" s3 "$TOPO/s3.pid"
     fi
-    python - <<EOF
-from agentr1.tracking.storage import S3Storage, S3BucketNotFoundError
-import boto3, os
+    # A fresh moto is empty: create the bucket and, for the local S3, upload the mirror into it.
+    # If that fails, stop the moto just started, so that no later `down` saves a partial bucket
+    # over the mirror.
+    if ! python - "$S3_BUCKET" "$S3_STORE" "$local_s3" <<'EOF'
+import sys
+from pathlib import Path
+from agentr1.tracking.storage import S3BucketNotFoundError, S3Storage, mirror_summary, restore_bucket
+bucket, folder, local = sys.argv[1:]
+store = S3Storage(bucket)
 try:
-    S3Storage("$S3_BUCKET").check(); print("bucket s3://$S3_BUCKET exists")
+    store.check()
+    print(f"bucket s3://{bucket} exists (kept as it is)")
 except S3BucketNotFoundError:
-    boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL_S3"]).create_bucket(Bucket="$S3_BUCKET")
-    print("created bucket s3://$S3_BUCKET")
+    store.client.create_bucket(Bucket=bucket)
+    print(f"created bucket s3://{bucket}")
+    if local == "1" and Path(folder).is_dir():
+        r = restore_bucket(store, folder)
+        print(f"restored s3://{bucket} from {folder}/: {mirror_summary(folder)}; {len(r.transferred)} uploaded")
+    elif local == "1":
+        print(f"nothing to restore: no {folder}/ yet (`down` and `save` write it)")
 EOF
+    then
+      if [[ "$fresh_s3" == 1 ]]; then stop s3; fi
+      echo "S3 bucket setup failed (above); the mirror $S3_STORE/ is untouched" >&2
+      exit 1
+    fi
     # `dvc push` needs a remote: .dvc/config tracks none (a localhost URL is wrong for anyone
     # else), so point the git-ignored .dvc/config.local at this topology's bucket - unless the
     # checkout already has a default remote of its own.
@@ -120,26 +165,52 @@ EOF
     start worker prefect worker start --pool agentr1-process --limit 1
     echo "topology up: Prefect UI http://127.0.0.1:$PREFECT_PORT  MLflow UI $MLFLOW_TRACKING_URI  S3 $AWS_ENDPOINT_URL_S3"
     ;;
+  save)
+    if ! running s3; then
+      echo "no local S3 (moto) started by this script is running: nothing to save" >&2; exit 1
+    fi
+    save_s3
+    ;;
   down)
-    had_s3=0
-    if [[ -f "$TOPO/s3.pid" ]]; then had_s3=1; fi
-    for n in worker prefect-server mlflow s3; do stop "$n"; done
-    if [[ "$had_s3" == 1 ]]; then
-      cat >&2 <<EOF
-WARNING: moto_server keeps S3 in memory only: stopping it DELETED s3://$S3_BUCKET, i.e. the
-WARNING: DVC remote (dvcstore/) and every MLflow artifact (mlflow/). mlflow/mlflow.db still lists
-WARNING: the runs, but their artifacts are gone; after the next 'up', run 'dvc push' again.
+    # the writers first, then the bucket is saved, then moto (which keeps S3 in memory) stops
+    for n in worker prefect-server mlflow; do stop "$n"; done
+    if running s3; then
+      if [[ "${DISCARD_S3:-0}" == 1 ]]; then
+        stop s3
+        cat >&2 <<EOF
+WARNING: DISCARD_S3=1: moto_server was stopped WITHOUT saving: s3://$S3_BUCKET is gone (DVC
+WARNING: remote dvcstore/ and MLflow artifacts mlflow/) except what the last save put in
+WARNING: $S3_STORE/, which the next 'up' restores; mlflow/mlflow.db may list artifacts it lacks.
 EOF
+      elif save_s3; then
+        stop s3
+        echo "the next 'up' restores s3://$S3_BUCKET from $S3_STORE/"
+      else
+        cat >&2 <<EOF
+ERROR: saving s3://$S3_BUCKET to $S3_STORE/ failed (above), so moto_server is STILL RUNNING with
+ERROR: the only copy of what changed since the last save. Fix the error and run 'down' again, or
+ERROR: stop it without saving: DISCARD_S3=1 scripts/topology.sh down
+EOF
+        exit 1
+      fi
+    elif [[ -f "$TOPO/s3.pid" ]]; then
+      rm -f "$TOPO/s3.pid"
+      echo "WARNING: moto_server (s3) had died: nothing to save; $S3_STORE/ keeps the last save" >&2
     fi
     ;;
   status)
     for n in s3 mlflow prefect-server worker; do
-      if [[ -f "$TOPO/$n.pid" ]] && kill -0 "$(cat "$TOPO/$n.pid")" 2>/dev/null; then
+      if running "$n"; then
         echo "$n: running (pid $(cat "$TOPO/$n.pid"), log $TOPO/$n.log)"
       else
         echo "$n: stopped"
       fi
     done
+    if [[ -d "$S3_STORE" ]]; then
+      echo "S3 mirror: $S3_STORE/ ($(find "$S3_STORE" -type f | wc -l) files, $(du -sh "$S3_STORE" | cut -f1))"
+    else
+      echo "S3 mirror: none yet ($S3_STORE/)"
+    fi
     ;;
   env)
     echo "export PREFECT_API_URL=$PREFECT_API_URL"
@@ -155,5 +226,5 @@ EOF
     fi
     ;;
   *)
-    echo "usage: $0 up|down|status|env" >&2; exit 2 ;;
+    echo "usage: $0 up|down|save|status|env" >&2; exit 2 ;;
 esac

@@ -10,11 +10,15 @@ key pair is accepted, so "bad credentials" is a real rejection by the server.
 * an MLflow run (SQLite backend in tmp, artifact location ``s3://...``) whose artifacts land in
   the bucket and load back;
 * ``agentr1.tracking.storage.S3Storage`` sync round trip and its errors: bad credentials,
-  missing credentials, missing bucket, unreachable endpoint.
+  missing credentials, missing bucket, unreachable endpoint;
+* the local topology's persistent S3 (``save_bucket`` / ``restore_bucket``): objects stored,
+  moto stopped and started again on the same port, the same keys with the same bytes back
+  (auth off, as ``scripts/topology.sh`` runs it), and the script's guards on its mirror folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -39,17 +43,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
+def _moto_bin() -> str:
     moto = shutil.which("moto_server", path=str(Path(sys.executable).parent)) or shutil.which("moto_server")
     if moto is None:
         pytest.skip("moto_server not installed (pip install 'moto[server]')")
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
+    return moto
+
+
+@contextlib.contextmanager
+def _moto_server(port: int, log: Path, env: dict[str, str] | None = None):
+    """A ``moto_server`` on 127.0.0.1:``port``, up within 60 s (else RuntimeError with its log),
+    terminated (then killed after 10 s) on exit."""
     with log.open("w") as fh:
-        proc = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(port)], stdout=fh, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen([_moto_bin(), "-H", "127.0.0.1", "-p", str(port)], stdout=fh,
+                                stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + 60
         while True:  # a TCP probe: an HTTP request would use up an unauthenticated action
@@ -60,6 +67,23 @@ def s3(tmp_path_factory):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"moto_server did not start: {log.read_text()}")
                 time.sleep(0.3)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    port = _free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
+    with _moto_server(port, log, env):
         boot = dict(endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="bootstrap",
                     aws_secret_access_key="bootstrap")
         iam = boto3.client("iam", **boot)
@@ -72,13 +96,6 @@ def s3(tmp_path_factory):
                               aws_access_key_id=creds["AWS_ACCESS_KEY_ID"], aws_secret_access_key=creds["AWS_SECRET_ACCESS_KEY"])
         client.create_bucket(Bucket=BUCKET)
         yield {"endpoint": endpoint, "creds": creds, "client": client}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 @pytest.fixture
@@ -300,3 +317,100 @@ def test_storage_errors_name_the_fix(aws_env, tmp_path, monkeypatch):
     S3Storage(BUCKET).check()
     with pytest.raises(StorageError, match="expected an s3://bucket/prefix URL"):
         S3Storage.from_url("http://x/y")
+
+
+# ----------------------------------------------------------------------------- local topology's S3
+def _mirror_bytes(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_bucket_mirror_keeps_objects_across_a_moto_restart(tmp_path, monkeypatch):
+    """What scripts/topology.sh does around a moto restart: ``save_bucket`` before `down` stops the
+    in-memory server, ``restore_bucket`` into the empty bucket of the fresh server `up` starts on
+    the same port. The same keys come back with the same bytes (a DVC remote object, MLflow
+    artifacts, an empty file, a key with a space, a multipart upload); the next save mirrors
+    deletions and additions."""
+    from boto3.s3.transfer import TransferConfig
+    from botocore.exceptions import ClientError
+
+    from agentr1.tracking.storage import S3Storage, StorageError, mirror_summary, restore_bucket, save_bucket
+
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "local-dev")  # moto without IAM auth, as topology.sh runs it
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "local-dev")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    env = {k: v for k, v in os.environ.items() if k != "INITIAL_NO_AUTH_ACTION_COUNT"}
+    port, bucket = _free_port(), "agentr1"
+    endpoint = f"http://127.0.0.1:{port}"
+    run = "mlflow/1/0123456789abcdef/artifacts"
+    objects = {
+        "dvcstore/files/md5/3a/4fe1c0ffee": os.urandom(70_000),
+        "dvcstore/files/md5/9b/00aa11.dir": b'[{"md5": "3a4fe1c0ffee", "relpath": "train.jsonl"}]',
+        f"{run}/model/model.safetensors": os.urandom(6 * 1024 * 1024 + 17),  # uploaded in 2 parts
+        f"{run}/plots/em curve.png": os.urandom(3_000),
+        f"{run}/empty.txt": b"",
+    }
+    mirror = tmp_path / "topology" / "s3" / bucket
+
+    with _moto_server(port, tmp_path / "moto-1.log", env):
+        client = boto3.client("s3", endpoint_url=endpoint)
+        client.create_bucket(Bucket=bucket)
+        for key, body in objects.items():
+            if len(body) > 5 * 1024 * 1024:
+                src = tmp_path / "big.bin"
+                src.write_bytes(body)
+                client.upload_file(str(src), bucket, key, Config=TransferConfig(
+                    multipart_threshold=5 * 1024 * 1024, multipart_chunksize=5 * 1024 * 1024))
+                assert client.head_object(Bucket=bucket, Key=key)["ETag"].endswith('-2"')
+            else:
+                client.put_object(Bucket=bucket, Key=key, Body=body)
+        store = S3Storage(bucket, endpoint_url=endpoint)
+        saved = save_bucket(store, mirror)
+        assert len(saved.transferred) == len(objects) and saved.deleted == []
+        assert _mirror_bytes(mirror) == objects
+
+    # `down` happened: a new moto on the same port starts empty, so only the restore brings them back
+    with _moto_server(port, tmp_path / "moto-2.log", env):
+        client = boto3.client("s3", endpoint_url=endpoint)
+        with pytest.raises(ClientError):
+            client.head_bucket(Bucket=bucket)
+        client.create_bucket(Bucket=bucket)
+        restored = restore_bucket(store, mirror)
+        assert sorted(restored.transferred) == sorted(objects)
+        assert store.list() == sorted(objects)
+        assert {k: client.get_object(Bucket=bucket, Key=k)["Body"].read() for k in objects} == objects
+        assert restore_bucket(store, mirror).transferred == []  # a second restore uploads nothing
+
+        # after `up`: `dvc gc -c` deleted one object, `dvc push` added one; the next save mirrors both
+        gone, new = "dvcstore/files/md5/3a/4fe1c0ffee", "dvcstore/files/md5/ff/new0001"
+        client.delete_object(Bucket=bucket, Key=gone)
+        client.put_object(Bucket=bucket, Key=new, Body=b"new object")
+        again = save_bucket(store, mirror)
+        assert again.transferred == [str(mirror / new)] and again.deleted == [str(mirror / gone)]
+        assert len(again.skipped) == len(objects) - 1  # unchanged files are not downloaded again
+        expected = {**{k: v for k, v in objects.items() if k != gone}, new: b"new object"}
+        assert _mirror_bytes(mirror) == expected
+        size = sum(map(len, expected.values())) / 1e6
+        assert mirror_summary(mirror) == f"5 objects, {size:.1f} MB (dvcstore/ 2, mlflow/ 3)"
+
+    with pytest.raises(StorageError, match="is not a directory; nothing to restore"):
+        restore_bucket(store, tmp_path / "no-such-mirror")
+
+
+def test_topology_script_guards_its_s3_mirror(tmp_path):
+    """The bucket name is the mirror's folder name, so the script refuses one that is not a valid
+    S3 bucket name before it writes anything; `save` without a moto it started refuses too."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "topology.sh"
+    topo = tmp_path / "topology"
+    env = {**os.environ, "AGENTR1_TOPOLOGY_DIR": str(topo), "PREFECT_HOME": str(tmp_path / "prefect")}
+    for bad in ("../../etc", "a/b", "Agentr1", "ab", "a..b"):
+        r = subprocess.run(["bash", str(script), "status"], env={**env, "S3_BUCKET": bad},
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and f"S3_BUCKET={bad} is not an S3 bucket name" in r.stderr, r.stderr
+    assert not topo.exists()
+    r = subprocess.run(["bash", str(script), "save"], env={**env, "S3_BUCKET": "agentr1"},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "nothing to save" in r.stderr, r.stderr

@@ -417,3 +417,46 @@ class S3Storage:
             self.bucket, base, dest, len(result.transferred), len(result.skipped), len(result.deleted),
         )
         return result
+
+
+# ---------------------------------------------------------------------------------- bucket mirror
+# A folder that holds a whole bucket, one file per object (``folder/<key>``): what keeps an
+# in-memory S3 (moto_server in scripts/topology.sh) across a restart. `save_bucket` before the
+# server stops, `restore_bucket` into the fresh, empty bucket after it starts.
+
+def save_bucket(store: S3Storage, folder: str | os.PathLike[str]) -> SyncResult:
+    """Make ``folder`` an exact copy of the objects under ``store``'s prefix: afterwards
+    ``folder/<key>`` holds the bytes of each object ``<key>`` (relative to the prefix) and nothing
+    else - files whose object is gone are deleted, unchanged ones (same size and MD5) are not
+    downloaded again. A key that is not a plain path inside ``folder`` (``..``, ``//``, absolute)
+    refuses the whole save before anything is written (:class:`UnsafeKeyError`). Kept: keys and
+    bytes. Not kept: "folder" marker keys (ending in ``/``, they hold no file), object metadata
+    and content types, multipart ETags."""
+    return store.sync_down("", folder, delete=True)
+
+
+def restore_bucket(store: S3Storage, folder: str | os.PathLike[str]) -> SyncResult:
+    """Upload every file ``folder/<path>`` to the key ``<path>`` under ``store``'s prefix, the
+    inverse of :func:`save_bucket` (objects already there with the same bytes are skipped; nothing
+    is deleted). ``folder`` must be a directory."""
+    if not Path(folder).is_dir():
+        raise StorageError(f"restore_bucket: {folder} is not a directory; nothing to restore "
+                           "(save_bucket writes one)")
+    return store.sync_up(folder, "")
+
+
+def mirror_summary(folder: str | os.PathLike[str]) -> str:
+    """``"<n> objects, <size> (<top>/ <n>, ...)"``: the files under ``folder`` counted by the first
+    segment of their path (``dvcstore/``, ``mlflow/``; a top-level file counts under its name);
+    ``<size>`` is their total in MB (10**6 bytes), or in kB below 1 MB."""
+    root = Path(folder)
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
+    tops: dict[str, int] = {}
+    for p in files:
+        parts = p.relative_to(root).parts
+        top = parts[0] + ("/" if len(parts) > 1 else "")
+        tops[top] = tops.get(top, 0) + 1
+    size = sum(p.stat().st_size for p in files)
+    shown = f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.1f} kB"
+    detail = ", ".join(f"{top} {n}" for top, n in tops.items())
+    return f"{len(files)} objects, {shown}" + (f" ({detail})" if detail else "")
