@@ -55,7 +55,7 @@ def test_literal_lists_allowed_values() -> None:
         ({"train": {"policy_loss": "clip"}}, "train.policy_loss", "ppo_clip, reinforce"),
         ({"train": {"kl": {"estimator": "k4"}}}, "train.kl.estimator", "abs, k1, k2, k3, kl, low_var_kl, mse"),
         ({"env": {"format": "xml"}}, "env.format", "hermes, tags"),
-        ({"env": {"tools": ["search", "calculator"]}}, "env.tools.1", "search"),
+        ({"env": {"tools": ["search", "calc"]}}, "env.tools.1", "calculator, search"),
         ({"reward": {"metric": "bleu"}}, "reward.metric", "em, f1, subem"),
         ({"runs": {"x": {"estimator": "ppo"}}}, "runs.x.estimator", "gae, grpo"),
     ],

@@ -230,9 +230,16 @@ class _TwoArgs(Tool):
         return ToolResult("", True)
 
 
-def test_tag_format_needs_one_string_parameter():
-    with pytest.raises(ValueError, match="exactly one required string parameter"):
-        get_format("tags", tools=[_TwoArgs()])
+def test_tag_format_takes_json_arguments_for_other_schemas():
+    fmt = get_format("tags", tools=[_TwoArgs(), _search_tool()])
+    text = fmt.render_call("two", {"a": "x", "b": "y"})
+    assert text == '<two>{"a": "x", "b": "y"}</two>'
+    assert fmt.parse(text).calls[0].arguments == {"a": "x", "b": "y"}
+    assert "- <two>JSON arguments object</two>:" in fmt.system_prompt()
+    assert "write <two>{...}</two> to call two, <search>your query</search> to search or <answer>" in fmt.usage_hint()
+    for bad, message in (("<two>[1]</two>", "got list"), ("<two>a=x</two>", "JSONDecodeError")):
+        [err] = fmt.parse(bad).errors
+        assert "<two> must hold a JSON object of arguments" in err and message in err
     assert get_format("hermes", tools=[_TwoArgs()]).parse(
         '<tool_call>{"name": "two", "arguments": {"a": "x", "b": "y"}}</tool_call>'
     ).calls[0].arguments == {"a": "x", "b": "y"}

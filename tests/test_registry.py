@@ -98,3 +98,11 @@ def test_loading_params_imports_no_implementation(repo_root) -> None:
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith(('agentr1.rl', 'agentr1.env'))))")
     out = subprocess.run([sys.executable, "-c", code], cwd=repo_root, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_built_in_tools_declare_the_options_their_classes_use() -> None:
+    """A declared tool's ``options`` metadata (read by config validation without importing the
+    tool) is the model its class declares, and names a loadable pydantic model."""
+    for name in registry.TOOLS.names():
+        assert isinstance(registry.TOOLS.spec(name).meta.get("options"), str), name
+        assert registry.tool_options(name) is registry.TOOLS.get(name).options, name

@@ -123,7 +123,7 @@ def test_tool_validate_and_registry():
     assert tool.validate(["q"]) == ["arguments must be a JSON object, got list"]
     tool.max_arg_chars = 20
     assert tool.validate({"query": "x" * 30})[0].startswith("arguments too large")
-    assert TOOLS.names() == ["search"]
+    assert TOOLS.names() == ["calculator", "search"]
     assert isinstance(make_tool("search", retriever=FakeRetriever()), SearchTool)
     with pytest.raises(ValueError, match="unknown tool 'nope'"):
         make_tool("nope")

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from agentr1.registry import ESTIMATORS, FORMATS, KL_ESTIMATORS, METRICS, POLICY_LOSSES, TOOLS
+from agentr1.registry import ESTIMATORS, FORMATS, KL_ESTIMATORS, METRICS, POLICY_LOSSES, TOOLS, tool_options
 
 DEFAULT_PARAMS = Path("params.yaml")
 
@@ -251,12 +251,52 @@ class RetrievalConfig(_Section):
 
 # --------------------------------------------------------------------------------------- env
 class SearchToolConfig(_Section):
+    """``env.search``: options of the search tool (``agentr1.env.search.SearchTool``)."""
+
     topk: int = Field(1, ge=1, le=50)
     max_query_chars: int = Field(256, ge=1)
     passage_max_chars: int = Field(400, ge=16)
 
 
+class CalculatorToolConfig(_Section):
+    """``env.calculator``: limits of the calculator tool (``agentr1.env.calculator``).
+
+    ``max_chars``: longest expression; ``max_exponent``: largest ``|b|`` in ``a ** b``;
+    ``max_magnitude``: largest ``|value|`` of any number, intermediate or final (a bigger one is a
+    failed call, never a slow one); ``significant_digits``: digits of a non-integral result."""
+
+    max_chars: int = Field(200, ge=1, le=4096)
+    max_exponent: int = Field(64, ge=1, le=4096)
+    max_magnitude: float = Field(1e15, gt=0, le=1e300)
+    significant_digits: int = Field(10, ge=1, le=17)
+
+
+def _registered_sections(section: BaseModel, what: str, model_of: Any) -> dict[str, Any]:
+    """Validate the extra keys of ``section``: each must be accepted by ``model_of(key)`` (which
+    returns a pydantic model or a type to validate the value with, or raises ``ValueError`` naming
+    what is allowed); a nested error names ``<key>.<field>`` and the fix."""
+    out = {}
+    for key, value in (section.__pydantic_extra__ or {}).items():
+        model = model_of(key)
+        try:
+            out[key] = model.model_validate(value) if isinstance(model, type) and issubclass(model, BaseModel) \
+                else TypeAdapter(model).validate_python(value)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, (what, key, *e['loc'])))}: {e['msg']}"
+                                 + (f" ({_allowed(e)})" if _allowed(e) else "") for e in exc.errors())
+            raise ValueError(problems) from None
+    return out
+
+
 class EnvConfig(_Section):
+    """The tool environment. ``tools`` names registered tools (:data:`agentr1.registry.TOOLS`);
+    each tool's options live under ``env.<tool name>`` (``env.search.topk``,
+    ``env.calculator.max_chars``) and are validated by the options model the tool declares
+    (:func:`agentr1.registry.tool_options`); an enabled tool without a section gets its defaults.
+    A key that is neither a field here nor a registered tool is refused."""
+
+    model_config = ConfigDict(extra="allow")
+
     format: FormatName = "tags"
     max_turns: int = Field(5, ge=1, le=32)
     multi_call: Literal["first", "all"] = "first"
@@ -264,14 +304,50 @@ class EnvConfig(_Section):
     observation_max_chars: int = Field(1600, ge=64)
     think: bool = False
     tools: list[ToolName] = Field(default_factory=lambda: ["search"])
-    search: SearchToolConfig = SearchToolConfig()
+
+    @model_validator(mode="after")
+    def _tool_sections(self) -> "EnvConfig":
+        def options_of(key: str) -> Any:
+            if key not in TOOLS:
+                raise ValueError(f"env.{key}: unknown key (neither an env setting nor a registered tool; "
+                                 f"tools: {', '.join(TOOLS.names())}): remove it or fix its spelling")
+            model = tool_options(key)
+            if model is None:
+                raise ValueError(f"env.{key}: tool {key!r} takes no options: remove the section")
+            return model
+
+        sections = _registered_sections(self, "env", options_of)
+        for name in self.tools:
+            if name not in sections and (model := tool_options(name)) is not None:
+                sections[name] = model()
+        self.__pydantic_extra__ = sections
+        return self
 
 
 class ProcessRewardConfig(_Section):
+    """Per-call process rewards (``agentr1.env.rewards``): ``invalid_call`` / ``failed_call`` for
+    every tool; a successful call earns what its tool's ``success_reward`` hook says, by default
+    ``successful_<tool name>`` (e.g. ``successful_calculator: 0.05``; 0 when not set). Search's
+    hook pays ``successful_search`` only when a supporting passage came back."""
+
+    model_config = ConfigDict(extra="allow")
+
     enabled: bool = False
     invalid_call: float = -0.1
     failed_call: float = -0.05
     successful_search: float = 0.1
+
+    @model_validator(mode="after")
+    def _tool_rewards(self) -> "ProcessRewardConfig":
+        def reward_key(key: str) -> Any:
+            tool = key.removeprefix("successful_")
+            if not key.startswith("successful_") or tool not in TOOLS:
+                raise ValueError(f"reward.process.{key}: unknown key (allowed extra keys: successful_<tool> for "
+                                 f"the tools {', '.join(TOOLS.names())}): remove it or fix its spelling")
+            return Annotated[float, Field(allow_inf_nan=False)]
+
+        self.__pydantic_extra__ = _registered_sections(self, "reward.process", reward_key)
+        return self
 
 
 class RewardConfig(_Section):

@@ -34,8 +34,9 @@ Metadata each registry's entries declare (absent key = ``False``/not set):
                               ``group_size >= 2``), ``label`` (the report's row name)
 ``POLICY_LOSSES``             --
 ``KL_ESTIMATORS``             ``alias_of`` (verl's name for a Schulman estimator)
-``TOOLS``, ``FORMATS``,       --
-``METRICS``
+``TOOLS``                     ``options`` (the ``module:attr`` of the pydantic model of the
+                              tool's ``env.<name>`` options; see :func:`tool_options`)
+``FORMATS``, ``METRICS``      --
 ============================  ==============================================================
 
 This module imports nothing from agentr1 (it names modules only as strings).
@@ -69,6 +70,15 @@ class Entry:
     name: str
     meta: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     ref: str | None = None
+
+
+def load_ref(ref: str, what: str) -> Any:
+    """The object at ``ref`` (``"package.module:attr"``); ``ImportError`` naming ``what`` otherwise."""
+    module, attr = ref.split(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ImportError(f"{what} is declared as {ref!r}, which does not load: {exc}") from exc
 
 
 class Registry(Generic[T]):
@@ -123,11 +133,7 @@ class Registry(Generic[T]):
         """The object registered under ``name`` (a declared one is imported now)."""
         entry = self.spec(name)
         if name not in self._objects:
-            module, attr = entry.ref.split(":")  # type: ignore[union-attr]  # declared entries have a ref
-            try:
-                self._objects[name] = getattr(importlib.import_module(module), attr)
-            except (ImportError, AttributeError) as exc:
-                raise ImportError(f"{self.kind} {name!r} is declared as {entry.ref!r}, which does not load: {exc}") from exc
+            self._objects[name] = load_ref(entry.ref, f"{self.kind} {name!r}")  # type: ignore[arg-type]  # declared entries have a ref
         return self._objects[name]
 
     def names(self, **meta: Any) -> list[str]:
@@ -174,7 +180,21 @@ KL_ESTIMATORS.declare("mse", f"{_LOSS}:kl_k2", alias_of="k2")
 KL_ESTIMATORS.declare("low_var_kl", f"{_LOSS}:kl_k3", alias_of="k3")
 
 TOOLS: Registry[type] = Registry("tool")
-TOOLS.declare("search", "agentr1.env.search:SearchTool")
+TOOLS.declare("search", "agentr1.env.search:SearchTool", options="agentr1.config:SearchToolConfig")
+TOOLS.declare("calculator", "agentr1.env.calculator:CalculatorTool", options="agentr1.config:CalculatorToolConfig")
+
+
+def tool_options(name: str) -> Any:
+    """The pydantic model of tool ``name``'s ``env.<name>`` options, or ``None`` when it takes none.
+
+    A declared built-in names it in its ``options`` metadata (``module:attr``, imported here, so
+    config validation never imports the tool); a tool registered with the decorator is already
+    imported and declares it as its class attribute ``options``. ``tests/test_registry.py`` checks
+    that a built-in's metadata and class attribute agree."""
+    ref = TOOLS.spec(name).meta.get("options")
+    if isinstance(ref, str):
+        return load_ref(ref, f"the options of tool {name!r}")
+    return getattr(TOOLS.get(name), "options", None)
 
 FORMATS: Registry[type] = Registry("tool-call format")
 FORMATS.declare("tags", "agentr1.env.formats:TagFormat")
@@ -185,4 +205,4 @@ METRICS.declare("em", "agentr1.env.rewards:exact_match")
 METRICS.declare("subem", "agentr1.env.rewards:substring_exact_match")
 METRICS.declare("f1", "agentr1.env.rewards:f1_score")
 
-__all__ = ["ESTIMATORS", "FORMATS", "KL_ESTIMATORS", "METRICS", "POLICY_LOSSES", "TOOLS", "Entry", "Registry", "UnknownName"]
+__all__ = ["ESTIMATORS", "FORMATS", "KL_ESTIMATORS", "METRICS", "POLICY_LOSSES", "TOOLS", "Entry", "Registry", "UnknownName", "load_ref", "tool_options"]

@@ -4,6 +4,7 @@ Imports only ``agentr1.retrieval`` (the Retriever interface) and config types; n
 """
 
 from agentr1.env.base import CallOutcome, ParsedTurn, StepResult, ToolCall, ToolResult
+from agentr1.env.calculator import CalculatorTool, format_number
 from agentr1.env.formats import (
     HermesFormat,
     TagFormat,
@@ -28,6 +29,7 @@ from agentr1.env.toolenv import ToolEnv
 from agentr1.env.tools import Tool, make_tool
 
 __all__ = [
+    "CalculatorTool",
     "CallOutcome",
     "FormatReport",
     "HermesFormat",
@@ -44,6 +46,7 @@ __all__ = [
     "episode_format_ok",
     "exact_match",
     "f1_score",
+    "format_number",
     "format_passages",
     "format_score",
     "get_format",

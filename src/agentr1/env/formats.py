@@ -5,9 +5,12 @@ Two formats are registered in :data:`agentr1.registry.FORMATS` (``get_format(nam
 think=...)`` builds one):
 
 ``tags`` (Search-R1 style)
-    call ``<search>query</search>`` (the tag is the tool's name; the content, stripped, is the
-    tool's single required string parameter); observation ``<information>...</information>``;
-    answer ``<answer>...</answer>``; optional ``<think>...</think>`` reasoning.
+    call ``<search>query</search>``, ``<calculate>2 * 3</calculate>`` (the tag is the tool's
+    ``tag_name``; for a tool with exactly one required string parameter and no other, the content,
+    stripped, is that parameter; for any other schema it is the JSON arguments object,
+    ``<lookup>{"city": "Korvash", "year": 1900}</lookup>``); observation
+    ``<information>...</information>``; answer ``<answer>...</answer>``; optional
+    ``<think>...</think>`` reasoning.
 ``hermes`` (Qwen / Hermes function calling)
     call ``<tool_call>{"name": "search", "arguments": {"query": "..."}}</tool_call>`` (JSON);
     observation ``<tool_response>...</tool_response>``; answer ``<answer>...</answer>``.
@@ -59,8 +62,8 @@ THINK_CLOSE = "</think>"
 
 @dataclass(frozen=True)
 class _Marker:
-    """An opening marker: the element kind ("call" or "answer"), the call's tag name for tag
-    calls, and the closing marker that completes it."""
+    """An opening marker: the element kind ("call" or "answer"), the called tool's name for tag
+    calls (``tag``), and the closing marker that completes it."""
 
     kind: str
     close: str
@@ -215,17 +218,15 @@ def get_format(name: str, tools: Sequence[Tool] = (), think: bool = False) -> To
     return FORMATS.get(name)(tools=tools, think=think)
 
 
-def tag_parameter(tool: Tool) -> str:
-    """The single required string parameter a tag call fills (ValueError if there is none)."""
+def tag_parameter(tool: Tool) -> str | None:
+    """The parameter a tag call's content fills: the tool's single required string parameter when
+    it has no other; ``None`` when the content is the JSON arguments object."""
     params = tool.parameters or {}
     required = list(params.get("required") or [])
     props = params.get("properties") or {}
-    if len(required) != 1 or (props.get(required[0]) or {}).get("type") != "string":
-        raise ValueError(
-            f"tool {tool.name!r} cannot be used with the tag format: it needs exactly one required "
-            f"string parameter (has required={required})"
-        )
-    return required[0]
+    if len(required) == 1 and set(props) <= set(required) and (props.get(required[0]) or {}).get("type") == "string":
+        return required[0]
+    return None
 
 
 class TagFormat(ToolFormat):
@@ -238,30 +239,47 @@ class TagFormat(ToolFormat):
 
     def _check_tools(self, tools: Sequence[Tool]) -> None:
         super()._check_tools(tools)
+        tags = [t.tag_name for t in tools]
+        if len(set(tags)) != len(tags):
+            raise ValueError(f"two tools use the same tag: {tags}")
         for tool in tools:
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", tool.name) or tool.name in self.RESERVED:
-                raise ValueError(f"tool name {tool.name!r} cannot be a tag")
-            tag_parameter(tool)
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", tool.tag_name) or tool.tag_name in self.RESERVED:
+                raise ValueError(f"tool {tool.name!r}: {tool.tag_name!r} cannot be a tag")
 
     def _opening_markers(self) -> dict[str, _Marker]:
-        markers = {f"<{t.name}>": _Marker("call", f"</{t.name}>", t.name) for t in self.tools}
+        markers = {f"<{t.tag_name}>": _Marker("call", f"</{t.tag_name}>", t.name) for t in self.tools}
         markers[ANSWER_OPEN] = _Marker("answer", ANSWER_CLOSE)
         return markers
 
+    def _tool(self, name: str) -> Tool:
+        tool = next((t for t in self.tools if t.name == name), None)
+        if tool is None:
+            raise ValueError(f"tag format has no tool {name!r}")
+        return tool
+
+    def _example(self, tool: Tool | None) -> str:
+        """An example call of ``tool`` (its ``example`` arguments, else its parameter's name;
+        search's when there is no tool)."""
+        if tool is None:
+            return "<search>your query</search>"
+        if tool.example:
+            return self.render_call(tool.name, tool.example)
+        return f"<{tool.tag_name}>{tag_parameter(tool) or '{...}'}</{tool.tag_name}>"
+
     def system_prompt(self, tools: Sequence[Tool] | None = None) -> str:
         tools = self.tools if tools is None else list(tools)
+        purposes = " and ".join(t.purpose or f"calling {t.name}" for t in tools) or "searching for the facts you need"
         lines = [
-            "You answer questions by searching for the facts you need.",
+            f"You answer questions by {purposes}.",
             self.think_instruction()
-            + f"To call a tool, write its name as a tag around its argument, e.g. "
-            f"<{tools[0].name if tools else 'search'}>your query</{tools[0].name if tools else 'search'}>. "
+            + f"To call a tool, write its name as a tag around its argument, e.g. {self._example(tools[0] if tools else None)}. "
             f"The result comes back between {self.OBS_OPEN} and {self.OBS_CLOSE}.",
             "Tools:",
         ]
         for tool in tools:
-            param = tag_parameter(tool)
+            param = tag_parameter(tool) or "JSON arguments object"
             lines.append(
-                f"- <{tool.name}>{param}</{tool.name}>: {tool.description} "
+                f"- <{tool.tag_name}>{param}</{tool.tag_name}>: {tool.description} "
                 f"Parameters (JSON schema): {json.dumps(tool.parameters, ensure_ascii=False)}"
             )
         lines.append("You may call tools as many times as you need, one call at a time.")
@@ -269,22 +287,31 @@ class TagFormat(ToolFormat):
         return "\n".join(lines)
 
     def render_call(self, name: str, args: dict[str, Any]) -> str:
-        tool = next((t for t in self.tools if t.name == name), None)
-        if tool is None:
-            raise ValueError(f"tag format has no tool {name!r}")
-        return f"<{name}>{args[tag_parameter(tool)]}</{name}>"
+        tool = self._tool(name)
+        param = tag_parameter(tool)
+        content = args[param] if param is not None else json.dumps(args, ensure_ascii=False)
+        return f"<{tool.tag_name}>{content}</{tool.tag_name}>"
 
     def render_observation(self, texts: Sequence[str]) -> str:
         blocks = "\n".join(f"{self.OBS_OPEN}{t}{self.OBS_CLOSE}" for t in texts)
         return f"\n\n{blocks}\n\n"
 
     def usage_hint(self) -> str:
-        name = self.tools[0].name if self.tools else "search"
-        return f"write <{name}>your query</{name}> to search or {ANSWER_OPEN}...{ANSWER_CLOSE} to answer"
+        calls = [f"{self._example(t)} to {t.action or 'call ' + t.name}" for t in self.tools] or [f"{self._example(None)} to search"]
+        return f"write {', '.join(calls)} or {ANSWER_OPEN}...{ANSWER_CLOSE} to answer"
 
     def _make_call(self, marker: _Marker, content: str, raw: str, start: int, end: int) -> ToolCall | str:
-        tool = next(t for t in self.tools if t.name == marker.tag)
-        return ToolCall(marker.tag, {tag_parameter(tool): content.strip()}, raw, start, end)
+        tool = self._tool(marker.tag)  # type: ignore[arg-type]  # call markers carry the tool's name
+        param = tag_parameter(tool)
+        if param is not None:
+            return ToolCall(tool.name, {param: content.strip()}, raw, start, end)
+        try:
+            args = json.loads(content)
+        except (ValueError, RecursionError) as exc:
+            return f"<{tool.tag_name}> must hold a JSON object of arguments ({type(exc).__name__})"
+        if not isinstance(args, dict):
+            return f"<{tool.tag_name}> must hold a JSON object of arguments, got {type(args).__name__}"
+        return ToolCall(tool.name, args, raw, start, end)
 
 
 class HermesFormat(ToolFormat):

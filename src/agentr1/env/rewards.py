@@ -48,8 +48,12 @@ in that turn's text; the trainer maps it to the token containing that character)
 
 * ``invalid_call``        when the attempt was not valid (malformed, unknown tool, bad arguments);
 * ``failed_call``         when it was valid but did not execute successfully;
-* ``successful_search``   when it succeeded and returned a supporting passage (``found_support``);
-* nothing otherwise. With ``process.enabled: false`` there are no process rewards at all.
+* a successful call earns its tool's hook ``Tool.success_reward(outcome, process)``: search pays
+  ``successful_search`` when it returned a supporting passage (``found_support``), any other
+  tool ``successful_<name>`` (``successful_calculator``; 0 when not set); a tool that is not
+  registered earns 0;
+* nothing otherwise (a 0 is never listed). With ``process.enabled: false`` there are no process
+  rewards at all.
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ from typing import Any
 
 from agentr1.data.answers import normalize_answer
 from agentr1.env.base import CallOutcome
-from agentr1.registry import METRICS
+from agentr1.registry import METRICS, TOOLS
 
 Metric = Callable[[str, Sequence[str]], float]
 
@@ -164,9 +168,9 @@ def process_reward_value(outcome: CallOutcome, process_cfg: Any) -> float:
         return float(process_cfg.invalid_call)
     if not outcome.success:
         return float(process_cfg.failed_call)
-    if outcome.found_support:
-        return float(process_cfg.successful_search)
-    return 0.0
+    if outcome.name not in TOOLS:
+        return 0.0
+    return float(TOOLS.get(outcome.name).success_reward(outcome, process_cfg))
 
 
 def process_rewards(

@@ -6,7 +6,8 @@ Observation text (one line per hit, best first; each passage cut to ``passage_ma
     Doc 2 (Title: Korvash) Korvash is a city ...
 
 ``ToolResult.metadata = {"ids": [hit ids, best first], "query": query}`` so the environment can
-tell whether a supporting passage was returned (process reward ``successful_search``).
+tell whether a supporting passage was returned (process reward ``successful_search``, paid by
+:meth:`SearchTool.success_reward` only then). Options: ``env.search`` (``SearchToolConfig``).
 
 A blank or oversized query, a retriever exception (``RetrieverError``, a timeout, anything) or a
 malformed retriever answer gives ``ToolResult(success=False)`` with a message saying what went
@@ -18,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentr1.env.base import ToolResult
+from agentr1.config import SearchToolConfig
+from agentr1.env.base import CallOutcome, ToolResult
 from agentr1.env.tools import Tool
 from agentr1.retrieval.base import Hit, Retriever, RetrieverError
 
@@ -43,6 +45,16 @@ class SearchTool(Tool):
     """Search a passage collection; returns the top ``topk`` passages for ``query``."""
 
     name = "search"
+    purpose = "searching for the facts you need"
+    example = {"query": "your query"}
+    action = "search"
+    options = SearchToolConfig
+    resources = ("retriever",)
+
+    @classmethod
+    def success_reward(cls, outcome: CallOutcome, process_cfg: Any) -> float:
+        """``successful_search`` when the call returned a supporting passage, else 0."""
+        return float(process_cfg.successful_search) if outcome.found_support else 0.0
 
     def __init__(
         self,

@@ -32,7 +32,6 @@ anything else is a :class:`ValueError` naming the argument and the index.
 
 from __future__ import annotations
 
-import inspect
 import numbers
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
@@ -142,16 +141,18 @@ class ToolEnv:
     @classmethod
     def from_config(cls, env_cfg: Any, retriever: Retriever | None) -> "ToolEnv":
         """Build from ``cfg.env``: each name in ``env_cfg.tools`` is made with ``make_tool``,
-        passing its config section (``env_cfg.<name>``, e.g. ``env_cfg.search``) as keyword
-        arguments and ``retriever`` when the tool's constructor takes one."""
+        passing the fields of its options section (``env_cfg.<name>``, e.g. ``env_cfg.search``;
+        none when the tool declares no ``options``) and the shared resources its class lists in
+        ``resources`` (``retriever``) as keyword arguments."""
+        available = {"retriever": retriever}
         tools = []
         for name in env_cfg.tools:
             section = getattr(env_cfg, name, None)
             deps: dict[str, Any] = section.model_dump() if hasattr(section, "model_dump") else {}
-            if "retriever" in inspect.signature(TOOLS.get(name).__init__).parameters:
-                if retriever is None:
-                    raise ValueError(f"tool {name!r} needs a retriever")
-                deps["retriever"] = retriever
+            for resource in getattr(TOOLS.get(name), "resources", ()):
+                if available.get(resource) is None:
+                    raise ValueError(f"tool {name!r} needs a {resource}")
+                deps[resource] = available[resource]
             tools.append(make_tool(name, **deps))
         return cls(
             tools,

@@ -10,7 +10,20 @@ Tools never raise for bad input: ``execute``/``execute_batch`` return a failed
 :class:`~agentr1.env.base.ToolResult` with a message the model can read. (The environment still
 guards against a misbehaving user tool; see ``ToolEnv``.)
 
-Users add a tool by subclassing :class:`Tool` and decorating it with
+A tool declares everything about itself on its class (README "Add a tool"):
+
+* ``name`` (what ``env.tools`` lists and Hermes calls name), ``description``, ``parameters``;
+* ``tag``: its element in the tag format (``<calculate>...</calculate>``; default: ``name``);
+* ``purpose``: how the tag format's system prompt says what it is for ("searching for the facts
+  you need"); ``example``: example arguments shown in prompts and error hints; ``action``: the
+  verb of the hint ("write <search>your query</search> to search");
+* ``options``: the pydantic model of its ``env.<name>`` params section, whose fields are passed
+  to the constructor as keyword arguments (``None``: no options);
+* ``resources``: shared objects the environment passes to the constructor by keyword
+  (``("retriever",)`` for search);
+* :meth:`Tool.success_reward`: its process-reward hook for a successful call.
+
+Users add a tool by subclassing :class:`Tool` in one module and decorating it with
 ``@agentr1.registry.TOOLS.register("name")``; ``make_tool("name", **deps)`` builds it and
 ``TOOLS.names()`` lists the registered names.
 """
@@ -23,8 +36,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import jsonschema
+from pydantic import BaseModel
 
-from agentr1.env.base import ToolResult
+from agentr1.env.base import CallOutcome, ToolResult
 from agentr1.registry import TOOLS
 
 DEFAULT_MAX_ARG_CHARS = 4096
@@ -38,6 +52,23 @@ class Tool(ABC):
     description: str = ""
     parameters: dict[str, Any] = {"type": "object", "properties": {}}
     max_arg_chars: int = DEFAULT_MAX_ARG_CHARS
+    tag: str = ""  # tag-format element; "" = the name
+    purpose: str = ""  # "" = f"calling {name}"
+    example: dict[str, Any] = {}
+    action: str = ""  # "" = f"call {name}"
+    options: type[BaseModel] | None = None
+    resources: tuple[str, ...] = ()
+
+    @property
+    def tag_name(self) -> str:
+        """The element of this tool's calls in the tag format."""
+        return self.tag or self.name
+
+    @classmethod
+    def success_reward(cls, outcome: CallOutcome, process_cfg: Any) -> float:
+        """Process reward of one valid call that executed successfully (``reward.process`` is
+        ``process_cfg``). Default: ``process_cfg.successful_<name>``, 0 when it is not set."""
+        return float(getattr(process_cfg, f"successful_{cls.name}", 0.0) or 0.0)
 
     # ------------------------------------------------------------------ schema / validation
     def schema(self) -> dict[str, Any]:
