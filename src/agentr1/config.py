@@ -856,7 +856,8 @@ def _format_errors(exc: ValidationError, source: str) -> str:
         hint = _allowed(err)
         got = err.get("input")
         got_s = "" if isinstance(got, dict) else f" (got {got!r})"
-        lines.append(f"  - {path}: {err['msg']}{got_s}" + (f"; {hint}" if hint else ""))
+        msg = err["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's ValueError
+        lines.append(f"  - {path}: {msg}{got_s}" + (f"; {hint}" if hint else ""))
     return "\n".join(lines)
 
 
