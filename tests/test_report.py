@@ -405,3 +405,25 @@ def test_report_logs_to_mlflow(tmp_path):
     names = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert {"report/summary.md", "report/table3.md", "report/plots"} <= names
     assert {a.path for a in client.list_artifacts(parent.info.run_id, "report/plots")} >= {"report/plots/em_bars.png"}
+
+
+def test_flat_panels_say_so_and_bars_carry_their_values():
+    """An all-zero panel says "all 0" and an empty one what is missing, instead of looking broken;
+    every bar is labelled with its value."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from agentr1.report.plots import _bars, _note_if_flat
+    from agentr1.report.tables import Cell
+
+    fig, (zero, empty, some) = plt.subplots(1, 3)
+    _note_if_flat(zero, [0.0, 0.0], "no data")
+    _note_if_flat(empty, [], "no dev evaluations")
+    _note_if_flat(some, [0.0, 0.5], "no data")
+    assert [t.get_text() for t in zero.texts] == ["all 0"] and [t.get_text() for t in empty.texts] == ["no dev evaluations"]
+    assert len(some.texts) == 0
+    _bars(some, [0, 1], [Cell(0.25, None, 0.1, 0.4, 10), Cell(0.0, None, 0.0, 0.0, 10)])
+    assert [t.get_text() for t in some.texts] == ["0.25", "0.00"]
+    plt.close(fig)

@@ -132,7 +132,7 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     return report
 
 
-HEADLINE_FILES = ("summary.md", "table3.md", "table4.md", "plots")  # the parent run's artifacts (under report/)
+HEADLINE_FILES = ("summary.md", "table3.md", "table4.md")  # the parent run's artifacts (under report/, with plots/)
 
 
 def table3_metrics(rows: list[Row], splits: list[str], metric: str) -> dict[str, float]:
@@ -156,4 +156,5 @@ def _track(run: StageRun, rows: list[Row], splits: list[str], metric: str, out: 
     run.log_artifacts([out], artifact_path="report")
     parent = run.pipeline_run()
     parent.log_metrics(flat)
-    parent.log_artifacts([out / name for name in HEADLINE_FILES if (out / name).exists()], artifact_path="report")
+    parent.log_artifacts([out / name for name in HEADLINE_FILES], artifact_path="report")
+    parent.log_artifacts([out / "plots"], artifact_path="report/plots")  # a folder's files go in artifact_path
