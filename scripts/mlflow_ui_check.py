@@ -42,10 +42,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def api(url: str, path: str, body: dict | None = None) -> dict:
-    """One MLflow REST call (POST with ``body``, else GET)."""
+def api(url: str, path: str, body: dict | None = None, query: dict | None = None) -> dict:
+    """One MLflow REST call (POST with ``body``, else GET with ``query``)."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"{url}/api/2.0/mlflow/{path}", data=data, headers={"Content-Type": "application/json"})
+    qs = "?" + urllib.parse.urlencode(query) if query else ""
+    req = urllib.request.Request(f"{url}/api/2.0/mlflow/{path}{qs}", data=data, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=30) as resp:
         return json.load(resp)
 
@@ -96,16 +97,27 @@ def wait_text(driver, text: str, timeout: float = 30) -> None:
     WebDriverWait(driver, timeout).until(lambda d: text in d.find_element(By.TAG_NAME, "body").text)
 
 
+def tidy(driver) -> None:
+    """Close the assistant side panel and pick the "Model training" view (not GenAI), if shown."""
+    for xpath in ("//button[@aria-label='Close']", "//*[normalize-space(text())='Model training']"):
+        for el in driver.find_elements(By.XPATH, xpath)[:1]:
+            try:
+                el.click()
+                time.sleep(0.5)
+            except Exception:  # noqa: BLE001 - cosmetic only
+                pass
+
+
 def check_compare(driver, url: str, exp_id: str, a: dict, b: dict, shots: Path | None) -> None:
     ids = json.dumps([a["info"]["run_id"], b["info"]["run_id"]])
     driver.get(f"{url}/#/compare-runs?runs={urllib.parse.quote(ids)}&experiments={urllib.parse.quote(json.dumps([exp_id]))}")
-    wait_text(driver, "train.estimator")
-    toggles = driver.find_elements(By.XPATH, "//*[contains(text(), 'Show diff only')]/ancestor-or-self::label"
-                                             " | //*[contains(text(), 'Show diff only')]/preceding-sibling::*[@role='switch']"
-                                             " | //button[@role='switch']")
-    if not toggles:
-        raise SystemExit("compare view: no 'Show diff only' switch")
-    toggles[0].click()
+    wait_text(driver, "Show diff only")
+    tidy(driver)
+    body = driver.find_element(By.TAG_NAME, "body").text
+    if "retrieval.bm25.k1" not in body:
+        raise SystemExit("compare view: the params table does not list the shared params before 'Show diff only'")
+    switch = driver.find_element(By.XPATH, "//button[@role='switch'][@aria-label='Parameters - Show diff only']")
+    switch.click()
     time.sleep(1.0)
     body = driver.find_element(By.TAG_NAME, "body").text
     va, vb = params(a)["train.estimator"], params(b)["train.estimator"]
@@ -113,8 +125,7 @@ def check_compare(driver, url: str, exp_id: str, a: dict, b: dict, shots: Path |
         raise SystemExit(f"compare view with diff only does not show train.estimator = {va} / {vb}")
     if "retrieval.bm25.k1" in body:  # a param both runs share: hidden by diff only
         raise SystemExit("compare view: 'Show diff only' did not hide the params the runs share")
-    row = driver.find_element(By.XPATH, "//*[text()='train.estimator']")
-    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", row)
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", switch)
     time.sleep(0.5)
     if shots:
         driver.save_screenshot(str(shots / "compare.png"))
@@ -128,29 +139,35 @@ def shoot_extras(driver, url: str, exp_id: str, shots: Path) -> None:
     if parents:
         driver.get(f"{url}/#/experiments/{exp_id}/runs/{parents[0]['info']['run_id']}")
         wait_text(driver, "table3/")
-        time.sleep(1.5)
+        tidy(driver)
+        metrics = driver.find_element(By.XPATH, "(//*[starts-with(normalize-space(text()), 'table3/')])[1]")
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", metrics)
+        time.sleep(1.0)
         driver.save_screenshot(str(shots / "parent_run.png"))
-    models = api(url, "registered-models/search", {"max_results": 10}).get("registered_models", [])
+    models = api(url, "registered-models/search", query={"max_results": 10}).get("registered_models", [])
     if models:
         name = models[0]["name"]
-        versions = api(url, "model-versions/search", {"filter": f"name='{name}'", "max_results": 50}).get("model_versions", [])
+        versions = api(url, "model-versions/search", query={"filter": f"name='{name}'", "max_results": 50}).get("model_versions", [])
         rl = [v for v in versions if any(t["key"] == "agentr1.train_run_id" for t in v.get("tags", []))]
         if rl:
             driver.get(f"{url}/#/models/{urllib.parse.quote(name)}/versions/{rl[0]['version']}")
             wait_text(driver, "agentr1.train_run_id")
+            tidy(driver)
             time.sleep(1.0)
             driver.save_screenshot(str(shots / "model_version.png"))
     evals = api(url, "runs/search", {"experiment_ids": [exp_id], "filter": "tags.`agentr1.stage` = 'evaluate'",
                                      "max_results": 20}).get("runs", [])
     ev = next((r for r in evals if tags(r).get("agentr1.policy") in ("grpo", "ppo")), evals[0] if evals else None)
     if ev:
-        with urllib.request.urlopen(f"{url}/ajax-api/3.0/mlflow/traces/search?"
-                                    + urllib.parse.urlencode({"locations": json.dumps([{"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": exp_id}}])}),
-                                    timeout=30) as resp:
-            _ = resp.read()
-        driver.get(f"{url}/#/experiments/{exp_id}/runs/{ev['info']['run_id']}/traces")
-        time.sleep(4)
-        driver.save_screenshot(str(shots / "trace_list.png"))
+        driver.get(f"{url}/#/experiments/{exp_id}/traces")
+        time.sleep(8)
+        tidy(driver)
+        driver.save_screenshot(str(shots / "traces.png"))
+        rows = driver.find_elements(By.XPATH, "//*[contains(normalize-space(text()), 'episode ')]")
+        if rows:
+            rows[0].click()
+            time.sleep(5)
+            driver.save_screenshot(str(shots / "trace.png"))
 
 
 def main(argv: list[str] | None = None) -> int:
