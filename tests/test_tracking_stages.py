@@ -236,7 +236,7 @@ def test_failing_stages_leave_failed_runs(store, tmp_path: Path, monkeypatch) ->
         ("prepare", "FINISHED"), ("validate", "FAILED"), ("index", "FAILED"), ("prepare", "FAILED")]
     failed = runs[1].data.metrics  # logged before the verdict: which expectations failed
     assert failed["validate/success"] == 0.0 and failed["validate/failed"] >= 1
-    assert failed["validate/unexpected/questions.splits_disjoint_ids"] == 2
+    assert failed["validate/unexpected.questions.splits_disjoint_ids"] == 2
     assert failed["validate/passed"] == failed["validate/expectations"] - failed["validate/failed"]
 
 
