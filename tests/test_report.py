@@ -384,13 +384,46 @@ def test_report_logs_to_mlflow(tmp_path):
     cfg = make_cfg(tmp_path, runs={"ppo": {"estimator": "gae"}})
     cfg.tracking.enabled = True
     cfg.tracking.experiment_prefix = "report-test"
-    cfg.tracking.parent_run = False
+    cfg.tracking.parent_run = True
     cfg.tracking.artifact_root = str(tmp_path / "artifacts")
     stages.run("report", cfg, SimpleNamespace())
     client = mlflow.MlflowClient()
     exp = client.get_experiment_by_name("report-test-nano")
+    assert "parent run per pipeline" in exp.tags["mlflow.note.content"]
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"  # the runs table, not the GenAI view
     (run,) = client.search_runs([exp.experiment_id], filter_string="tags.mlflow.runName = 'report'")
-    assert run.data.metrics["report/ppo/test/em"] == pytest.approx(0.5)
-    assert run.data.metrics["report/ppo/avg/em"] == pytest.approx((0.5 + 0.25) / 2)
+    assert run.data.metrics["table3/ppo.test.em"] == pytest.approx(0.5)
+    assert run.data.metrics["table3/ppo.avg.em"] == pytest.approx((0.5 + 0.25) / 2)
+    assert all(k.count("/") == 1 for k in run.data.metrics)
     names = {a.path for a in client.list_artifacts(run.info.run_id, "report")}
     assert {"report/table3.md", "report/summary.md", "report/report.json", "report/plots"} <= names
+    # the headline on the pipeline's parent run, which ends with its last stage
+    parent = client.get_run(run.data.tags["mlflow.parentRunId"])
+    assert parent.data.tags["agentr1.role"] == "pipeline" and parent.info.status == "FINISHED"
+    assert parent.data.metrics == run.data.metrics
+    assert parent.info.end_time >= run.info.end_time
+    names = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert {"report/summary.md", "report/table3.md", "report/plots"} <= names
+    assert {a.path for a in client.list_artifacts(parent.info.run_id, "report/plots")} >= {"report/plots/em_bars.png"}
+
+
+def test_flat_panels_say_so_and_bars_carry_their_values():
+    """An all-zero panel says "all 0" and an empty one what is missing, instead of looking broken;
+    every bar is labelled with its value."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from agentr1.report.plots import _bars, _note_if_flat
+    from agentr1.report.tables import Cell
+
+    fig, (zero, empty, some) = plt.subplots(1, 3)
+    _note_if_flat(zero, [0.0, 0.0], "no data")
+    _note_if_flat(empty, [], "no dev evaluations")
+    _note_if_flat(some, [0.0, 0.5], "no data")
+    assert [t.get_text() for t in zero.texts] == ["all 0"] and [t.get_text() for t in empty.texts] == ["no dev evaluations"]
+    assert len(some.texts) == 0
+    _bars(some, [0, 1], [Cell(0.25, None, 0.1, 0.4, 10), Cell(0.0, None, 0.0, 0.0, 10)])
+    assert [t.get_text() for t in some.texts] == ["0.25", "0.00"]
+    plt.close(fig)

@@ -317,8 +317,8 @@ def test_run_sft_writes_checkpoints_metrics_and_loss_curve(tmp_path, validated, 
     [run] = client.search_runs([experiment.experiment_id], filter_string="tags.`agentr1.stage` = 'sft'")
     losses = client.get_metric_history(run.info.run_id, "sft/loss")
     assert [(m.step, round(m.value, 6)) for m in losses] == [(int(r["step"]), float(r["loss"])) for r in rows]
-    assert run.data.metrics["final/oracle/em"] == written["oracle"]["em"]
-    assert run.data.metrics["final/copy/cold_start/top1"] == copy["cold_start"]["top1"]
+    assert run.data.metrics["summary/oracle.em"] == written["oracle"]["em"]
+    assert run.data.metrics["summary/copy.cold_start.top1"] == copy["cold_start"]["top1"]
 
     # deterministic metrics: a second run writes the same bytes
     first = (tmp_path / "sft" / "metrics.json").read_bytes()

@@ -15,7 +15,8 @@ import pytest
 from agentr1.errors import StageError
 from agentr1.tracking import InMemoryLogger, MetricsLogger, NullLogger, TrajectoryLogger
 from agentr1.tracking.gate import GateStats, gate
-from agentr1.tracking.provenance import dvc_dep_hashes, flat_params, pipeline_id
+from agentr1.tracking.provenance import (dvc_dep_hashes, dvc_hash, flat_params, git_state, pipeline_id,
+                                        pipeline_outputs, stage_outputs)
 from tracking_helpers import (
     check_registry,
     check_tampered_model_is_refused,
@@ -72,6 +73,47 @@ def test_dvc_dep_hashes_prefers_fresh_values(tmp_path: Path) -> None:
     assert deps["train.py"] == {"hash": hashlib.md5(src.read_bytes()).hexdigest(), "source": "file"}
     assert deps["src/somewhere"] == {"hash": "lockeddir.dir", "source": "locked"}
     assert dvc_dep_hashes("evaluate", lock) == {} and dvc_dep_hashes("sft", tmp_path / "none.lock") == {}
+
+
+def test_dvc_hash_is_the_one_dvc_locks(tmp_path: Path) -> None:
+    """A file's hash is its md5; a folder's is DVC's ``.dir`` hash (checked against dvc_data)."""
+    from dvc_data.hashfile.hash_info import HashInfo
+    from dvc_data.hashfile.meta import Meta
+    from dvc_data.hashfile.tree import Tree
+
+    out = tmp_path / "out"
+    (out / "sub").mkdir(parents=True)
+    (out / "b.txt").write_text("bee\n")
+    (out / "sub" / "a.bin").write_bytes(b"\x00\x01")
+    tree = Tree()
+    for f in (out / "b.txt", out / "sub" / "a.bin"):
+        tree.add(tuple(f.relative_to(out).parts), Meta(size=f.stat().st_size), HashInfo("md5", hashlib.md5(f.read_bytes()).hexdigest()))
+    tree.digest()
+    assert dvc_hash(out) == tree.hash_info.value and dvc_hash(out).endswith(".dir")
+    assert dvc_hash(out / "b.txt") == hashlib.md5(b"bee\n").hexdigest() and dvc_hash(tmp_path / "none") is None
+
+
+def test_git_dirty_ignores_the_pipeline_outputs(tmp_path: Path) -> None:
+    """``dvc repro`` rewrites dvc.lock and the uncached outputs: not a dirty tree; code is."""
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "table.md").write_text("old\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    lock = tmp_path / "dvc.lock"
+    lock.write_text("schema: '2.0'\nstages:\n  report:\n    cmd: agentr1 report\n    outs:\n"
+                    "    - path: reports/table.md\n      hash: md5\n      md5: abc\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    assert pipeline_outputs(lock) == ["dvc.lock", "reports/table.md"] and stage_outputs("report", lock) == ["reports/table.md"]
+    lock.write_text(lock.read_text() + "\n")
+    (tmp_path / "reports" / "table.md").write_text("new\n")
+    assert git_state(tmp_path, exclude=pipeline_outputs(lock))[1] is False
+    assert git_state(tmp_path)[1] is True  # without the exclusions: dirty
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert git_state(tmp_path, exclude=pipeline_outputs(lock))[1] is True
 
 
 def test_pipeline_id_env_wins(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -163,8 +205,36 @@ def test_stage_run_sqlite(sqlite_store, tmp_path: Path) -> None:
 
     run = MlflowClient(tracking_uri=uri).get_run(run_id)
     assert run.data.tags["dvc.dep.sft.py"] == hashlib.md5(b"x = 1\n").hexdigest()
-    assert json.loads(run.data.tags["agentr1.dvc.deps"])["src/somewhere"]["source"] == "locked"
+    assert run.data.tags["dvc.dep.src/somewhere"] == "lockeddir.dir"
+    assert "agentr1.dvc.deps" not in run.data.tags  # the dvc.dep.* tags say it once
     assert run.info.artifact_uri.startswith((art / "agentr1-nano").as_uri())
+
+
+def test_output_hashes_tagged_and_parent_lasts_the_pipeline(sqlite_store, tmp_path: Path) -> None:
+    """A stage run is tagged ``dvc.out.<path>`` with the hash DVC will lock for each output; the
+    parent run stays open while a stage runs and ends with the last one."""
+    from mlflow import MlflowClient
+
+    from agentr1.tracking import stage_run
+
+    uri, art = sqlite_store
+    client = MlflowClient(tracking_uri=uri)
+    lock = tmp_path / "dvc.lock"
+    lock.write_text("schema: '2.0'\nstages:\n  index:\n    cmd: agentr1 index\n    outs:\n"
+                    "    - path: report.json\n      hash: md5\n      md5: old\n    - path: missing.json\n")
+    cfg = tracking_cfg(uri, art)
+    with stage_run(cfg, "prepare", lock_path=lock) as first:
+        pass
+    with stage_run(cfg, "index", lock_path=lock) as run:
+        (tmp_path / "report.json").write_text("{}\n")
+        assert client.get_run(run.pipeline.run_id).info.status == "RUNNING"
+    got = client.get_run(run.run_id)
+    assert got.data.tags["dvc.out.report.json"] == hashlib.md5(b"{}\n").hexdigest()
+    assert "dvc.out.missing.json" not in got.data.tags
+    parent = client.get_run(got.data.tags["mlflow.parentRunId"])
+    assert parent.info.run_id == first.pipeline.run_id and parent.info.status == "FINISHED"
+    assert parent.info.start_time <= client.get_run(first.run_id).info.start_time
+    assert parent.info.end_time >= got.info.end_time
 
 
 def test_variant_runs_log_their_effective_config(sqlite_store) -> None:

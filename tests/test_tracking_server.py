@@ -98,3 +98,27 @@ def test_traces_server(server: str, tmp_path: Path) -> None:
 
 def test_registry_server(server: str, tmp_path: Path) -> None:
     check_registry(tracking_cfg(server, tmp_path / "art"), make_checkpoint(tmp_path / "policy"))
+
+
+def test_compare_view_rest_params_differ(server: str) -> None:
+    """What MLflow's compare view reads (``GET /api/2.0/mlflow/runs/get`` over HTTP): two
+    ``train@`` runs of different estimators differ in ``train.estimator``, and only in the
+    params their named runs set."""
+    import json
+
+    from agentr1.tracking import stage_run
+
+    cfg = tracking_cfg(server, Path("unused"), parent_run=False)
+    ids = {}
+    for variant in ("ppo", "grpo"):
+        with stage_run(cfg, "train", run_name=f"train@{variant}", variant=variant) as run:
+            ids[variant] = run.run_id
+
+    def params(run_id: str) -> dict[str, str]:
+        with urllib.request.urlopen(f"{server}/api/2.0/mlflow/runs/get?run_id={run_id}", timeout=10) as resp:
+            body = json.load(resp)
+        return {p["key"]: p["value"] for p in body["run"]["data"]["params"]}
+
+    ppo, grpo = params(ids["ppo"]), params(ids["grpo"])
+    assert ppo["train.estimator"] == "gae" and grpo["train.estimator"] == "grpo"
+    assert {k for k in ppo if ppo[k] != grpo.get(k)} == {"train.estimator"}

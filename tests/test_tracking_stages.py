@@ -114,7 +114,7 @@ def test_metrics_match_the_reports(pipeline) -> None:
     manifest = read_json(root / "data/processed/manifest.json")
     m = by_stage["prepare"].data.metrics
     for split in SPLITS:
-        assert m[f"prepare/{split}/questions"] == manifest["splits"][split]["questions"] == TINY_PARAMS["data"]["synthetic"]["questions"][split]
+        assert m[f"prepare/{split}.questions"] == manifest["splits"][split]["questions"] == TINY_PARAMS["data"]["synthetic"]["questions"][split]
     assert m["prepare/questions"] == sum(manifest["splits"][s]["questions"] for s in SPLITS)
     assert m["prepare/corpus_size"] == manifest["corpus_size"] > 0
     assert m["prepare/build_s"] >= 0 and m["prepare/total_s"] >= m["prepare/build_s"]
@@ -125,8 +125,8 @@ def test_metrics_match_the_reports(pipeline) -> None:
     assert m["validate/passed"] == summary["n_expectations"] - summary["n_failed"] == m["validate/expectations"]
     assert m["validate/failed"] == 0 and m["validate/success"] == 1.0
     for key, n in summary["rows"].items():
-        assert m[f"validate/rows/{key}"] == n
-    assert m["validate/unexpected/questions.id_unique"] == summary["expectations"]["questions.id_unique"]["unexpected_count"]
+        assert m[f"validate/rows.{key}"] == n
+    assert m["validate/unexpected.questions.id_unique"] == summary["expectations"]["questions.id_unique"]["unexpected_count"]
 
     report = read_json(root / "data/retrieval/report.json")
     timing = read_json(root / "data/retrieval/timing.json")
@@ -134,10 +134,10 @@ def test_metrics_match_the_reports(pipeline) -> None:
     assert m["index/passages"] == report["passages"] and m["index/index_bytes"] == report["index_bytes"]
     assert set(report["splits"]) == set(SPLITS)
     for split, entry in report["splits"].items():
-        assert m[f"index/{split}/questions"] == entry["questions"]
+        assert m[f"index/{split}.questions"] == entry["questions"]
         for k in report["ks"]:
-            assert m[f"index/{split}/recall_at_{k}"] == entry[f"recall@{k}"]
-            assert m[f"index/{split}/all_supporting_at_{k}"] == entry[f"all_supporting@{k}"]
+            assert m[f"index/{split}.recall_at_{k}"] == entry[f"recall@{k}"]
+            assert m[f"index/{split}.all_supporting_at_{k}"] == entry[f"all_supporting@{k}"]
     assert m["index/build_s"] == timing["build_s"] and m["index/queries"] == timing["queries"]
     assert m["index/queries_per_s"] == timing["queries_per_s"]
 
@@ -236,7 +236,7 @@ def test_failing_stages_leave_failed_runs(store, tmp_path: Path, monkeypatch) ->
         ("prepare", "FINISHED"), ("validate", "FAILED"), ("index", "FAILED"), ("prepare", "FAILED")]
     failed = runs[1].data.metrics  # logged before the verdict: which expectations failed
     assert failed["validate/success"] == 0.0 and failed["validate/failed"] >= 1
-    assert failed["validate/unexpected/questions.splits_disjoint_ids"] == 2
+    assert failed["validate/unexpected.questions.splits_disjoint_ids"] == 2
     assert failed["validate/passed"] == failed["validate/expectations"] - failed["validate/failed"]
 
 

@@ -401,8 +401,8 @@ def test_leak_tolerance_on_real_hotpotqa_and_musique(tmp_path, shared_fixtures):
     assert leaks["musique"] == {"questions": 100, "leaking": 2, "share": 0.02, "within_tolerance": True,
                                 "ids": MUSIQUE_LEAKS}
     metrics = summary_metrics(summary(cfg))
-    assert metrics["validate/leaks/hotpotqa/share"] == pytest.approx(5 / 300)
-    assert metrics["validate/leaks/musique/count"] == 2
+    assert metrics["validate/leaks.hotpotqa.share"] == pytest.approx(5 / 300)
+    assert metrics["validate/leaks.musique.count"] == 2
     # changing the tolerance invalidates the marker
     stricter = real_fixture_cfg(tmp_path, shared_fixtures, max_leak_share=0.02, max_examples=10)
     with pytest.raises(StageError, match="different"):

@@ -54,8 +54,12 @@ def bad_trajectory(qid: str = "q2") -> Trajectory:
 
 
 def tracking_cfg(uri: str, artifact_root: Path, **tracking) -> Config:
-    """Default config pointed at ``uri`` (artifacts of a SQLite store under ``artifact_root``)."""
+    """Default config with the repository's named runs (params ``runs``: ppo, grpo_s1, ...),
+    pointed at ``uri`` (artifacts of a SQLite store under ``artifact_root``)."""
+    import yaml
+
     cfg = Config()
+    cfg.runs = yaml.safe_load((Path(__file__).resolve().parents[1] / "params.yaml").read_text())["runs"]
     cfg.tracking.uri = uri
     cfg.tracking.artifact_root = str(artifact_root)
     for key, value in tracking.items():
@@ -123,7 +127,7 @@ def check_traces(cfg: Config) -> None:
 
     trajs = [good_trajectory("q1"), bad_trajectory("q2"), good_trajectory("q3")]
     with stage_run(cfg, "evaluate@test") as run:
-        ids = run.log_traces(trajs, sample_n=3, split="dev")
+        ids = run.log_traces(trajs, sample_n=3, split="dev", tags={"agentr1.policy": "test"})
         run.log_table(trajs, "eval/dev_trajectories.json")
         run.logger.log_trajectories([good_trajectory("q9")], step=5)  # what a trainer does every N steps
     assert len(ids) == 3
@@ -138,6 +142,15 @@ def check_traces(cfg: Config) -> None:
     assert root.inputs["question"] == "Where was Ada Vell born?" and root.outputs["answer"] == "Pellora"
     assert root.attributes["agentr1.em"] == 1.0 and root.attributes["agentr1.reward"] == 1.0
     assert root.attributes["agentr1.split"] == "dev"
+    # the gold answers, EM and F1 next to the answer; the policy and run on the span and the trace
+    assert root.outputs["golds"] == ["Pellora"] and root.outputs["em"] == 1.0 and root.outputs["f1"] == 1.0
+    assert root.attributes["agentr1.golds"] == ["Pellora"] and root.attributes["agentr1.f1"] == 1.0
+    assert root.attributes["agentr1.policy"] == "test" and by_qid["q1"].info.tags["agentr1.policy"] == "test"
+    assert by_qid["q1"].info.tags["agentr1.run_name"] == by_qid["q9"].info.tags["agentr1.run_name"] == "evaluate@test"
+    assert all(s.attributes["agentr1.replayed"] is True for s in by_qid["q1"].data.spans)  # not real timings
+    found = mlflow.search_traces(locations=[run.experiment_id], filter_string="tags.`agentr1.policy` = 'test'",
+                                 return_type="list")
+    assert sorted(t.data.spans[0].attributes["agentr1.qid"] for t in found) == ["q1", "q2", "q3"]
     turn0, turn1, search = spans["policy turn 0"], spans["policy turn 1"], spans["search"]
     assert turn0.span_type == turn1.span_type == SpanType.LLM
     assert turn0.inputs == {"context": PROMPT} and turn0.outputs == {"text": TURN0}

@@ -1,10 +1,14 @@
 """The report's PNGs (matplotlib, Agg backend; imported inside the functions).
 
 * ``learning_curves.png``: reward per RL step of every run (seeds of one method share a colour,
-  one line style per seed) and, below, the dev EM where it was evaluated;
+  one line style per seed, one marker per run, so runs whose lines coincide stay visible) and,
+  below, the dev EM where it was evaluated;
 * ``em_bars.png``: the Table 3 score per policy with its bootstrap CI as error bars, one panel per
   split and one for the average;
 * ``ablations.png``: each ablation next to its full-mask method with CIs, one panel per split.
+
+Every bar is labelled with its value, and a panel whose values are all 0 says "all 0" (an empty
+panel is a result, not a broken plot).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from agentr1.report.stats import AVG
 from agentr1.report.tables import Row, ablation_pairs, table3_rows
 
 LINESTYLES = ["-", "--", ":", "-."]
+MARKERS = ["o", "s", "^", "v", "D", "P", "X", "*", "<", ">"]
 
 
 def _plt():
@@ -41,26 +46,48 @@ def learning_curves(curves: Sequence[Curve], method_of: Mapping[str, str], path:
     colour = {m: cmap(i % 10) for i, m in enumerate(methods)}
     seed_idx: dict[str, int] = {}
     fig, (ax_r, ax_d) = plt.subplots(2, 1, figsize=(8, 7), sharex=True, height_ratios=[2, 1])
-    for c in curves:
+    rewards: list[float] = []
+    devs: list[float] = []
+    for i, c in enumerate(curves):
         m = method_of[c.run]
         k = seed_idx.get(m, 0)
         seed_idx[m] = k + 1
-        style = dict(color=colour[m], linestyle=LINESTYLES[k % len(LINESTYLES)])
+        style = dict(color=colour[m], linestyle=LINESTYLES[k % len(LINESTYLES)], marker=MARKERS[i % len(MARKERS)],
+                     markersize=4, markerfacecolor="none", alpha=0.85, label=c.run)
         pts = [(s, r) for s, r in zip(c.steps, c.reward) if r is not None]
         if pts:
-            ax_r.plot(*zip(*pts), marker=".", label=c.run, **style)
+            ax_r.plot(*zip(*pts), **style)
+            rewards += [r for _, r in pts]
         dev = [(s, d) for s, d in zip(c.steps, c.dev_em) if d is not None]
         if dev:
-            ax_d.plot(*zip(*dev), marker="o", label=c.run, **style)
+            ax_d.plot(*zip(*dev), **style)
+            devs += [d for _, d in dev]
+    _note_if_flat(ax_r, rewards, "no rollout rewards logged")
+    _note_if_flat(ax_d, devs, "no dev evaluations")
     ax_r.set_ylabel("rollout reward")
-    ax_r.set_title("Learning curves (colour = method, line style = seed)")
+    ax_r.set_title("Learning curves (colour = method, line style = seed, marker = run)")
     ax_r.grid(alpha=0.3)
-    ax_r.legend(fontsize=7, ncol=2)
+    if rewards:
+        ax_r.legend(fontsize=7, ncol=2)
     ax_d.set_xlabel("RL step")
     ax_d.set_ylabel("dev EM")
     ax_d.grid(alpha=0.3)
     _save(fig, path)
     plt.close(fig)
+
+
+def _note_if_flat(ax, values: Sequence[float], empty: str) -> None:
+    """Say what an axes shows when it would look broken: ``empty`` without values, "all 0"
+    when every value is 0."""
+    note = empty if not values else "all 0" if all(v == 0 for v in values) else None
+    if note:
+        ax.text(0.5, 0.5, note, ha="center", va="center", transform=ax.transAxes, fontsize=11, color="#555555")
+
+
+def _bars(ax, xs, cells, **kw) -> None:
+    """Bars of the cells' means with their CIs as error bars, each labelled with its value."""
+    bars = ax.bar(list(xs), [c.mean for c in cells], yerr=_yerr(cells), capsize=3, **kw)
+    ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=2)
 
 
 def _yerr(cells) -> list[list[float]]:
@@ -75,7 +102,8 @@ def em_bars(rows: Sequence[Row], splits: Sequence[str], metric: str, ci: float, 
     colours = ["#999999" if r.kind == "baseline" else "#1f77b4" for r in t3]
     for ax, key in zip(axes[0], keys):
         cells = [r.cells[key] for r in t3]
-        ax.bar(range(len(t3)), [c.mean for c in cells], yerr=_yerr(cells), color=colours, capsize=3)
+        _bars(ax, range(len(t3)), cells, color=colours)
+        _note_if_flat(ax, [c.mean for c in cells], "no policies")
         ax.set_xticks(range(len(t3)), [r.display for r in t3], rotation=60, ha="right", fontsize=8)
         ax.set_title("average" if key == AVG else key)
         ax.grid(axis="y", alpha=0.3)
@@ -95,10 +123,10 @@ def ablations(rows: Sequence[Row], splits: Sequence[str], metric: str, ci: float
         xs = range(len(pairs))
         full = [f.cells[key] for _, f in pairs]
         abl = [a.cells[key] for a, _ in pairs]
-        ax.bar([x - 0.2 for x in xs], [c.mean for c in full], width=0.4, yerr=_yerr(full), capsize=3,
-               color="#1f77b4", label="full mask")
-        ax.bar([x + 0.2 for x in xs], [c.mean for c in abl], width=0.4, yerr=_yerr(abl), capsize=3,
-               color="#ff7f0e", label="ablation")
+        _bars(ax, [x - 0.2 for x in xs], full, width=0.4, color="#1f77b4", label="full mask")
+        _bars(ax, [x + 0.2 for x in xs], abl, width=0.4, color="#ff7f0e", label="ablation")
+        if pairs:
+            _note_if_flat(ax, [c.mean for c in full + abl], "")
         ax.set_xticks(list(xs), [a.display for a, _ in pairs], rotation=60, ha="right", fontsize=8)
         ax.set_title("average" if key == AVG else key)
         ax.grid(axis="y", alpha=0.3)

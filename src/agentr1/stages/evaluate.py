@@ -323,7 +323,7 @@ def run(ctx: StageContext, args: Any = None) -> dict[str, Any]:
             if not register:  # a registered model's metrics are logged with it, to this run (once)
                 run.logger.log(flat, step=0)
             for split in questions:
-                run.log_traces(trajs[split], split=split)
+                run.log_traces(trajs[split], split=split, tags={"agentr1.policy": policy.name})
                 run.log_table(trajs[split], f"eval/{split}_trajectories.json")
             if register:
                 mlflow_info.update(_register(cfg, run, policy, flat, eval_data))

@@ -47,7 +47,7 @@ def report_metrics(report: dict[str, Any], timing: dict[str, Any]) -> dict[str, 
     for split, entry in report["splits"].items():
         for key, value in entry.items():
             if key != "types":
-                metrics[f"index/{split}/{key.replace('@', '_at_')}"] = value
+                metrics[f"index/{split}.{key.replace('@', '_at_')}"] = value
     metrics.update({f"index/{k}": timing[k] for k in ("build_s", "queries", "queries_per_s")})
     return {k: v for k, v in metrics.items() if v is not None}
 

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 def manifest_metrics(manifest: dict[str, Any]) -> dict[str, float]:
     """The manifest's key numbers as flat MLflow metrics (questions per split, corpus size)."""
-    metrics = {f"prepare/{split}/questions": manifest["splits"][split]["questions"] for split in SPLITS}
+    metrics = {f"prepare/{split}.questions": manifest["splits"][split]["questions"] for split in SPLITS}
     metrics["prepare/questions"] = sum(metrics.values())
     metrics["prepare/corpus_size"] = manifest["corpus_size"]
     return metrics

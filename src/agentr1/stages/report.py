@@ -20,7 +20,8 @@ that writes it. Runs are grouped into methods (seeds) and ablations by
 
 All numbers are computed before anything is written; each file is written atomically. With
 ``tracking.enabled`` the Table 3 numbers are logged to the stage's MLflow run ``report`` and the
-output folder as its artifacts. The params and inputs are checked before the run opens.
+output folder as its artifacts, and the headline (those metrics, ``summary.md``, the tables and
+the plots) goes on the pipeline's parent run too. The params and inputs are checked before the run opens.
 """
 
 from __future__ import annotations
@@ -131,14 +132,29 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     return report
 
 
-def _track(run: StageRun, rows: list[Row], splits: list[str], metric: str, out: Path) -> None:
-    """The policies' scores as metrics and the report folder as artifacts (when tracking is on)."""
+HEADLINE_FILES = ("summary.md", "table3.md", "table4.md")  # the parent run's artifacts (under report/, with plots/)
+
+
+def table3_metrics(rows: list[Row], splits: list[str], metric: str) -> dict[str, float]:
+    """``{"table3/<policy>.<split|avg>.<metric>[_ci_lower|_ci_upper]": value}``: every Table 3
+    cell (mean and CI bounds), one section ``table3`` deep in MLflow's charts."""
     flat = {}
     for r in rows:
         for k in [*splits, AVG]:
             c = r.cells[k]
-            flat[f"report/{r.label}/{k}/{metric}"] = c.mean
-            flat[f"report/{r.label}/{k}/{metric}_ci_lower"] = c.ci_lower
-            flat[f"report/{r.label}/{k}/{metric}_ci_upper"] = c.ci_upper
+            name = f"table3/{r.label}.{k}.{metric}"
+            flat.update({name: c.mean, f"{name}_ci_lower": c.ci_lower, f"{name}_ci_upper": c.ci_upper})
+    return flat
+
+
+def _track(run: StageRun, rows: list[Row], splits: list[str], metric: str, out: Path) -> None:
+    """When tracking is on: the Table 3 cells as metrics and the report folder as artifacts of
+    the ``report`` run, and the headline (the same metrics, ``summary.md``, the tables and the
+    plots) on the pipeline's parent run, which the experiment's runs table shows first."""
+    flat = table3_metrics(rows, splits, metric)
     run.log_metrics(flat)
     run.log_artifacts([out], artifact_path="report")
+    parent = run.pipeline_run()
+    parent.log_metrics(flat)
+    parent.log_artifacts([out / name for name in HEADLINE_FILES], artifact_path="report")
+    parent.log_artifacts([out / "plots"], artifact_path="report/plots")  # a folder's files go in artifact_path

@@ -36,7 +36,7 @@ run):
 The cold start and the baselines are evaluated by the ``evaluate`` stage (``agentr1 evaluate
 --policy cold_start | base_tool_call | naive_rag``). MLflow (``tracking.enabled``): one run
 ``sft`` with the pretraining loss, the loss, lr and gradient norm of every SFT step and the
-final metrics.
+final metrics (``summary/*``, :func:`summary_metrics`).
 """
 
 from __future__ import annotations
@@ -146,14 +146,16 @@ def _oracle_summary(trajs, plans, reward_cfg) -> dict:
     return summary
 
 
-def _flat_numbers(tree: dict, prefix: str) -> dict[str, float]:
-    """``{prefix/key: value}`` for the numeric leaves of a (nested) metrics dict."""
+def summary_metrics(tree: dict, prefix: str = "summary/") -> dict[str, float]:
+    """``{"summary/<key>.<subkey>...": value}`` for the numeric leaves of a (nested) metrics
+    dict: the stage's one-off numbers in one ``summary`` section of MLflow's charts, two levels
+    deep at most (``copy.base.continue.top1``), apart from the step curves."""
     out: dict[str, float] = {}
     for key, value in tree.items():
         if isinstance(value, dict):
-            out.update(_flat_numbers(value, f"{prefix}/{key}"))
+            out.update(summary_metrics(value, f"{prefix}{key}."))
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[f"{prefix}/{key}"] = value
+            out[f"{prefix}{key}"] = value
     return out
 
 
@@ -253,7 +255,7 @@ def run(ctx: StageContext, args: Any = None) -> dict:
             with phase("save_checkpoint"):
                 save_checkpoint(model, tokenizer, scfg.out_dir)
             write_json_atomic(Path(tmp) / "metrics.json", metrics)
-            run.logger.log(_flat_numbers(metrics, "final"), step=len(history))
+            run.log_metrics(summary_metrics(metrics))
             times["total"] = round(time.perf_counter() - t_start, 2)
             tokens_per_s = sum(r["tokens"] for r in history) / times["train"] if history and times["train"] else None
             write_json_atomic(Path(tmp) / "timing.json", {"time_s": dict(times), "tokens_per_s": tokens_per_s})

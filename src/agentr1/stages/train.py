@@ -203,9 +203,9 @@ def run(ctx: StageContext, args: Any = None) -> dict | None:
             write_text_atomic(run_dir / "curve.csv", curve_csv(history))
             write_json_atomic(run_dir / "metrics.json", metrics)
             write_json_atomic(run_dir / "timing.json", times)
-            flat = {f"final/{k}": v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-            flat.update({f"final/time_{k}": v for k, v in times.items() if isinstance(v, (int, float))})
-            logger.log(flat, step=trainer.step)
+            flat = {f"summary/{k}": v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            flat.update({f"summary/time_{k}": v for k, v in times.items() if isinstance(v, (int, float))})
+            ctx.run.log_metrics(flat)  # one section apart from the step curves
             log.info("train@%s: reward %.3f -> %.3f, dev EM %s -> %s in %.0fs", run, metrics["reward_first3"] or 0,
                      metrics["reward_last3"] or 0, metrics["dev_em_start"], metrics["dev_em_final"], times["total"])
         dist.barrier()

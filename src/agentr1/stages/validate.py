@@ -4,8 +4,8 @@ checked, the outputs and the ``passed.json`` marker later stages require).
 Any old marker is deleted before anything else (before the MLflow run opens), so a run that fails
 for whatever reason never leaves one. Tracking: metrics ``validate/expectations`` (evaluated),
 ``validate/passed``, ``validate/failed``, ``validate/success`` (1/0),
-``validate/rows/<table or split>``, ``validate/unexpected/<expectation>`` and
-``validate/leaks/<source>/count|share``, and ``summary.json`` / ``gx_result.json`` as artifacts
+``validate/rows.<table or split>``, ``validate/unexpected.<expectation>`` and
+``validate/leaks.<source>.count|share``, and ``summary.json`` / ``gx_result.json`` as artifacts
 under ``validate/``. They are logged before the verdict, so a failed validation leaves a FAILED
 run that shows which expectations failed.
 """
@@ -46,14 +46,14 @@ def summary_metrics(summary: dict[str, Any]) -> dict[str, float]:
         "validate/failed": failed,
         "validate/success": float(bool(summary["success"])),
     }
-    metrics.update({f"validate/rows/{k}": v for k, v in summary["rows"].items()})
+    metrics.update({f"validate/rows.{k}": v for k, v in summary["rows"].items()})
     for name, exp in summary["expectations"].items():
         if exp.get("unexpected_count") is not None:
-            metrics[f"validate/unexpected/{name}"] = exp["unexpected_count"]
+            metrics[f"validate/unexpected.{name}"] = exp["unexpected_count"]
     for source, r in ((summary.get("leaks") or {}).get("sources") or {}).items():
         key = _METRIC_UNSAFE.sub("_", source)
-        metrics[f"validate/leaks/{key}/count"] = r["leaking"]
-        metrics[f"validate/leaks/{key}/share"] = r["share"]
+        metrics[f"validate/leaks.{key}.count"] = r["leaking"]
+        metrics[f"validate/leaks.{key}.share"] = r["share"]
     return metrics
 
 

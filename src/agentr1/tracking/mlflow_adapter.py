@@ -19,7 +19,6 @@ store that would lose the run. ``tracking.enabled: false`` yields a run whose lo
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import time
@@ -88,18 +87,39 @@ def experiment_name(cfg: "Config") -> str:
     return f"{cfg.tracking.experiment_prefix}-{cfg.profile}"
 
 
-def ensure_experiment(client: MlflowClient, name: str, artifact_location: str | None) -> str:
-    """Id of experiment ``name``, created (or restored when deleted) as needed."""
+EXPERIMENT_DESCRIPTION = """\
+agentr1 pipeline runs, profile `{profile}`.
+
+* One parent run per pipeline (`pipeline <id>`, tag `agentr1.role = 'pipeline'`): it lasts from
+  the first stage's start to the last stage's end and carries the headline results (Table 3
+  metrics `table3/*`, `summary.md` and the report plots under `report/`).
+* One child run per DVC stage execution (`prepare`, `sft`, `train@<run>`, `evaluate@<policy>`,
+  `report`), its effective config as params and its provenance as tags (`agentr1.git_sha`,
+  `dvc.dep.*`, `dvc.out.*`).
+* Compare runs: tick two `train@` runs, *Compare*, *Show diff only* (e.g. `train.estimator`).
+* Traces: the evaluated episodes; filter with `tags.agentr1.policy = 'grpo'`.
+"""
+# experiment tags MLflow's UI reads: the description, and the kind (the runs table, not the GenAI view)
+EXPERIMENT_TAGS = {"mlflow.note.content": EXPERIMENT_DESCRIPTION, "mlflow.experimentKind": "custom_model_development"}
+
+
+def ensure_experiment(client: MlflowClient, name: str, artifact_location: str | None, profile: str = "") -> str:
+    """Id of experiment ``name``, created (or restored when deleted) as needed, with its
+    description and kind (:data:`EXPERIMENT_TAGS`) set when missing."""
     exp = client.get_experiment_by_name(name)
     if exp is None:
         try:
-            return client.create_experiment(name, artifact_location=artifact_location)
+            client.create_experiment(name, artifact_location=artifact_location)
         except MlflowException:  # created concurrently by another stage process
-            exp = client.get_experiment_by_name(name)
-            if exp is None:
-                raise
+            pass
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise MlflowException(f"experiment {name} could not be created")
     if exp.lifecycle_stage == "deleted":
         client.restore_experiment(exp.experiment_id)
+    for key, value in EXPERIMENT_TAGS.items():
+        if key not in exp.tags:
+            client.set_experiment_tag(exp.experiment_id, key, value.format(profile=profile))
     return exp.experiment_id
 
 
@@ -117,7 +137,7 @@ def connect(cfg: "Config") -> tuple[MlflowClient, str, str]:
         artifacts = (Path(root).resolve() / experiment_name(cfg)).as_uri()
     try:
         client = MlflowClient(tracking_uri=uri)
-        exp_id = ensure_experiment(client, experiment_name(cfg), artifacts)
+        exp_id = ensure_experiment(client, experiment_name(cfg), artifacts, cfg.profile)
         mlflow.set_experiment(experiment_id=exp_id)  # fluent calls (tables, traces) default to it
     except MlflowException as exc:
         raise StageError(f"MLflow tracking store {redact_uri(uri)} refused the experiment setup: {exc}") from None
@@ -129,16 +149,19 @@ class MLflowLogger:
     works from any thread and does not depend on the active-run stack; also a
     :class:`TrajectoryLogger` (``trace_sample`` episodes per call as traces, seeded by step)."""
 
-    def __init__(self, run_id: str, client: MlflowClient | None = None, trace_sample: int = 16, seed: int = 0) -> None:
+    def __init__(self, run_id: str, client: MlflowClient | None = None, trace_sample: int = 16, seed: int = 0,
+                 trace_tags: Mapping[str, str] | None = None) -> None:
         self.run_id = run_id
         self.client = client or MlflowClient()
         self.trace_sample = trace_sample
         self.seed = seed
+        self.trace_tags = dict(trace_tags or {})  # on every trace (the stage run's name, its policy)
 
     def log_trajectories(self, trajectories: Sequence["Trajectory"], step: int, split: str = "train") -> None:
         from agentr1.tracking.traces import log_trajectory_traces
 
-        log_trajectory_traces(trajectories, self.trace_sample, run_id=self.run_id, seed=self.seed + step, split=split, step=step)
+        log_trajectory_traces(trajectories, self.trace_sample, run_id=self.run_id, seed=self.seed + step, split=split,
+                              step=step, tags=self.trace_tags)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         values = check_metrics(metrics, step)
@@ -149,8 +172,13 @@ class MLflowLogger:
 
 
 def run_tags(cfg: "Config", stage: str, run_name: str, lock_path: str | Path) -> dict[str, str]:
-    """Provenance tags of a stage run (see the module docstring of :mod:`.provenance`)."""
-    sha, dirty = provenance.git_state()  # the stage runs in the project root
+    """Provenance tags of a stage run (see the module docstring of :mod:`.provenance`):
+    ``agentr1.git_sha`` and ``agentr1.git_dirty`` (uncommitted changes outside the pipeline's
+    own outputs and ``dvc.lock``, which every ``dvc repro`` rewrites), the params hash, the
+    pipeline id and one ``dvc.dep.<path>`` tag per dependency hash; the output hashes
+    (``dvc.out.<path>``) are tagged when the stage ends (:func:`output_tags`)."""
+    # the stage runs in the project root, next to dvc.lock (whose paths are relative to it)
+    sha, dirty = provenance.git_state(exclude=provenance.pipeline_outputs(lock_path))
     params_hash = cfg.section_hash()
     # the dvc.lock key is the stage name, or the run name for foreach stages (train@<run>)
     deps = provenance.dvc_dep_hashes(stage, lock_path) or provenance.dvc_dep_hashes(run_name, lock_path)
@@ -168,25 +196,38 @@ def run_tags(cfg: "Config", stage: str, run_name: str, lock_path: str | Path) ->
         "mlflow.source.git.commit": sha,
     }
     if deps:
-        tags["agentr1.dvc.deps"] = json.dumps(deps, sort_keys=True)[:8000]
         for path, info in deps.items():
             tags[f"dvc.dep.{path}"[:250]] = info["hash"]
     return tags
 
 
 def _parent_run(client: MlflowClient, exp_id: str, tags: Mapping[str, str]) -> str:
-    """Id of the pipeline's parent run (tag ``agentr1.role=pipeline``), created FINISHED once."""
+    """Id of the pipeline's parent run (tag ``agentr1.role=pipeline``), created at the first
+    stage's start; each stage marks it RUNNING while it runs and, when it ends, terminates it
+    with the stage's status (:func:`stage_run`), so the parent's end time - and duration - is
+    that of the pipeline's last stage."""
     pid = tags[PIPELINE_TAG]
     found = client.search_runs(
         [exp_id], filter_string=f"tags.`{PIPELINE_TAG}` = '{pid}' and tags.`{ROLE_TAG}` = 'pipeline'", max_results=1
     )
     if found:
+        client.update_run(found[0].info.run_id, status="RUNNING")
         return found[0].info.run_id
     keep = ("agentr1.git_sha", "agentr1.git_dirty", "agentr1.params_hash", "agentr1.profile", "agentr1.seed")
     parent_tags = {k: tags[k] for k in keep} | {PIPELINE_TAG: pid, ROLE_TAG: "pipeline"}
-    run = client.create_run(exp_id, tags=parent_tags, run_name=f"pipeline {pid}")
-    client.set_terminated(run.info.run_id, "FINISHED")
-    return run.info.run_id
+    return client.create_run(exp_id, tags=parent_tags, run_name=f"pipeline {pid}").info.run_id
+
+
+def output_tags(stage_key: str, lock_path: str | Path) -> dict[str, str]:
+    """``{"dvc.out.<path>": hash}`` for the outputs of ``stage_key``'s ``dvc.lock`` entry that
+    exist, hashed the way DVC will lock them (:func:`provenance.dvc_hash`)."""
+    root = Path(lock_path).parent
+    tags = {}
+    for path in provenance.stage_outputs(stage_key, lock_path):
+        digest = provenance.dvc_hash(root / path)
+        if digest is not None:
+            tags[f"dvc.out.{path}"[:250]] = digest
+    return tags
 
 
 def _log_params(client: MlflowClient, run_id: str, cfg: "Config") -> None:
@@ -237,12 +278,17 @@ def stage_run(cfg: "Config", stage: str, run_name: str | None = None, lock_path:
         raise StageError(f"MLflow tracking store {redact_uri(uri)}: cannot start a run for stage {stage}: {exc}") from None
     run_id = active.info.run_id
     status = "FAILED"
+    trace_tags = {"agentr1.run_name": name, **({"agentr1.policy": variant} if variant else {})}
     try:
         _log_params(client, run_id, logged)
         mlflow.log_dict(logged.model_dump(mode="json", by_alias=True), "config.json", run_id=run_id)
         log.info("MLflow run %s (%s) for stage %s in %s", run_id, name, stage, redact_uri(uri))
-        logger = MLflowLogger(run_id, client, cfg.tracking.trace_sample, cfg.seed)
-        yield StageRun(cfg, stage, run_id, exp_id, uri, tags[PIPELINE_TAG], logger)
+        logger = MLflowLogger(run_id, client, cfg.tracking.trace_sample, cfg.seed, trace_tags)
+        pipeline = StageRun(cfg, "pipeline", parent, exp_id, uri, tags[PIPELINE_TAG], MLflowLogger(parent, client)) \
+            if parent else None
+        yield StageRun(cfg, stage, run_id, exp_id, uri, tags[PIPELINE_TAG], logger, trace_tags, pipeline)
+        for key, value in output_tags(name, lock_path).items():
+            client.set_tag(run_id, key, value)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
@@ -250,3 +296,5 @@ def stage_run(cfg: "Config", stage: str, run_name: str | None = None, lock_path:
     finally:
         mlflow.flush_trace_async_logging()
         mlflow.end_run(status)
+        if parent:
+            client.set_terminated(parent, status)

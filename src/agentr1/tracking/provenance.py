@@ -17,7 +17,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import yaml
 
@@ -41,14 +41,16 @@ def _git(args: list[str], cwd: Path) -> str | None:
     return out.stdout
 
 
-def git_state(cwd: str | Path = ".") -> tuple[str, bool | None]:
+def git_state(cwd: str | Path = ".", exclude: Iterable[str] = ()) -> tuple[str, bool | None]:
     """``(commit sha, dirty)`` of the repository holding ``cwd``; ``("unknown", None)`` outside
-    git. Dirty = any modified, staged or untracked (not ignored) file."""
+    git. Dirty = any modified, staged or untracked (not ignored) file outside the paths
+    ``exclude`` (relative to ``cwd``; :func:`pipeline_outputs`, so the files ``dvc repro``
+    itself rewrites - ``dvc.lock``, uncached metrics and reports - do not count as a dirty tree)."""
     cwd = Path(cwd)
     sha = _git(["rev-parse", "HEAD"], cwd)
     if sha is None:
         return "unknown", None
-    status = _git(["status", "--porcelain"], cwd)
+    status = _git(["status", "--porcelain", "--", ".", *(f":(exclude){p}" for p in exclude)], cwd)
     return sha.strip(), (bool(status.strip()) if status is not None else None)
 
 
@@ -124,6 +126,40 @@ def dvc_dep_hashes(stage: str, lock_path: str | Path = "dvc.lock", root: str | P
         else:
             result[path] = {"hash": _entry_hash(dep) or "", "source": "locked"}
     return result
+
+
+def pipeline_outputs(lock_path: str | Path = "dvc.lock") -> list[str]:
+    """``dvc.lock`` and every output path its stages list (relative to the lock's folder): what
+    a ``dvc repro`` writes, left out of :func:`git_state`'s dirty check. ``[]`` without a lock."""
+    lock_path = Path(lock_path)
+    if not lock_path.is_file():
+        return []
+    paths = {out["path"] for entry in _lock_stages(lock_path).values()
+             for out in (entry or {}).get("outs") or [] if isinstance(out, dict) and out.get("path")}
+    return [lock_path.name, *sorted(paths)]
+
+
+def stage_outputs(stage: str, lock_path: str | Path = "dvc.lock") -> list[str]:
+    """The output paths of ``stage``'s (previous) ``dvc.lock`` entry; ``[]`` when it has none."""
+    lock_path = Path(lock_path)
+    if not lock_path.is_file():
+        return []
+    entry = _lock_stages(lock_path).get(stage) or {}
+    return [out["path"] for out in entry.get("outs") or [] if isinstance(out, dict) and out.get("path")]
+
+
+def dvc_hash(path: str | Path) -> str | None:
+    """The md5 ``dvc.lock`` records for ``path`` once DVC has hashed it: the file's md5, or for a
+    folder ``<md5>.dir``, the md5 of DVC's listing ``json.dumps([{"md5", "relpath"}...] sorted by
+    relpath, sort_keys=True)`` of its files; ``None`` when ``path`` does not exist."""
+    path = Path(path)
+    if path.is_file():
+        return _md5_file(path)
+    if not path.is_dir():
+        return None
+    files = sorted((f.relative_to(path).as_posix(), f) for f in path.rglob("*") if f.is_file())
+    listing = [{"md5": _md5_file(f), "relpath": rel} for rel, f in files]
+    return hashlib.md5(json.dumps(listing, sort_keys=True).encode("utf-8")).hexdigest() + ".dir"
 
 
 def _clip(text: str, limit: int) -> str:

@@ -35,6 +35,8 @@ class StageRun:
     tracking_uri: str | None = None
     pipeline_id: str | None = None
     logger: MetricsLogger = field(default_factory=NullLogger)
+    trace_tags: dict[str, str] = field(default_factory=dict)  # on every trace: agentr1.run_name, agentr1.policy
+    pipeline: "StageRun | None" = None  # the pipeline's parent run (tracking.parent_run), if any
 
     @property
     def enabled(self) -> bool:
@@ -77,7 +79,13 @@ class StageRun:
         from agentr1.tracking.traces import log_trajectory_traces
 
         n = self.cfg.tracking.trace_sample if sample_n is None else sample_n
+        kw["tags"] = {**self.trace_tags, **kw.get("tags", {})}
         return log_trajectory_traces(trajectories, n, run_id=self.run_id, seed=self.cfg.seed, **kw)
+
+    def pipeline_run(self) -> "StageRun":
+        """The pipeline's parent run (where the report's headline results go), or a disabled run
+        when tracking is off or ``tracking.parent_run`` is false."""
+        return self.pipeline if self.pipeline is not None else StageRun(self.cfg, "pipeline")
 
     def log_table(self, trajectories: Sequence["Trajectory"], artifact_file: str, **kw: Any) -> None:
         """:func:`agentr1.tracking.traces.log_trajectory_table` into this run."""

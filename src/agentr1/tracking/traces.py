@@ -2,7 +2,7 @@
 
 One trace per sampled episode::
 
-    episode <qid>            AGENT      inputs {question, qid}  outputs {answer, reason}
+    episode <qid>            AGENT      inputs {question, qid}  outputs {answer, golds, em, f1, reason}
     ├── policy turn 0        LLM        inputs {context}        outputs {text}
     ├── search               RETRIEVER  inputs {calls}          outputs {observation}
     ├── policy turn 1        LLM        ...
@@ -11,9 +11,16 @@ One trace per sampled episode::
 ``context`` of turn k is exactly the text the policy continued: the prompt, then every earlier
 turn followed by its observation. A turn's tool step is a RETRIEVER span when every call in it
 is a valid ``search`` call, else a TOOL span (named after the tool(s), ``invalid`` when none
-parsed). The AGENT span's attributes (and the trace's tags, searchable with
-``filter_string="tags.\\`agentr1.qid\\` = 'q1'"``) carry the question id, outcome reward, EM,
-split and step. Traces are attached to the run given (``mlflow.sourceRun``).
+parsed). The AGENT span's outputs hold the answer next to the gold answers, its EM and F1; its
+attributes (and the trace's tags, searchable with ``filter_string="tags.\\`agentr1.qid\\` =
+'q1'"``) carry the question id, outcome reward, EM, F1, split, step and the caller's ``tags``
+(the stage run's name ``agentr1.run_name`` and its policy ``agentr1.policy``, so the
+experiment's Traces view filters by policy). Traces are attached to the run given
+(``mlflow.sourceRun``).
+
+Timings: the episodes are *replayed* from finished trajectories (a rollout records no times), so
+span times are the logging time, not the generation's; every span says so with the attribute
+``agentr1.replayed = True``.
 """
 
 from __future__ import annotations
@@ -27,6 +34,9 @@ from mlflow.entities import SpanType
 from agentr1.env.base import CallOutcome
 from agentr1.env.rewards import answer_scores
 from agentr1.rollout.trajectory import Trajectory
+
+
+REPLAYED = "agentr1.replayed"  # on every span: its times are the logging time (module docstring)
 
 
 def sample_indices(n_total: int, sample_n: int, seed: int = 0) -> list[int]:
@@ -63,14 +73,14 @@ def _trace_episode(t: Trajectory, run_id: str | None, tags: dict[str, str], attr
     """Write one episode as a trace; returns its trace id."""
     with mlflow.start_span(f"episode {t.qid}", span_type=SpanType.AGENT, run_id=run_id) as root:
         root.set_inputs({"qid": t.qid, "question": t.question})
-        root.set_attributes(attrs)
+        root.set_attributes({**attrs, REPLAYED: True})
         context = t.prompt_text
         for k, turn in enumerate(t.turn_texts):
             with mlflow.start_span(f"policy turn {k}", span_type=SpanType.LLM) as llm:
                 s, e = t.turn_spans[k] if k < len(t.turn_spans) else (0, 0)
                 llm.set_inputs({"context": context})
                 llm.set_outputs({"text": turn})
-                llm.set_attributes({"turn": k, "tokens": e - s})
+                llm.set_attributes({"turn": k, "tokens": e - s, REPLAYED: True})
             outcomes = t.outcomes[k] if k < len(t.outcomes) else []
             observation = t.observations[k] if k < len(t.observations) else ""
             if outcomes:
@@ -84,10 +94,12 @@ def _trace_episode(t: Trajectory, run_id: str | None, tags: dict[str, str], attr
                             "valid": [bool(o.valid) for o in outcomes],
                             "success": [bool(o.success) for o in outcomes],
                             "found_support": [bool(o.found_support) for o in outcomes],
+                            REPLAYED: True,
                         }
                     )
             context += turn + observation
-        root.set_outputs({"answer": t.answer, "reason": t.reason})
+        root.set_outputs({"answer": t.answer, "golds": list(t.golds), "em": attrs["agentr1.em"],
+                          "f1": attrs["agentr1.f1"], "reason": t.reason})
         mlflow.update_current_trace(tags=tags)
         return root.trace_id
 
@@ -100,31 +112,37 @@ def log_trajectory_traces(
     seed: int = 0,
     split: str | None = None,
     step: int | None = None,
+    tags: dict[str, str] | None = None,
 ) -> list[str]:
     """Log a seeded sample of ``sample_n`` episodes as traces (see the module docstring) into
     ``run_id`` (default: the active run). ``split``/``step`` go into attributes and tags so the
-    traces of one evaluation (or training step) are found together. Returns the trace ids,
-    after flushing MLflow's asynchronous trace export."""
+    traces of one evaluation (or training step) are found together; ``tags`` (e.g.
+    ``agentr1.policy``) go on every trace and its root span. Returns the trace ids, after
+    flushing MLflow's asynchronous trace export."""
     ids = []
     for i in sample_indices(len(trajectories), sample_n, seed):
         t = trajectories[i]
-        em = episode_em(t)
+        scores = answer_scores(t.answer, t.golds)
+        em = scores["em"]
         attrs: dict[str, Any] = {
             "agentr1.qid": t.qid,
             "agentr1.em": em,
             "agentr1.turns": t.num_turns,
             "agentr1.reason": t.reason,
             "agentr1.sample_index": t.sample_index,
+            "agentr1.f1": scores["f1"],
+            "agentr1.golds": list(t.golds),
+            **(tags or {}),
         }
         if t.outcome_reward is not None:
             attrs["agentr1.reward"] = float(t.outcome_reward)
-        tags = {"agentr1.qid": t.qid, "agentr1.em": str(em)}
+        trace_tags = {**(tags or {}), "agentr1.qid": t.qid, "agentr1.em": str(em)}
         if split is not None:
-            attrs["agentr1.split"] = tags["agentr1.split"] = split
+            attrs["agentr1.split"] = trace_tags["agentr1.split"] = split
         if step is not None:
             attrs["agentr1.step"] = step
-            tags["agentr1.step"] = str(step)
-        ids.append(_trace_episode(t, run_id, tags, attrs))
+            trace_tags["agentr1.step"] = str(step)
+        ids.append(_trace_episode(t, run_id, trace_tags, attrs))
     mlflow.flush_trace_async_logging()
     return ids
 
