@@ -53,7 +53,8 @@ import pyarrow.parquet as pq
 
 from agentr1.config import SPLITS, Config, ValidateConfig
 from agentr1.data.gx_suite import Check, CheckResult, run_checks
-from agentr1.data.schema import CORPUS_FILE, CORPUS_SCHEMA, QUESTION_FIELDS, QUESTION_SCHEMA, Dataset
+from agentr1.data.schema import (CORPUS_FILE, CORPUS_SCHEMA, OPTIONAL_QUESTION_FIELDS, QUESTION_FIELDS, QUESTION_SCHEMA,
+                                 Dataset)
 from agentr1.data.answers import normalize_answer
 from agentr1.errors import StageError
 
@@ -163,7 +164,8 @@ def read_processed(processed_dir: str | Path, required_splits: list[str]) -> tup
         rows.append(_file_row(name, table.num_rows, schema_error=problem,
                               empty_split=_empty_split(split, table.num_rows, required_splits)))
         if problem is None:
-            records = table.select(schema.names).to_pylist()
+            optional = [f.name for f in OPTIONAL_QUESTION_FIELDS if split is not None and f.name in table.schema.names]
+            records = table.select([*schema.names, *optional]).to_pylist()
             if split is None:
                 corpus = records
             else:
