@@ -766,7 +766,7 @@ class TrackingConfig(_Section):
 # ----------------------------------------------------------------------------------- project
 class Config(_Section):
     seed: int = Field(0, ge=0)
-    profile: Literal["nano", "smol", "paper"] = "nano"
+    profile: Literal["nano", "smol", "paper", "tools"] = "nano"
     data: DataConfig = DataConfig()
     validate_: ValidateConfig = Field(ValidateConfig(), alias="validate")
     retrieval: RetrievalConfig = RetrievalConfig()
