@@ -97,18 +97,25 @@ class SyntheticConfig(_Section):
         return v
 
 
-class HopRange(_Section):
+class _Range(_Section):
+    """An inclusive ``[min, max]`` range of integers (``min <= max``)."""
+
+    min: int
+    max: int
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "_Range":
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) must be <= max ({self.max})")
+        return self
+
+
+class HopRange(_Range):
     """Allowed hop counts (supporting passages per question); ``min: 0`` admits questions that need
     no search (arithmetic word problems, GSM8K)."""
 
     min: int = Field(1, ge=0)
     max: int = Field(4, ge=1)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> "HopRange":
-        if self.min > self.max:
-            raise ValueError(f"min ({self.min}) must be <= max ({self.max})")
-        return self
 
 
 class SplitRatios(_Section):
@@ -153,17 +160,11 @@ class RealConfig(_Section):
     corpus: str | None = None  # FlashRAG/Search-R1 corpus jsonl; else built from the contexts
 
 
-class SmallRange(_Section):
+class SmallRange(_Range):
     """An inclusive range of small counts (operations per problem, digits per operand)."""
 
     min: int = Field(2, ge=1, le=6)
     max: int = Field(4, ge=1, le=6)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> "SmallRange":
-        if self.min > self.max:
-            raise ValueError(f"min ({self.min}) must be <= max ({self.max})")
-        return self
 
 
 class ToolQuestionsConfig(_Section):
