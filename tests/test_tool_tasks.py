@@ -221,3 +221,32 @@ def test_calls_by_tool_and_tool_usage():
     assert usage["search"] == {"calls": 1.0, "success_rate": 0.5, "episodes": 0.5}
     assert usage["calculator"] == {"calls": 1.0, "success_rate": 1.0, "episodes": 1.0}
     assert tool_usage([{"em": 1.0}]) == {}
+
+
+# ------------------------------------------------------------------------------- report
+def test_report_tools_section_per_type_cis_calls_and_rl_vs_cold_start():
+    from agentr1.report.inputs import Evaluation, Question
+    from agentr1.report.tables import Row
+    from agentr1.report.tools import tools_section
+
+    types = ["arithmetic"] * 40 + ["multi_tool"] * 40 + ["bridge"] * 20
+
+    def row(label, kind, scores):
+        qs = {f"q{i}": Question("test", f"q{i}", t, 0, s) for i, (t, s) in enumerate(zip(types, scores))}
+        return Row(label, label, kind, [label], None, {"test": {k: q.score for k, q in qs.items()}}, {"test": qs})
+
+    cold = row("cold_start", "baseline", [0.0] * 100)
+    rl = row("grpo", "rl", [1.0] * 40 + [0.0] * 60)
+    by_tool = {"calculator": {"calls": 1.0, "success_rate": 1.0, "episodes": 1.0}}
+    evals = {r.label: Evaluation(r.label, r.kind, metrics={"splits": {"test": {"by_type": {
+        "arithmetic": {"by_tool": by_tool}, "multi_tool": {"by_tool": by_tool}}}}}) for r in (cold, rl)}
+    data, md = tools_section([cold, rl], evals, ["test"], "em", 200, 0.95, 0)
+    assert data["groups"] == ["test/arithmetic", "test/multi_tool"]
+    cell = data["policies"]["grpo"]["test/arithmetic"]
+    assert cell["mean"] == 1.0 and cell["n"] == 40 and cell["by_tool"]["calculator"]["calls"] == 1.0
+    assert data["vs_cold_start"]["grpo"]["test/arithmetic"]["beyond_noise"] is True
+    assert data["vs_cold_start"]["grpo"]["test/multi_tool"]["beyond_noise"] is False
+    assert "calculator 1.00 (ok 1.00)" in md and "beyond noise" in md
+    only_bridge = row("cold_start", "baseline", [0.0] * 100)
+    only_bridge.questions["test"] = {k: Question("test", k, "bridge", 2, 0.0) for k in only_bridge.scores["test"]}
+    assert tools_section([only_bridge], evals, ["test"], "em", 200, 0.95, 0) is None
