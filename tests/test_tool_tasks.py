@@ -250,3 +250,16 @@ def test_report_tools_section_per_type_cis_calls_and_rl_vs_cold_start():
     only_bridge = row("cold_start", "baseline", [0.0] * 100)
     only_bridge.questions["test"] = {k: Question("test", k, "bridge", 2, 0.0) for k in only_bridge.scores["test"]}
     assert tools_section([only_bridge], evals, ["test"], "em", 200, 0.95, 0) is None
+
+
+# ------------------------------------------------------------------------------- profile
+def test_tools_profile_merges_to_the_tool_task(repo_root):
+    from agentr1.profiles import load_profile
+    from agentr1.registry import TOOLS
+
+    if "calculator" not in TOOLS.names():
+        pytest.skip("the calculator tool is not registered on this branch (it comes with the tool branch)")
+    c = load_profile("tools", repo_root / "params.yaml").cfg
+    assert (c.data.task, c.data.hops.min, list(c.env.tools)) == ("tools", 0, ["search", "calculator"])
+    assert c.data.synthetic.questions.test == 0 and c.data.tool_questions.arithmetic.test == 100
+    assert sorted(c.runs) == ["grpo", "ppo"] and c.model.kind == "scratch"
