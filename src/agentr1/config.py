@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, TypeAdapter,
+                      ValidationError, field_validator, model_serializer, model_validator)
 
 from agentr1.registry import ESTIMATORS, FORMATS, KL_ESTIMATORS, METRICS, POLICY_LOSSES, TOOLS, tool_options
 
@@ -96,15 +97,25 @@ class SyntheticConfig(_Section):
         return v
 
 
-class HopRange(_Section):
-    min: int = Field(1, ge=1)
-    max: int = Field(4, ge=1)
+class _Range(_Section):
+    """An inclusive ``[min, max]`` range of integers (``min <= max``)."""
+
+    min: int
+    max: int
 
     @model_validator(mode="after")
-    def _ordered(self) -> "HopRange":
+    def _ordered(self) -> "_Range":
         if self.min > self.max:
             raise ValueError(f"min ({self.min}) must be <= max ({self.max})")
         return self
+
+
+class HopRange(_Range):
+    """Allowed hop counts (supporting passages per question); ``min: 0`` admits questions that need
+    no search (arithmetic word problems, GSM8K)."""
+
+    min: int = Field(1, ge=0)
+    max: int = Field(4, ge=1)
 
 
 class SplitRatios(_Section):
@@ -120,7 +131,7 @@ class SplitRatios(_Section):
         return self
 
 
-DatasetName = Literal["hotpotqa", "2wiki", "musique", "flashrag"]
+DatasetName = Literal["hotpotqa", "2wiki", "musique", "flashrag", "gsm8k"]
 
 
 class RealSource(_Section):
@@ -149,18 +160,61 @@ class RealConfig(_Section):
     corpus: str | None = None  # FlashRAG/Search-R1 corpus jsonl; else built from the contexts
 
 
+class SmallRange(_Range):
+    """An inclusive range of small counts (operations per problem, digits per operand)."""
+
+    min: int = Field(2, ge=1, le=6)
+    max: int = Field(4, ge=1, le=6)
+
+
+class ToolQuestionsConfig(_Section):
+    """Questions of ``data.task: tools`` added to each split of the synthetic world
+    (:mod:`agentr1.data.toolquestions`): ``arithmetic`` word problems with fresh numbers
+    (``operations`` arithmetic operations each, operands of ``digits`` digits) and ``multi_tool``
+    questions about the world's years (search the entities, then calculate)."""
+
+    arithmetic: SplitCounts = SplitCounts(train=0, dev=0, test=0, ood=0)
+    multi_tool: SplitCounts = SplitCounts(train=0, dev=0, test=0, ood=0)
+    operations: SmallRange = SmallRange()
+    digits: SmallRange = SmallRange(min=3, max=4)
+
+
+TASKS = ("multihop", "tools")
+# Keys added after the nano results were committed: left out of dumps (config hashes, MLflow
+# params) while at their defaults, so the default configuration hashes as it did before.
+_NEW_DATA_KEYS = ("task", "tool_questions")
+
+
 class DataConfig(_Section):
+    """``task``: ``multihop`` (the synthetic world's multi-hop questions, or the real sources) or
+    ``tools`` (the synthetic world's questions plus ``tool_questions``: arithmetic and multi-tool
+    questions for ``env.tools: [search, calculator]``)."""
+
     source: Literal["synthetic", "real"] = "synthetic"
+    task: Literal["multihop", "tools"] = "multihop"
     processed_dir: str = "data/processed"
     hops: HopRange = HopRange()
     synthetic: SyntheticConfig = SyntheticConfig()
+    tool_questions: ToolQuestionsConfig = ToolQuestionsConfig()
     real: RealConfig = RealConfig()
 
     @model_validator(mode="after")
     def _real_has_sources(self) -> "DataConfig":
         if self.source == "real" and not self.real.sources:
             raise ValueError("source is 'real' but data.real.sources is empty: add at least one")
+        if self.task == "tools" and self.source != "synthetic":
+            raise ValueError("task 'tools' builds its questions in the synthetic world: set data.source: synthetic "
+                             "(GSM8K is a real source: data.real.sources with dataset: gsm8k, task: multihop)")
         return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out = handler(self)
+        defaults = {"task": "multihop", "tool_questions": ToolQuestionsConfig()}
+        for key in _NEW_DATA_KEYS:
+            if getattr(self, key) == defaults[key]:
+                out.pop(key, None)
+        return out
 
 
 class ValidateConfig(_Section):
@@ -789,7 +843,7 @@ class TrackingConfig(_Section):
 # ----------------------------------------------------------------------------------- project
 class Config(_Section):
     seed: int = Field(0, ge=0)
-    profile: Literal["nano", "smol", "paper"] = "nano"
+    profile: Literal["nano", "smol", "paper", "tools"] = "nano"
     data: DataConfig = DataConfig()
     validate_: ValidateConfig = Field(ValidateConfig(), alias="validate")
     retrieval: RetrievalConfig = RetrievalConfig()

@@ -1,18 +1,50 @@
 """Answer normalization (SQuAD / HotpotQA convention), shared by the reward metrics
 (:mod:`agentr1.env.rewards`) and the dataset checks (:mod:`agentr1.data.validation`, which
-refuses golds that normalize to nothing)."""
+refuses golds that normalize to nothing).
+
+Numbers: a string that reads as one number (:func:`normalize_number`: optional sign, optional
+``$``, digits with or without thousands commas, an optional decimal part) normalizes to its
+canonical decimal form, so ``"$2,125"``, ``"2125.0"`` and ``"2125"`` are one answer and ``"-5"``
+keeps its sign. Every other string (names, yes/no, "1923 AD") takes the text path unchanged, and
+an integer written plainly ("1923") normalizes to itself on both paths.
+"""
 
 from __future__ import annotations
 
 import re
 import string
+from decimal import Decimal
 
 _PUNCT = set(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
+_NUMBER = re.compile(r"([-+]?)\s*\$?\s*(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?")
+
+
+def normalize_number(text: str) -> str | None:
+    """The canonical form of ``text`` when the whole (stripped) string is one number, else None.
+
+    Accepted: ``[sign] [$] digits [.digits]`` where digits are plain (``2125``) or grouped by
+    thousands commas (``2,125``); blanks may follow the sign and the ``$``. Canonical form: the
+    exact decimal value (:class:`decimal.Decimal`, no float rounding) written without exponent,
+    leading zeros or trailing fractional zeros, ``-`` only for negative values: ``"$1,000.50"`` ->
+    ``"1000.5"``, ``"72.0"`` -> ``"72"``, ``"-0"`` -> ``"0"``, ``"007"`` -> ``"7"``.
+    """
+    m = _NUMBER.fullmatch(str(text).strip())
+    if m is None:
+        return None
+    sign, whole, frac = m.groups()
+    value = Decimal(f"{sign}{whole.replace(',', '')}{frac or ''}")
+    if value == value.to_integral_value():
+        return str(int(value))
+    return format(value.normalize(), "f")
 
 
 def normalize_answer(text: str) -> str:
-    """Lowercase, remove ASCII punctuation, remove articles (a, an, the), collapse whitespace."""
+    """:func:`normalize_number` for a number; otherwise lowercase, remove ASCII punctuation,
+    remove articles (a, an, the), collapse whitespace."""
+    number = normalize_number(text)
+    if number is not None:
+        return number
     text = str(text).lower()
     text = "".join(ch for ch in text if ch not in _PUNCT)
     text = _ARTICLES.sub(" ", text)

@@ -9,6 +9,8 @@ dataset's original format (``path``) or a dataset on the hub (``hub_id``/``hub_c
 * 2wiki: ``framolfese/2WikiMultihopQA`` / none / ``train``, ``validation``
 * musique: ``dgslibisey/MuSiQue`` / none / ``train``, ``validation``
 * flashrag: ``RUC-NLPIR/FlashRAG_datasets`` / ``hotpotqa``, ``nq``, ... / ``train``, ``dev``, ``test``
+* gsm8k: ``openai/gsm8k`` / ``main`` / ``train``, ``test`` (arithmetic word problems, no passages:
+  :mod:`.gsm8k`)
 
 Per-dataset mapping rules live in :mod:`.hotpotqa`, :mod:`.twowiki`, :mod:`.musique` and
 :mod:`.flashrag`; file reading, passage ids and errors in :mod:`.realformat`.
@@ -35,6 +37,7 @@ from agentr1.data.flashrag import (
     load_flashrag,
     read_flashrag_corpus,
 )
+from agentr1.data.gsm8k import load_gsm8k
 from agentr1.data.hotpotqa import load_hotpotqa
 from agentr1.data.musique import load_musique
 from agentr1.data.realformat import CorpusBuilder, Loaded, Record, RealDataError, read_records
@@ -62,6 +65,7 @@ LOADERS: dict[str, Callable[..., Loaded]] = {
     "2wiki": load_twowiki,
     "musique": load_musique,
     "flashrag": load_flashrag,
+    "gsm8k": load_gsm8k,
 }
 
 
@@ -85,7 +89,7 @@ def hub_rows(hub_id: str, hub_config: str | None, hub_split: str) -> Iterator[Re
 
 
 def load_file(dataset: str, path: str | Path, limit: int | None = None) -> Loaded:
-    """Load one local file of ``dataset`` (``hotpotqa``, ``2wiki``, ``musique``, ``flashrag``)."""
+    """Load one local file of ``dataset`` (``hotpotqa``, ``2wiki``, ``musique``, ``flashrag``, ``gsm8k``)."""
     if dataset not in LOADERS:
         raise RealDataError(f"unknown dataset {dataset!r}; known: {sorted(LOADERS)}")
     path = Path(path)

@@ -23,7 +23,8 @@ def build_dataset(cfg: Config) -> tuple[Dataset, dict[str, Any]]:
         from agentr1.data import synthetic
 
         try:
-            world, questions = synthetic.generate(cfg.data.synthetic, cfg.seed)
+            tools = cfg.data.tool_questions if cfg.data.task == "tools" else None
+            world, questions = synthetic.generate(cfg.data.synthetic, cfg.seed, tools)
         except ValueError as exc:
             raise StageError(str(exc)) from exc
         ds = synthetic.to_dataset(world, questions, cfg.data.synthetic, cfg.seed)

@@ -177,11 +177,15 @@ class SynQuestion:
     template: str
     id: str = ""
     split: str = ""
+    expression: str | None = None  # calculator questions (agentr1.data.toolquestions): value = answers[0]
 
     def to_row(self) -> dict[str, Any]:
-        return {"id": self.id, "question": self.question, "answers": list(self.answers), "type": self.type,
-                "hops": self.hops, "supporting_ids": [e.pid for e in self.supporting],
-                "source": "synthetic", "split": self.split}
+        row = {"id": self.id, "question": self.question, "answers": list(self.answers), "type": self.type,
+               "hops": self.hops, "supporting_ids": [e.pid for e in self.supporting],
+               "source": "synthetic", "split": self.split}
+        if self.expression is not None:
+            row["expression"] = self.expression
+        return row
 
 
 class TooSmall(ValueError):

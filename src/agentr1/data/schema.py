@@ -1,6 +1,9 @@
 """The unified dataset schema shared by every source (synthetic world, HotpotQA, 2Wiki, MuSiQue).
 
-Questions: ``id, question, answers[list], type, hops, supporting_ids[list], source, split``.
+Questions: ``id, question, answers[list], type, hops, supporting_ids[list], source, split``, plus
+           the optional columns of :data:`OPTIONAL_QUESTION_FIELDS` (``expression``: the arithmetic
+           expression whose value is the answer, for the calculator questions of ``data.task:
+           tools``), written only when some row of the file carries one.
 Corpus:    ``id, title, text``.
 
 On disk (``data.processed_dir``): ``<split>.parquet`` for each of train/dev/test/ood (a split with
@@ -33,6 +36,10 @@ QUESTION_SCHEMA = pa.schema(
     ]
 )
 CORPUS_SCHEMA = pa.schema([("id", pa.string()), ("title", pa.string()), ("text", pa.string())])
+
+# Optional question columns: absent from files (and rows) of datasets that do not use them, so
+# those files keep the bytes they had before the column existed.
+OPTIONAL_QUESTION_FIELDS = (pa.field("expression", pa.string()),)
 
 QUESTION_FIELDS = tuple(QUESTION_SCHEMA.names)
 CORPUS_FIELDS = tuple(CORPUS_SCHEMA.names)
@@ -85,8 +92,17 @@ def _write(rows: list[dict[str, Any]], schema: pa.Schema, path: Path) -> None:
     pq.write_table(table, path, compression="zstd", write_statistics=False)
 
 
+def question_schema(rows: Iterable[Mapping[str, Any]]) -> pa.Schema:
+    """:data:`QUESTION_SCHEMA` plus each optional field that some row sets (not None)."""
+    rows = list(rows)
+    extra = [f for f in OPTIONAL_QUESTION_FIELDS if any(r.get(f.name) is not None for r in rows)]
+    return pa.schema(list(QUESTION_SCHEMA) + extra)
+
+
 def write_questions(items: Iterable[Mapping[str, Any] | Question], path: str | Path) -> None:
-    _write(_rows(items), QUESTION_SCHEMA, Path(path))
+    rows = _rows(items)
+    schema = question_schema(rows)
+    _write([{**{f.name: None for f in OPTIONAL_QUESTION_FIELDS}, **r} for r in rows], schema, Path(path))
 
 
 def write_corpus(items: Iterable[Mapping[str, Any] | Passage], path: str | Path) -> None:

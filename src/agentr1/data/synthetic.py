@@ -23,7 +23,8 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from agentr1.config import SPLITS, SyntheticConfig
+from agentr1.config import SPLITS, SyntheticConfig, ToolQuestionsConfig
+from agentr1.data import toolquestions
 from agentr1.data.questions import (
     IN_DOMAIN_TYPES,
     PATH_TEMPLATES,
@@ -82,8 +83,13 @@ def _split_questions(w: World, cfg: SyntheticConfig, split: str, rng: random.Ran
     return out
 
 
-def generate(cfg: SyntheticConfig, seed: int) -> tuple[World, dict[str, list[SynQuestion]]]:
-    """Build the world and its questions (with template keys); ids assigned, order shuffled."""
+def generate(cfg: SyntheticConfig, seed: int,
+             tool_questions: ToolQuestionsConfig | None = None) -> tuple[World, dict[str, list[SynQuestion]]]:
+    """Build the world and its questions (with template keys); ids assigned, order shuffled.
+
+    ``tool_questions`` (``data.task: tools``) adds each split's arithmetic and multi-tool
+    questions (:mod:`agentr1.data.toolquestions`, their own RNG stream) before the split's shuffle;
+    without it the draws are exactly those of the multi-hop task."""
     w = build_world(cfg, seed)
     reg = Registry()
     questions: dict[str, list[SynQuestion]] = {}
@@ -98,6 +104,8 @@ def generate(cfg: SyntheticConfig, seed: int) -> tuple[World, dict[str, list[Syn
                 f"{getattr(cfg.families, split)}: could only make {exc}. Raise "
                 f"data.synthetic.families.{split} or lower data.synthetic.questions.{split}"
             ) from None
+        if tool_questions is not None:
+            qs += toolquestions.tool_questions(w, tool_questions, split, seed, reg)
         rng.shuffle(qs)
         for i, q in enumerate(qs):
             q.id, q.split = f"syn-{split}-{i:05d}", split

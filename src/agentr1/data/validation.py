@@ -20,6 +20,10 @@ together with what to do about it):
   question text in two splits); answer leaks (an answer appearing verbatim in its own question,
   types in ``validate.leak_allowed_types`` exempt) in at most ``validate.max_leak_share`` of each
   source's questions.
+* calculator questions (only with ``data.task: tools`` or a GSM8K source, so other datasets keep
+  their reports): ``arithmetic`` / ``multi_tool`` / ``gsm8k`` answers are numbers, the synthetic
+  ones' ``expression`` evaluates to the answer and their hops match (:func:`tool_question_problem`);
+  every ``type`` is a known one (the new types included).
 * corpus: ``id`` non-null and unique; ``title`` non-null; ``text`` not blank; not empty.
 
 Checks that relate several rows, tables or files (missing passages, split overlap, leak shares,
@@ -44,6 +48,7 @@ import logging
 import re
 import unicodedata
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +58,9 @@ import pyarrow.parquet as pq
 
 from agentr1.config import SPLITS, Config, ValidateConfig
 from agentr1.data.gx_suite import Check, CheckResult, run_checks
-from agentr1.data.schema import CORPUS_FILE, CORPUS_SCHEMA, QUESTION_FIELDS, QUESTION_SCHEMA, Dataset
-from agentr1.data.answers import normalize_answer
+from agentr1.data.schema import (CORPUS_FILE, CORPUS_SCHEMA, OPTIONAL_QUESTION_FIELDS, QUESTION_FIELDS, QUESTION_SCHEMA,
+                                 Dataset)
+from agentr1.data.answers import normalize_answer, normalize_number
 from agentr1.errors import StageError
 
 log = logging.getLogger(__name__)
@@ -163,7 +169,8 @@ def read_processed(processed_dir: str | Path, required_splits: list[str]) -> tup
         rows.append(_file_row(name, table.num_rows, schema_error=problem,
                               empty_split=_empty_split(split, table.num_rows, required_splits)))
         if problem is None:
-            records = table.select(schema.names).to_pylist()
+            optional = [f.name for f in OPTIONAL_QUESTION_FIELDS if split is not None and f.name in table.schema.names]
+            records = table.select([*schema.names, *optional]).to_pylist()
             if split is None:
                 corpus = records
             else:
@@ -240,7 +247,53 @@ def _splits_sharing(frame: pd.DataFrame, key: pd.Series) -> pd.Series:
     return shared.astype(object).where(shared.notna(), None)
 
 
-def build_question_frame(ds: Dataset, corpus_ids: set[str], leak_allowed_types: list[str]) -> pd.DataFrame:
+# Calculator question types (data.task: tools, GSM8K): numeric answers; the synthetic ones carry an
+# expression with that value and a fixed number of supporting passages.
+TOOL_HOPS = {"arithmetic": 0, "multi_tool": 2}
+NUMERIC_TYPES = (*TOOL_HOPS, "gsm8k")
+KNOWN_TOOL_TASK_TYPES = ("bridge", "comparison", "compositional", "inference", "chain", *NUMERIC_TYPES)
+
+
+def tool_checks_on(cfg: Config) -> bool:
+    """Whether the calculator-question checks run: ``data.task: tools`` or a GSM8K source."""
+    return cfg.data.task == "tools" or any(s.dataset == "gsm8k" for s in cfg.data.real.sources)
+
+
+def _evaluate(expression: str) -> Any:
+    from simpleeval import simple_eval  # the calculator tool's evaluator
+
+    return simple_eval(expression)
+
+
+def tool_question_problem(qtype: Any, hops: Any, supporting_ids: Any, answers: Any, expression: Any) -> str | None:
+    """What is wrong with a calculator question (:data:`NUMERIC_TYPES`), else None (other types:
+    None): its first answer must be a number (:func:`~agentr1.data.answers.normalize_number`);
+    ``arithmetic`` / ``multi_tool`` rows need an ``expression`` that evaluates (``simpleeval``,
+    exactly) to that number, and ``hops`` = number of supporting ids = :data:`TOOL_HOPS`."""
+    if qtype not in NUMERIC_TYPES:
+        return None
+    first = answers[0] if answers is not None and len(answers) else None
+    number = normalize_number(first) if first is not None else None
+    if number is None:
+        return f"answer {first!r} is not a number"
+    if qtype not in TOOL_HOPS:
+        return None
+    if not isinstance(expression, str) or not expression.strip():
+        return "no expression"
+    try:
+        value = normalize_number(str(Decimal(_evaluate(expression))))
+    except Exception as exc:  # noqa: BLE001 - any evaluation failure is the finding
+        return f"expression {expression!r} does not evaluate: {type(exc).__name__}: {exc}"
+    if value != number:
+        return f"expression {expression!r} = {value}, answer {number}"
+    n_ids = 0 if supporting_ids is None else len(supporting_ids)
+    if hops != TOOL_HOPS[qtype] or n_ids != TOOL_HOPS[qtype]:
+        return f"{qtype} needs hops = supporting ids = {TOOL_HOPS[qtype]} (got hops {hops}, {n_ids} ids)"
+    return None
+
+
+def build_question_frame(ds: Dataset, corpus_ids: set[str], leak_allowed_types: list[str],
+                         tool_checks: bool = False) -> pd.DataFrame:
     """All splits concatenated, plus the derived columns the GX checks assert on.
 
     Derived columns: ``file_split`` (the file the row came from), ``n_answers``, ``blank_question``
@@ -249,13 +302,17 @@ def build_question_frame(ds: Dataset, corpus_ids: set[str], leak_allowed_types: 
     ``answer_in_question`` (the leaked answer, None when none leaks or the type is allowed;
     :func:`apply_leak_tolerance` turns it into the checked ``leaked_answer``),
     ``id_in_splits`` / ``question_in_splits`` (the splits sharing the id / normalized question
-    text when more than one, else None). The list columns are dropped from the returned frame:
+    text when more than one, else None); with ``tool_checks`` also ``tool_question_problem``
+    (:func:`tool_question_problem`) and ``unknown_type`` (a type outside
+    :data:`KNOWN_TOOL_TASK_TYPES`, else None). The list and optional columns are dropped from the
+    returned frame:
     GX fingerprints a batch with ``pd.util.hash_pandas_object`` and falls back to pickling the
     frame for unhashable cells such as lists, which would make ``gx_result.json`` unstable.
     """
     parts = []
     for split in SPLITS:
-        part = pd.DataFrame(ds.split(split)).reindex(columns=list(QUESTION_FIELDS))
+        columns = [*QUESTION_FIELDS, *(f.name for f in OPTIONAL_QUESTION_FIELDS if tool_checks)]
+        part = pd.DataFrame(ds.split(split)).reindex(columns=columns)
         part["file_split"] = split
         parts.append(part)
     q = pd.concat(parts, ignore_index=True)
@@ -275,7 +332,15 @@ def build_question_frame(ds: Dataset, corpus_ids: set[str], leak_allowed_types: 
     q["id_in_splits"] = _splits_sharing(q, q["id"])
     norm_q = q["question"].map(lambda s: (normalize_text(s) or None) if isinstance(s, str) else None)
     q["question_in_splits"] = _splits_sharing(q, norm_q)
-    return q.drop(columns=["answers", "supporting_ids"])
+    if not tool_checks:
+        return q.drop(columns=["answers", "supporting_ids"])
+    q["tool_question_problem"] = pd.Series(
+        [tool_question_problem(t, None if pd.isna(h) else int(h), ids, a, e if isinstance(e, str) else None)
+         for t, h, ids, a, e in zip(q["type"], q["hops"], q["supporting_ids"], q["answers"], q["expression"])],
+        index=q.index, dtype=object)
+    q["unknown_type"] = pd.Series([None if t in KNOWN_TOOL_TASK_TYPES else str(t) for t in q["type"]],
+                                  index=q.index, dtype=object)
+    return q.drop(columns=["answers", "supporting_ids", *(f.name for f in OPTIONAL_QUESTION_FIELDS)])
 
 
 def apply_leak_tolerance(q: pd.DataFrame, max_share: float, n_ids: int) -> dict[str, Any]:
@@ -356,6 +421,7 @@ def build_checks(cfg: Config) -> list[Check]:
           f"an answer appears verbatim in its question (types {allowed} exempt) for at most "
           f"{v.max_leak_share:.2%} of each source's questions (value = the leaked answer)", _FIX_LEAK,
           column="leaked_answer"),
+        *(tool_checks(q) if tool_checks_on(cfg) else []),
         c("not_empty", "ExpectTableRowCountToBeBetween", "the corpus has at least one passage", min_value=1),
         c("id_not_null", "ExpectColumnValuesToNotBeNull", "every passage has an id", column="id"),
         c("id_unique", "ExpectColumnValuesToBeUnique", "passage ids are unique", column="id"),
@@ -363,6 +429,17 @@ def build_checks(cfg: Config) -> list[Check]:
         c("text_not_blank", "ExpectColumnValuesToMatchRegex", "passage texts are not blank",
           column="text", regex=_NOT_BLANK),
         c("text_not_null", "ExpectColumnValuesToNotBeNull", "every passage has a text", column="text"),
+    ]
+
+
+def tool_checks(q) -> list[Check]:
+    """The calculator-question checks (``q`` = the question-check maker of :func:`build_checks`)."""
+    return [
+        q("tool_questions_consistent", "ExpectColumnValuesToBeNull",
+          f"calculator questions ({', '.join(NUMERIC_TYPES)}) have a numeric answer; the synthetic ones an expression "
+          "of that value and their hop count (value = the problem)", column="tool_question_problem"),
+        q("type_known", "ExpectColumnValuesToBeNull",
+          f"every type is one of {list(KNOWN_TOOL_TASK_TYPES)} (value = the unknown type)", column="unknown_type"),
     ]
 
 
@@ -393,7 +470,8 @@ def _validate(files: pd.DataFrame, ds: Dataset | None, cfg: Config) -> Validatio
     leaks: dict[str, Any] | None = None
     if ds is not None:
         corpus = build_corpus_frame(ds)
-        questions = build_question_frame(ds, {i for i in corpus["id"] if isinstance(i, str)}, v.leak_allowed_types)
+        questions = build_question_frame(ds, {i for i in corpus["id"] if isinstance(i, str)}, v.leak_allowed_types,
+                                         tool_checks_on(cfg))
         leaks = apply_leak_tolerance(questions, v.max_leak_share, v.max_examples)
         frames.update(questions=questions, corpus=corpus)
     checks = build_checks(cfg)

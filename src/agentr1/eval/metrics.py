@@ -172,6 +172,22 @@ def _group(rows: Sequence[Mapping[str, Any]], key: str, samples: int, ci: float,
     return out
 
 
+def tool_usage(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """Per tool, over rows with ``calls_by_tool`` (``{tool: {"calls", "ok"}}``, see
+    :func:`agentr1.eval.quick.calls_by_tool`): ``calls`` = mean call attempts per episode,
+    ``success_rate`` = successful calls / attempts (None without attempts) and ``episodes`` =
+    share of episodes with at least one attempt. ``{}`` when the rows have no per-tool counts."""
+    if not rows or "calls_by_tool" not in rows[0]:
+        return {}
+    out: dict[str, dict[str, float | None]] = {}
+    for tool in rows[0]["calls_by_tool"]:
+        calls = [int(r["calls_by_tool"][tool]["calls"]) for r in rows]
+        ok = sum(int(r["calls_by_tool"][tool]["ok"]) for r in rows)
+        out[tool] = {"calls": _r(np.mean(calls)), "success_rate": _r(ok / sum(calls)) if sum(calls) else None,
+                     "episodes": _r(np.mean([c > 0 for c in calls]))}
+    return out
+
+
 def summarize_split(rows: Sequence[Mapping[str, Any]], bootstrap_cfg: Any, seed: int = 0) -> dict[str, Any]:
     """Summary of one split's per-question rows (keys ``em f1 subem format_ok answered
     tool_calls turns reward type hops reason``; see ``agentr1.stages.evaluate``).
@@ -179,8 +195,9 @@ def summarize_split(rows: Sequence[Mapping[str, Any]], bootstrap_cfg: Any, seed:
     Returns ``n``; the mean of each of :data:`MEANS`; ``<m>_ci_lower`` / ``<m>_ci_upper`` for
     m in em, f1, subem (:func:`bootstrap_ci`, ``bootstrap_cfg.samples`` / ``.ci``, ``seed``);
     ``reasons`` (episodes per end reason); ``by_type`` and ``by_hops`` (group name -> ``n``,
-    ``em`` with its CI, ``f1``, ``subem``; hop counts as strings). Numbers are rounded to
-    :data:`DIGITS` decimals. An empty split gives ``{"n": 0}``.
+    ``em`` with its CI, ``f1``, ``subem``; hop counts as strings). Rows with per-tool counts
+    (several tools) add ``by_tool`` (:func:`tool_usage`) and a ``by_tool`` in each ``by_type``
+    group. Numbers are rounded to :data:`DIGITS` decimals. An empty split gives ``{"n": 0}``.
     """
     if not rows:
         return {"n": 0}
@@ -192,4 +209,8 @@ def summarize_split(rows: Sequence[Mapping[str, Any]], bootstrap_cfg: Any, seed:
     out["reasons"] = dict(sorted(Counter(str(r.get("reason", "")) for r in rows).items()))
     out["by_type"] = _group(rows, "type", samples, ci, seed)
     out["by_hops"] = _group(rows, "hops", samples, ci, seed)
+    if tool_usage(rows):
+        out["by_tool"] = tool_usage(rows)
+        for name, entry in out["by_type"].items():
+            entry["by_tool"] = tool_usage([r for r in rows if str(r.get("type")) == name])
     return out

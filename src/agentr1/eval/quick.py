@@ -45,6 +45,19 @@ def episode_metrics(traj: Trajectory, reward_cfg) -> dict[str, Any]:
             "turns": float(traj.num_turns), "answered": float(score.answered), "reason": traj.reason}
 
 
+def calls_by_tool(traj: Trajectory, tools: Sequence[str]) -> dict[str, dict[str, int]]:
+    """Per tool in ``tools``: ``calls`` = the episode's call attempts naming it (valid or not) and
+    ``ok`` = those that executed successfully (``CallOutcome.success``). Attempts naming no
+    known tool count in ``tool_calls`` only."""
+    out = {t: {"calls": 0, "ok": 0} for t in tools}
+    for turn in traj.outcomes:
+        for o in turn:
+            if o.name in out:
+                out[o.name]["calls"] += 1
+                out[o.name]["ok"] += int(bool(o.success))
+    return out
+
+
 def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Means of the numeric per-episode metrics, ``n`` and ``reasons`` (count per end reason)."""
     out: dict[str, Any] = {"n": len(rows)}

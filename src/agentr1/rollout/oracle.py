@@ -7,6 +7,14 @@ Its script for a question with ``n`` hops is::
     turn i < n : env.fmt.render_call("search", {"query": title(supporting_ids[i])})
     turn n     : env.fmt.render_answer(answers[0])
 
+A calculator question (a row with an ``expression``: ``data.task: tools``, see
+:mod:`agentr1.data.toolquestions`) gets one more turn before the answer, after its searches
+(none for an arithmetic problem, one per entity for a multi-tool question, whose passages state
+the years the expression uses)::
+
+    turn n     : env.fmt.render_call("calculator", {"expression": expression})
+    turn n + 1 : env.fmt.render_answer(answers[0])
+
 **Noise** (``noise`` in [0, 1]): each episode is imperfect with probability ``noise``, decided by
 a private RNG seeded from ``(seed, question id)`` (so the decision for a question does not
 depend on which other questions are in the batch). An imperfect episode gets one of three kinds,
@@ -19,8 +27,8 @@ exceeds ``u``, and an episode whose picked kind does not fit stays clean. The ki
   correctly (one wasted turn, the final answer is still right);
 * ``redundant_query`` - repeat one hop's query right after it (one wasted turn);
 * ``early_answer``  - after ``k`` searches (``1 <= k < n``), answer with the title of
-  ``supporting_ids[k]``: the bridge entity the last observation named, not the answer.
-  Only for questions with ``n >= 2`` hops.
+  ``supporting_ids[k]``: the bridge entity the last observation named, not the answer (and no
+  calculation). Only for questions with ``n >= 2`` hops.
 
 **How the backend knows which episode a prompt belongs to.** :class:`OracleBackend` implements
 the backend interface (``generate(prompts, ...)``). The engine hands it, per live sample, the
@@ -51,6 +59,7 @@ from agentr1.rollout.trajectory import Trajectory
 
 NOISE_KINDS = ("wrong_query", "redundant_query", "early_answer")
 CLEAN = "clean"
+SEARCH, CALCULATOR = "search", "calculator"
 
 
 @dataclass(frozen=True)
@@ -75,7 +84,7 @@ def plan_episode(
     seed: int,
     max_turns: int,
     all_titles: Sequence[str] | None = None,
-    tool: str = "search",
+    tool: str = SEARCH,
     lead_space: bool = False,
 ) -> OraclePlan:
     """The oracle's script for ``question`` (see the module docstring).
@@ -85,21 +94,24 @@ def plan_episode(
     ``lead_space`` writes a space before every query and answer (``<search> Ada Vell</search>``;
     the env strips it) so a byte-level BPE tokenizes the name exactly as in running text.
     Raises ``KeyError`` when a supporting id is not in ``titles`` and ``ValueError`` when the
-    clean script (hops + answer) does not fit in ``max_turns``.
+    clean script (hops + calculation + answer) does not fit in ``max_turns``.
     """
     qid = str(question["id"])
     hops = [titles[str(pid)] for pid in question["supporting_ids"]]
     answer = str(question["answers"][0])
-    if len(hops) + 1 > max_turns:
-        raise ValueError(f"{qid}: {len(hops)} searches + answer do not fit in max_turns={max_turns}")
+    expression = question.get("expression")
+    calc = 0 if expression is None else 1
+    if len(hops) + calc + 1 > max_turns:
+        raise ValueError(f"{qid}: {len(hops)} searches + {calc} calculation(s) + answer do not fit in "
+                         f"max_turns={max_turns}")
     rng = _episode_rng(seed, qid)
     if isinstance(noise, Mapping):
         kind = _pick_kind(noise, rng.random())
-        if kind != CLEAN and not _fits(kind, len(hops), max_turns):
+        if kind != CLEAN and not _fits(kind, len(hops), max_turns - calc):
             kind = CLEAN
     else:
         imperfect = rng.random() < noise
-        kinds = [k for k in NOISE_KINDS if _fits(k, len(hops), max_turns)]
+        kinds = [k for k in NOISE_KINDS if _fits(k, len(hops), max_turns - calc)]
         kind = rng.choice(kinds) if imperfect and kinds else CLEAN
     queries = list(hops)
     final = answer
@@ -120,7 +132,10 @@ def plan_episode(
         k = rng.randrange(1, len(hops))
         queries, final = hops[:k], hops[k]
     sp = " " if lead_space else ""
-    turns = [fmt.render_call(tool, {"query": sp + q}) for q in queries] + [fmt.render_answer(sp + final)]
+    turns = [fmt.render_call(tool, {"query": sp + q}) for q in queries]
+    if expression is not None and kind != "early_answer":
+        turns.append(fmt.render_call(CALCULATOR, {"expression": sp + str(expression)}))
+    turns.append(fmt.render_answer(sp + final))
     return OraclePlan(qid, tuple(turns), kind)
 
 

@@ -57,7 +57,7 @@ import torch
 from agentr1.errors import StageError
 from agentr1.eval.baselines import naive_rag
 from agentr1.eval.metrics import MEANS, SCORES, summarize_split
-from agentr1.eval.quick import episode_metrics, evaluate_tool_policy
+from agentr1.eval.quick import calls_by_tool, episode_metrics, evaluate_tool_policy
 from agentr1.io import atomic_dir, tree_digest, write_json_atomic
 from agentr1.models import is_checkpoint, load_checkpoint
 from agentr1.rollout import make_backend
@@ -163,14 +163,22 @@ class _RecordingBackend:
         return gens
 
 
+def per_tool_names(env) -> list[str]:
+    """The env's tools when it has several (rows then get ``calls_by_tool``), else ``[]`` (one
+    tool: ``tool_calls`` is its count, and the rows keep their fields)."""
+    return list(env.tools) if len(env.tools) > 1 else []
+
+
 def _tool_policy_batch(backend, tokenizer, env, rollout_cfg, reward_cfg, questions, split, seed):
     """Greedy agent rollouts in the ToolEnv -> (rows, trajectories with their outcome reward)."""
     _, trajs = evaluate_tool_policy(backend, tokenizer, env, rollout_cfg, questions, reward_cfg, seed=seed)
-    rows = []
+    rows, tools = [], per_tool_names(env)
     for q, t in zip(questions, trajs):
         scores = episode_metrics(t, reward_cfg)
         t.outcome_reward = float(scores["reward"])
         rows.append(episode_row(q, split, scores, t.answer))
+        if tools:
+            rows[-1]["calls_by_tool"] = calls_by_tool(t, tools)
     return rows, trajs
 
 
@@ -193,6 +201,8 @@ def _naive_rag_batch(backend, tokenizer, env, rollout_cfg, reward_cfg, questions
         )
         trajs.append(t)
         rows.append(episode_row(q, split, r, r["answer"]))
+        if per_tool_names(env):
+            rows[-1]["calls_by_tool"] = calls_by_tool(t, per_tool_names(env))
     return rows, trajs
 
 

@@ -15,6 +15,9 @@ that writes it. Runs are grouped into methods (seeds) and ablations by
   CI, n, per-seed values), ``ablations.<ablation>.<split|avg>`` (a = the ablation, b = its
   full-mask method), ``vs_baselines.<policy>.<baseline>.<split|avg>`` (a = the policy), each
   difference with its CI, paired p-value and ``beyond_noise``; ``breakdown``; ``summary``;
+* ``tools.md`` (+ ``report.json`` ``tools``) - only when the splits hold calculator questions
+  (``data.task: tools``, GSM8K): per question type the metric with CIs, calls and success rate
+  per tool, and each RL method vs the cold start (:mod:`agentr1.report.tools`);
 * ``curves.csv`` - long-format learning curves (run, method, step, reward, dev_em; DVC plots);
 * ``plots/learning_curves.png``, ``plots/em_bars.png``, ``plots/ablations.png``.
 
@@ -37,6 +40,7 @@ from agentr1.report.inputs import check_inputs, load_curve, load_evaluation
 from agentr1.report.methods import BASELINES, group_methods
 from agentr1.report.stats import AVG
 from agentr1.report.summary import summarize, summary_markdown
+from agentr1.report.tools import tools_section
 from agentr1.report.tables import (Diff, Row, ablation_pairs, breakdown, breakdown_tables, build_rows, compare,
                                    csv_text, table3, table4)
 from agentr1.stages.context import StageContext
@@ -105,6 +109,9 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     method_of = {run: m.label for m in methods for run in m.runs}
     curves = [load_curve(runs_dir, run) for m in methods for run in m.runs]
     report = _report_json(cfg, rows, ablation_diffs, vs_baselines, bd, facts)
+    tools = tools_section(rows, evals, splits, metric, samples, ci, seed)
+    if tools is not None:
+        report["tools"] = tools[0]
 
     t3_md, t3_csv = table3(rows, splits, metric, ci)
     t4_md, t4_csv = table4(rows, ablation_diffs, splits, metric, ci)
@@ -115,6 +122,7 @@ def run(ctx: StageContext, args: Any = None) -> dict:
         "breakdown.md": bd_md, "breakdown.csv": bd_csv,
         "summary.md": summary_markdown(facts, rows, metric, splits),
         "curves.csv": csv_text(["run", "method", "step", "reward", "dev_em"], curve_rows),
+        **({"tools.md": tools[1]} if tools is not None else {}),
     }
     plot_dir = out / "plots"
     plots.learning_curves(curves, method_of, plot_dir / "learning_curves.png")
