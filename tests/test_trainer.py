@@ -67,9 +67,9 @@ def test_metrics_logged_with_namespaces(tok):
     names = set(logger.history)
     for key in ("rollout/reward", "rollout/em", "rollout/format_rate", "rollout/tool_calls", "rollout/turns",
                 "rollout/response_length", "train/kl_loss", "train/kl_ref", "train/entropy", "train/clipfrac",
-                "train/grad_norm", "train/lr", "time/rollout_s", "time/update_s", "eval/dev/em"):
+                "train/grad_norm", "train/lr", "time/rollout_s", "time/update_s", "dev/em"):
         assert key in names, key
-    assert [s for s, _ in logger.history["eval/dev/em"]] == [0, 2]  # before training and at step 2
+    assert [s for s, _ in logger.history["dev/em"]] == [0, 2]  # before training and at step 2
     assert logger.finite()
 
 
@@ -337,7 +337,7 @@ def test_vllm_backend_gets_the_policy_weights_before_every_rollout(tok, monkeypa
     assert not all(torch.equal(engine.synced[0][n], engine.synced[-1][n]) for n in engine.synced[0])
     # the engine saw the same weights as the trainer, so the run equals the hf-backend run
     assert rewards(history) == rewards(hf_history)
-    assert [h.get("eval/dev/em") for h in history] == [h.get("eval/dev/em") for h in hf_history]
+    assert [h.get("dev/em") for h in history] == [h.get("dev/em") for h in hf_history]
 
 
 def test_vllm_backend_needs_the_start_checkpoint(tok):

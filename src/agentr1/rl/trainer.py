@@ -16,7 +16,7 @@ One training step ``k`` (:meth:`Trainer.train_step`)::
                    - entropy_coef * entropy, all over the loss mask; clipped value loss for the
                    critic; gradient clipping; warmup + constant/cosine lr (agentr1.rl.schedule, a
                    LambdaLR per optimizer)
-    7. metrics     rollout/*, train/*, time/* (and eval/dev/* every dev.every steps, greedy)
+    7. metrics     rollout/*, train/*, time/* (and dev/* every dev.every steps, greedy)
     8. guard       non-finite loss/gradient or a reward drop -> skip / roll back / stop (agentr1.rl.collapse)
     9. checkpoint  every checkpoint.every steps (resumable; agentr1.rl.checkpoint)
 
@@ -473,8 +473,8 @@ class Trainer:
             trajs = self._engine(greedy).rollout(qs, 1, seed=_key(self.seed, 7))
             scores = [score_episode(t, self.reward_cfg) for t in trajs]
             m = rollout_metrics(trajs, scores)
-            out = {"eval/dev/em": m["rollout/em"], "eval/dev/reward": m["rollout/reward"],
-                   "eval/dev/format_rate": m["rollout/format_rate"], "eval/dev/tool_calls": m["rollout/tool_calls"]}
+            out = {"dev/em": m["rollout/em"], "dev/reward": m["rollout/reward"],
+                   "dev/format_rate": m["rollout/format_rate"], "dev/tool_calls": m["rollout/tool_calls"]}
         return self.dist.broadcast_object(out)
 
     # ------------------------------------------------------------------ 8: collapse guard

@@ -59,7 +59,7 @@ CURVE = {
     "reward": "rollout/reward", "em": "rollout/em", "format_rate": "rollout/format_rate",
     "tool_calls": "rollout/tool_calls", "turns": "rollout/turns", "response_length": "rollout/response_length",
     "kl_ref": "train/kl_ref", "entropy": "train/entropy", "clipfrac": "train/clipfrac",
-    "grad_norm": "train/grad_norm", "lr": "train/lr", "vf_loss": "train/vf_loss", "dev_em": "eval/dev/em",
+    "grad_norm": "train/grad_norm", "lr": "train/lr", "vf_loss": "train/vf_loss", "dev_em": "dev/em",
 }
 TIMES = {"rollout_s": "time/rollout_s", "prepare_s": "time/prepare_s", "update_s": "time/update_s", "step_s": "time/step_s"}
 
@@ -81,7 +81,7 @@ def _mean(xs: list[float]) -> float | None:
 def summarize(history: list[dict], trainer: Trainer, run: str) -> dict:
     """The run's deterministic summary (``metrics.json``)."""
     steps = [h for h in history if "rollout/reward" in h]
-    dev = [(h["step"], h["eval/dev/em"]) for h in history if "eval/dev/em" in h]
+    dev = [(h["step"], h["dev/em"]) for h in history if "dev/em" in h]
     rewards = [h["rollout/reward"] for h in steps]
     t = trainer.tcfg
     return {

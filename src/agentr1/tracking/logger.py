@@ -3,7 +3,7 @@
 Trainers and evaluators depend on the :class:`MetricsLogger` protocol only; the MLflow
 implementation (:class:`agentr1.tracking.mlflow_adapter.MLflowLogger`) is built by a stage run,
 :class:`NullLogger` and :class:`InMemoryLogger` let the core run and be tested without MLflow.
-Metric names are namespaced by the caller (``train/loss``, ``rollout/reward``, ``eval/dev/em``).
+Metric names are namespaced by the caller (``train/loss``, ``rollout/reward``, ``dev/em``).
 """
 
 from __future__ import annotations
