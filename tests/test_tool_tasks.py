@@ -83,6 +83,12 @@ def test_non_numbers_take_the_text_path(text):
     assert normalize_number(text) is None
 
 
+def test_runaway_digits_take_the_text_path_without_crashing():
+    huge = "9" * 5000  # past Python's 4,300-digit int/str conversion limit
+    assert normalize_number(huge) is None and normalize_answer(huge) == huge
+    assert exact_match(huge, [huge]) == 1.0 and exact_match(huge, ["9"]) == 0.0
+
+
 def test_numeric_em_and_names_unchanged():
     assert exact_match("$2,125", ["2125"]) == exact_match("2125.0", "2,125") == 1.0
     assert exact_match("-5", ["5"]) == 0.0 and exact_match("1923", ["1923"]) == 1.0

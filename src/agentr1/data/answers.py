@@ -18,6 +18,7 @@ from decimal import Decimal
 _PUNCT = set(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _NUMBER = re.compile(r"([-+]?)\s*\$?\s*(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?")
+MAX_NUMBER_CHARS = 100  # a longer digit string takes the text path (no huge int conversions)
 
 
 def normalize_number(text: str) -> str | None:
@@ -27,9 +28,14 @@ def normalize_number(text: str) -> str | None:
     thousands commas (``2,125``); blanks may follow the sign and the ``$``. Canonical form: the
     exact decimal value (:class:`decimal.Decimal`, no float rounding) written without exponent,
     leading zeros or trailing fractional zeros, ``-`` only for negative values: ``"$1,000.50"`` ->
-    ``"1000.5"``, ``"72.0"`` -> ``"72"``, ``"-0"`` -> ``"0"``, ``"007"`` -> ``"7"``.
+    ``"1000.5"``, ``"72.0"`` -> ``"72"``, ``"-0"`` -> ``"0"``, ``"007"`` -> ``"7"``. A string
+    longer than :data:`MAX_NUMBER_CHARS` is not read as a number (a model's runaway digits must
+    neither crash nor slow the reward: Python refuses int/str conversions past 4,300 digits).
     """
-    m = _NUMBER.fullmatch(str(text).strip())
+    text = str(text).strip()
+    if len(text) > MAX_NUMBER_CHARS:
+        return None
+    m = _NUMBER.fullmatch(text)
     if m is None:
         return None
     sign, whole, frac = m.groups()
