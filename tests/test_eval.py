@@ -333,7 +333,7 @@ def test_registry_versions_aliases_and_gate(project):
     train = client.get_run(first["train_run_id"])
     assert train.info.run_name == "train@grpo" and versions[0].tags["agentr1.train_run_id"] == train.info.run_id
     assert versions[0].tags["agentr1.checkpoint_sha256"] == train.data.tags["agentr1.checkpoint_sha256"]
-    assert versions[0].description.startswith("grpo: weights from train@grpo") and "train_run_id" not in versions[1].tags
+    assert versions[0].description.startswith("grpo: weights from [train@grpo](#/experiments/") and "train_run_id" not in versions[1].tags
     champion = client.get_model_version_by_alias(name, "champion")
     assert champion.tags["agentr1.gate.decision"] == "promote"
     assert "agentr1.gate.decision" not in versions[1].tags  # the baseline is not gated

@@ -353,7 +353,8 @@ def test_registered_versions_carry_their_provenance(sqlite_store, checkpoint: Pa
     mv = client.get_model_version("provenance-policy", info["version"])
     assert mv.tags["agentr1.train_run_id"] == train.run_id and mv.tags["agentr1.variant"] == "ppo"
     assert mv.tags["agentr1.checkpoint_sha256"] == tree_digest(checkpoint)
-    assert mv.description.startswith(f"ppo: weights from train@ppo (run {train.run_id}). ")
+    assert mv.description.startswith(f"ppo: weights from [train@ppo](#/experiments/{train.experiment_id}/runs/{train.run_id}) "
+                                     f"(run {train.run_id}). ")
     assert "test/em 0.250 [0.200, 0.300]" in mv.description
     assert [m.value for m in client.get_metric_history(ev.run_id, "test/em")] == [0.25]  # once
     assert client.get_logged_model(mv.model_id or mv.source.split("/")[-1]).name == "policy-ppo"

@@ -156,10 +156,14 @@ def train_run_of(client: MlflowClient, experiment_id: str, checkpoint_sha256: st
 
 
 def describe_version(variant: str, metrics: Mapping[str, float], train_run: Run | None) -> str:
-    """A version's description: where its weights come from and its headline metrics (EM with
-    the CI per split), e.g. ``ppo: weights from train@ppo (run 1a2b...). test/em 0.045 [0.020, 0.075]``."""
-    origin = (f"weights from {train_run.info.run_name} (run {train_run.info.run_id})" if train_run is not None
-              else "weights from no tracked train@ run")
+    """A version's description (Markdown, as MLflow renders it): where its weights come from, a
+    link to that ``train@`` run's page, and its headline metrics (EM with the CI per split), e.g.
+    ``ppo: weights from [train@ppo](#/experiments/1/runs/1a2b...) (run 1a2b...). test/em 0.045 [0.020, 0.075]``."""
+    if train_run is not None:
+        info = train_run.info
+        origin = f"weights from [{info.run_name}](#/experiments/{info.experiment_id}/runs/{info.run_id}) (run {info.run_id})"
+    else:
+        origin = "weights from no tracked train@ run"
     heads = [f"{k} {metrics[k]:.3f} [{metrics.get(k + '_ci_lower', float('nan')):.3f}, "
              f"{metrics.get(k + '_ci_upper', float('nan')):.3f}]" for k in sorted(metrics) if k.endswith("/em")]
     return f"{variant}: {origin}. " + ("; ".join(heads) or "no EM metrics")
