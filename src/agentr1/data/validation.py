@@ -260,16 +260,16 @@ def tool_checks_on(cfg: Config) -> bool:
 
 
 def _evaluate(expression: str) -> Any:
-    from simpleeval import simple_eval  # the calculator tool's evaluator
+    from agentr1.data.arithmetic import Arithmetic  # the calculator tool's evaluator, default limits
 
-    return simple_eval(expression)
+    return Arithmetic().evaluate(expression)
 
 
 def tool_question_problem(qtype: Any, hops: Any, supporting_ids: Any, answers: Any, expression: Any) -> str | None:
     """What is wrong with a calculator question (:data:`NUMERIC_TYPES`), else None (other types:
     None): its first answer must be a number (:func:`~agentr1.data.answers.normalize_number`);
-    ``arithmetic`` / ``multi_tool`` rows need an ``expression`` that evaluates (``simpleeval``,
-    exactly) to that number, and ``hops`` = number of supporting ids = :data:`TOOL_HOPS`."""
+    ``arithmetic`` / ``multi_tool`` rows need an ``expression`` that evaluates (the calculator's
+    :class:`~agentr1.data.arithmetic.Arithmetic`, exactly) to that number, and ``hops`` = number of supporting ids = :data:`TOOL_HOPS`."""
     if qtype not in NUMERIC_TYPES:
         return None
     first = answers[0] if answers is not None and len(answers) else None
