@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from agentr1.rl.trainer import _key, score_episode
-    from agentr1.rl.sft import BETAS
+    from agentr1.rl.schedule import BETAS
     from agentr1.rollout import RolloutEngine
     from agentr1.rollout.hf import HFBackend
 

@@ -1,85 +1,102 @@
-"""One-hop reading drills and the sft stage's pretraining texts on a small synthetic world."""
+"""Reading drills: documents over fresh worlds whose answers are read off their own passages, no
+dataset entity in pretraining, and the gate's drills over held-out entities as the dataset states
+them."""
 
 from __future__ import annotations
 
+import random
+from itertools import islice
+
 import pytest
 
-from agentr1.config import EnvConfig, config_from_dict
-from agentr1.data.drills import ONE_HOP, one_hop_questions, regenerate
-from agentr1.data.synthetic import generate, to_dataset
-from agentr1.env import ToolEnv
-from agentr1.errors import StageError
-from agentr1.retrieval.bm25 import BM25Retriever
-from agentr1.config import BM25Config
-from agentr1.stages.sft import pretrain_texts
-from agentr1.rollout.oracle import corpus_titles, unique_questions
+from agentr1.config import SyntheticConfig
+from agentr1.data.drills import (ANSWER, KIND_RELATIONS, QUESTION, RELATIONS, build_doc, facts_of, gate_drills,
+                                 passage_line, pretraining_docs, stream_docs)
+from agentr1.data.world import build_world, corpus_rows, fresh_world
 
-SMALL = {"families": {"train": 12, "dev": 3, "test": 3, "ood": 4},
-         "questions": {"train": 40, "dev": 10, "test": 10, "ood": 10}}
+SMALL = SyntheticConfig(families={"train": 12, "dev": 3, "test": 3, "ood": 4},
+                        questions={"train": 40, "dev": 10, "test": 10, "ood": 10})
 
 
 @pytest.fixture(scope="module")
-def small():
-    cfg = config_from_dict({"data": {"synthetic": SMALL}, "env": {"search": {"topk": 1}},
-                            "sft": {"pretrain": {"steps": 1}}})
-    world, questions = generate(cfg.data.synthetic, cfg.seed)
-    ds = to_dataset(world, questions, cfg.data.synthetic, cfg.seed)
-    env = ToolEnv.from_config(EnvConfig(search={"topk": 1}), BM25Retriever.build(ds.corpus, BM25Config()))
-    return cfg, world, ds, env
+def world():
+    w = build_world(SMALL, 0)
+    return w, corpus_rows(w, SMALL.distractor_sentences, 0)
 
 
-def test_one_drill_per_train_entity_and_stated_fact(small):
-    _, world, ds, _ = small
-    drills = one_hop_questions(world, "train")
-    train = {e.pid for e in world.entities if e.split == "train"}
-    assert drills and all(d["supporting_ids"][0] in train for d in drills)  # no dev/test/ood entity
-    assert len({d["id"] for d in drills}) == len(drills)
-    by_pid = {p["id"]: p for p in ds.corpus}
-    for d in drills:
-        passage = by_pid[d["supporting_ids"][0]]
-        assert passage["title"] in d["question"]
-        assert d["answers"][0] in passage["text"]  # the fact is read off the entity's own passage
-    kinds = {e.kind for e in world.entities if e.split == "train" and e.kind in ONE_HOP}
-    assert kinds == {"person", "city", "film", "company"}
-    father = next(d for d in drills if d["id"].endswith("-father"))
-    assert father["question"].startswith("Who is the father of ")
+def test_every_relation_has_a_kind_and_phrasings_naming_the_entity():
+    assert set(KIND_RELATIONS) == {"person", "city", "film", "company"}
+    for rel, (kind, phrasings) in RELATIONS.items():
+        assert rel in KIND_RELATIONS[kind] and phrasings
+        assert all("{x}" in p and p.endswith("?") for p in phrasings)
+    # the phrasings the multi-hop questions use are among them
+    assert "Who is the director of {x}?" in RELATIONS["directed_by"][1]
+    assert "Who is the founder of {x}?" in RELATIONS["founded_by"][1]
 
 
-def test_regenerate_refuses_a_dataset_from_other_params(small):
-    cfg, world, ds, _ = small
-    assert [e.pid for e in regenerate(cfg.data.synthetic, cfg.seed, ds.corpus).entities] == [e.pid for e in world.entities]
-    with pytest.raises(ValueError, match="agentr1 prepare"):
-        regenerate(cfg.data.synthetic, cfg.seed + 1, ds.corpus)
+def test_documents_ask_what_their_passages_state(world):
+    w, _ = world
+    fresh = fresh_world(20, "t", taken={e.name for e in w.entities})
+    docs = list(islice(stream_docs(fresh, random.Random(0), 2, (1, 3), 4), 200))
+    assert {d.text.count("\nDoc ") + 1 for d in docs} == {1, 3}
+    by_pid = {e.pid: e for e in fresh.entities}
+    for doc in docs:
+        head = doc.text[: doc.text.index(QUESTION)]
+        assert 1 <= len(doc.facts) == len(doc.targets) <= 4  # as many as the passages state, at most 4
+        for fact, (a, b) in zip(doc.facts, doc.targets):
+            entity = by_pid[fact.pid]
+            assert f"(Title: {entity.name}) " in head            # the asked entity's passage is in the document
+            assert fact.answers[0] in head                        # and its answer is read off it
+            assert doc.text[a:b] == f" {fact.answers[0]}\n"       # the target span is the answer and its newline
+            assert doc.text[:a].endswith(f"{QUESTION} {fact.question}\n{ANSWER}")
+        for a, b in doc.first_mentions:                           # a name's first mention is in the passages
+            assert a < len(head) and doc.text.find(doc.text[a:b]) == a
+    relations = {f.relation for d in docs for f in d.facts}
+    assert relations == {r.lstrip("@") for r in RELATIONS}
 
 
-def test_pretraining_texts_are_transcripts_without_the_system_prompt(small):
-    cfg, world, ds, env = small
-    titles = corpus_titles(ds.corpus)
-    texts, links = pretrain_texts(ds, env, cfg, titles)
-    n_train, n_drills = len(unique_questions(ds.split("train"))), len(one_hop_questions(world, "train"))
-    assert links is None and len(texts) == n_train + n_drills
-    assert not any(env.system_prompt() in t for t in texts)
-    assert all(t.startswith("Question: ") and "<answer>" in t and "<information>" in t for t in texts)
-    drill = texts[n_train]  # the first drill: one search of its entity, its passage, the fact
-    d = one_hop_questions(world, "train")[0]
-    assert drill.count("<search>") == 1 and f"<answer> {d['answers'][0]}</answer>" in drill
-    no_drills = cfg.model_copy(deep=True)
-    no_drills.sft.pretrain.drills = False
-    assert len(pretrain_texts(ds, env, no_drills, titles)[0]) == n_train
-    mixed = cfg.model_copy(deep=True)
-    mixed.sft.pretrain.texts = "mix"
-    assert len(pretrain_texts(ds, env, mixed, titles)[0]) == len(ds.corpus) + n_train + n_drills
+def test_pretraining_docs_avoid_every_dataset_entity_and_are_deterministic(world):
+    w, _ = world
+    taken = {e.name for e in w.entities}
+    first = [d.text for d in islice(pretraining_docs(taken, 0, 8, 30, 2), 90)]  # three worlds
+    assert first == [d.text for d in islice(pretraining_docs(taken, 0, 8, 30, 2), 90)]
+    assert first != [d.text for d in islice(pretraining_docs(taken, 1, 8, 30, 2), 90)]
+    for name in taken:
+        assert all(f"Title: {name})" not in t for t in first)
+    worlds = [fresh_world(8, f"0/world/{i}", taken=taken) for i in range(3)]
+    assert all(not taken & {e.name for e in fw.entities} for fw in worlds)
+    assert len({tuple(e.name for e in fw.entities) for fw in worlds}) == 3  # a new world every 30 documents
 
 
-def test_drills_on_a_dataset_from_other_params_fail_the_stage(small):
-    cfg, _, ds, env = small
-    other = cfg.model_copy(deep=True)
-    other.seed = cfg.seed + 1
-    with pytest.raises(StageError, match="agentr1 prepare"):
-        pretrain_texts(ds, env, other, corpus_titles(ds.corpus))
+def test_gate_drills_read_held_out_entities_as_the_dataset_states_them(world):
+    w, corpus = world
+    text_of = {p["id"]: p for p in corpus}
+    held = {e.pid: e for e in w.entities if e.split == "test"}
+    for passages in (1, 3):
+        docs = gate_drills(w, corpus, ["test"], passages, 30, 0)
+        assert len(docs) == 30 and docs == gate_drills(w, corpus, ["test"], passages, 30, 0)
+        for doc in docs:
+            [fact] = doc.facts
+            assert fact.pid in held
+            prompt = doc.text[: doc.prompt_end]
+            assert prompt.count("(Title: ") == passages
+            assert passage_line(1, "", "")[:5] == prompt[:5]
+            asked = text_of[fact.pid]
+            assert passage_line(0, asked["title"], asked["text"])[6:] in prompt   # the dataset's own passage
+            assert fact.question == RELATIONS["@" + fact.relation if "@" + fact.relation in RELATIONS
+                                              else fact.relation][1][0].format(x=held[fact.pid].name)
+        counts = {}
+        for doc in docs:
+            counts[doc.facts[0].relation] = counts.get(doc.facts[0].relation, 0) + 1
+        assert max(counts.values()) - min(counts.values()) <= 1  # drawn evenly over the relations
 
 
-def test_chains_need_corpus_texts():
-    with pytest.raises(ValueError, match="chain 4 links corpus passages"):
-        config_from_dict({"sft": {"pretrain": {"chain": 4, "texts": "episodes"}}})
-    assert config_from_dict({"sft": {"pretrain": {"chain": 4, "texts": "corpus"}}}).sft.pretrain.chain == 4
+def test_facts_skip_relations_an_entity_lacks_and_build_doc_marks_answers(world):
+    w, _ = world
+    oldest = next(e for e in w.entities if e.kind == "person" and "father" not in e.rels)
+    rels = {f.relation for f in facts_of(w, oldest)}
+    assert "father" not in rels and {"born_in", "birth_year"} <= rels
+    doc = build_doc([("A B", "A B is a city in C D.")], [facts_of(w, oldest)[0]], names=["A B", "C D"])
+    assert doc.text.startswith("Doc 1 (Title: A B) A B is a city in C D.\nQuestion: ")
+    assert doc.first_mentions == [(14, 17), (36, 39)]
+    assert doc.prompt_end == doc.targets[0][0]

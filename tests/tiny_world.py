@@ -61,17 +61,31 @@ def stage_config(root, splits: dict[str, list[dict]], **sections):
     processed, index = root / "processed", root / "index"
     write_dataset(Dataset(questions=splits, corpus=corpus()), processed)
     retriever().save(index)
-    sft = {"pretrain": {"steps": 0}, "out_dir": str(root / "models" / "sft"), "init_dir": str(root / "models" / "init"),
-           "report_dir": str(root / "sft"), "num_threads": None, **sections.pop("sft", {})}
-    return config_from_dict({
+    sft = {"out_dir": str(root / "models" / "sft"), "report_dir": str(root / "sft"), "num_threads": None,
+           **sections.pop("sft", {})}
+    pretrain = {"out_dir": str(root / "models" / "init"), "report_dir": str(root / "pretrain"), **sections.pop("pretrain", {})}
+    cfg = config_from_dict({
         "data": {"processed_dir": str(processed)},
         "retrieval": {"index_dir": str(index)},
         "env": {"search": {"topk": 2, "passage_max_chars": 200}},
         "model": {"scratch": TINY_MODEL.model_dump()},
+        "pretrain": pretrain,
         "sft": sft,
         "runs": RUNS,
         **sections,
     })
+    save_base(cfg)
+    return cfg
+
+
+def save_base(cfg, seed: int = 0):
+    """The base policy the sft stage starts from, as ``agentr1 pretrain`` leaves it in
+    ``pretrain.out_dir``: here the tiny model with the tiny world's tokenizer, untrained."""
+    from agentr1.models import save_checkpoint
+
+    tok = tokenizer([])
+    save_checkpoint(model(tok, seed=seed), tok, cfg.pretrain.out_dir)
+    return tok
 
 
 def tokenizer(texts: list[str]):

@@ -80,6 +80,9 @@ class SyntheticConfig(_Section):
     ``families`` is the number of independent entity clusters (a family tree plus the cities,
     companies and films around it) generated for each split; clusters of different splits share
     no entity, so dev/test/ood questions are about entities no training question mentions.
+    ``train_chains``: the share of train questions that are 3-hop chains of templates the ood
+    split does not use (``agentr1.data.questions.TRAIN_CHAIN_TEMPLATES``), so that training
+    reaches past 2 hops; ``types`` splits the rest (and all of dev and test).
     """
 
     families: SplitCounts = SplitCounts(train=600, dev=60, test=60, ood=60)
@@ -88,6 +91,7 @@ class SyntheticConfig(_Section):
     ood_hops: list[int] = Field(default_factory=lambda: [3, 4])
     distractor_sentences: int = Field(2, ge=0, le=10)
     yes_no_fraction: float = Field(0.3, ge=0, le=1)
+    train_chains: float = Field(0.1, ge=0, le=0.5)  # share of train questions that are 3-hop chains the ood split never asks
 
     @field_validator("ood_hops")
     @classmethod
@@ -226,13 +230,17 @@ class ValidateConfig(_Section):
     types; 0.0 = none may leak (the synthetic world has none; real HotpotQA/MuSiQue samples have
     about 2%). ``required_splits``: splits that must hold at least one question (a split left out
     may be empty, e.g. ``ood`` for real data without an out-of-domain source).
-    ``max_examples``: offending rows (and leaking ids) named per failed check."""
+    ``max_examples``: offending rows (and leaking ids) named per failed check. ``copy_sources``:
+    sources whose dev/test/ood answers must be copyable - every word of the answer in the train
+    split's texts (the synthetic world builds held-out names from train name parts; real data
+    answers are free text, so it is off for them)."""
 
     report_dir: str = "data/validation"
     leak_allowed_types: list[str] = Field(default_factory=lambda: ["comparison", "bridge_comparison"])
     max_leak_share: float = Field(0.0, ge=0, le=1)
     required_splits: list[str] = Field(default_factory=lambda: list(SPLITS))
     max_examples: int = Field(5, ge=1, le=100)
+    copy_sources: list[str] = Field(default_factory=lambda: ["synthetic"])
 
     @field_validator("required_splits")
     @classmethod
@@ -504,47 +512,73 @@ class RolloutConfig(_Section):
         return self
 
 
-# --------------------------------------------------------------------------------------- sft
+# ---------------------------------------------------------------------------------- pretrain
+class ReadingGateConfig(_Section):
+    """The reading gate of the base policy (stage ``pretrain``, ``data/pretrain/metrics.json``):
+    greedy reading accuracy on drills over the dataset's entities of ``splits`` (never in any
+    pretraining text), ``per_split`` drills per split and kind, drawn evenly over the relations.
+    *One-hop*: the asked entity's passage alone; *multi-passage*: it among ``passages`` passages
+    of the same split. ``one_hop``/``multi``: the accuracy each must reach, overall and for every
+    relation (``passed`` records it; the stage does not fail on it). ``every``: also measure on
+    the first split every N pretraining steps (the gate curve; 0 = only at the end)."""
+
+    splits: list[Literal["dev", "test", "ood"]] = Field(default_factory=lambda: ["dev", "test"], min_length=1)
+    per_split: int = Field(240, ge=1)
+    passages: int = Field(3, ge=2, le=8)
+    one_hop: float = Field(0.95, ge=0, le=1)
+    multi: float = Field(0.90, ge=0, le=1)
+    every: int = Field(500, ge=0)
+
+
 class PretrainConfig(_Section):
-    """Language-model pretraining of a scratch policy before SFT (``agentr1.rl.sft.pretrain_lm``;
-    runs only for ``model.kind: scratch``): a scratch model stands in for a pretrained LLM, which
-    can already read and copy. ``steps`` (0 = off) AdamW steps of ``batch_size`` texts each, lr
-    warmed up over ``warmup_steps`` then cosine-decayed. ``texts`` picks what it reads:
+    """Stage ``pretrain``: the base policy, the nano world's "pretrained LLM" that reads and copies
+    but has never seen a tool-use episode (``agentr1.stages.pretrain``).
 
-    - ``episodes``: the transcripts of the oracle's episodes on every train question (question,
-      calls, the env's observations, answer; no system prompt), every token a target. Names are
-      mostly predictable only by copying them from earlier in the transcript (the question into
-      the first query, the query into the observation's title, a name after a relation into the
-      next query or the answer), so the model learns to copy (the copy probe: 0.00 after corpus
-      pretraining, ~0.5 on the first token of a name after this; bench/RESULTS.md section 10).
-      ``noise``: the oracle noise of these transcripts (0 = clean); ``drills`` (synthetic world
-      only): also a one-hop reading drill per train entity and fact ("Who is the father of
-      <person>?": search it, answer from its passage; ``agentr1.data.drills``), ~30k short
-      transcripts that each end in picking the name after the asked relation;
-    - ``corpus``: the corpus passages, one per text (``chain`` = 1) or chains of ``chain`` linked
-      passages (each next one a passage whose title the previous one mentions: in-context
-      pretraining over the corpus's links);
-    - ``mix``: both, drawn uniformly from their union.
-    """
+    ``model.kind: scratch``: a tokenizer (``model.scratch.vocab_size`` BPE tokens, every name part
+    of the inventory one more token) and a Llama model trained on reading drills
+    (``agentr1.data.drills``) over a stream of fresh worlds of ``world_families`` clusters each
+    (a new world every ``docs_per_world`` documents; no dataset entity): each document holds a
+    number of passages drawn from ``passages`` and ``questions`` questions about them with their
+    answers. ``steps`` AdamW steps of ``batch_size`` documents, lr warmed up over
+    ``warmup_steps`` then cosine-decayed; the loss on ``loss_on``: ``answers`` (the answers'
+    tokens) or ``text`` (every token but the first mention of each name). The tokenizer is
+    trained on ``tokenizer_docs`` documents of its own fresh world. ``hf``/``gguf``: the
+    pretrained model as loaded, saved as the base policy (no training). Either way the gate
+    (:class:`ReadingGateConfig`) is measured and the base saved to ``out_dir`` (the
+    ``base_tool_call`` baseline; the sft stage starts from it), metrics and curves to
+    ``report_dir``. ``num_threads``: torch CPU threads (null = torch's default)."""
 
-    steps: int = Field(600, ge=0)
+    steps: int = Field(6000, ge=1)
     batch_size: int = Field(16, ge=1)
-    texts: Literal["episodes", "corpus", "mix"] = "episodes"
-    noise: float = Field(0.0, ge=0, le=1)
-    drills: bool = True
-    chain: int = Field(1, ge=1)
     lr: float = Field(3e-3, gt=0)
-    warmup_steps: int = Field(20, ge=0)
+    warmup_steps: int = Field(100, ge=0)
+    weight_decay: float = Field(0.01, ge=0)
+    loss_on: Literal["answers", "text"] = "text"
+    world_families: int = Field(100, ge=1, le=400)
+    docs_per_world: int = Field(2000, ge=1)
+    passages: list[Annotated[int, Field(ge=1, le=8)]] = Field(default_factory=lambda: [1, 2, 3], min_length=1)
+    questions: int = Field(4, ge=1)
+    tokenizer_docs: int = Field(3000, ge=1)
+    gate: ReadingGateConfig = ReadingGateConfig()
+    out_dir: str = "data/models/init"
+    report_dir: str = "data/pretrain"
+    num_threads: int | None = Field(2, ge=1)
+    log_every: int = Field(100, ge=1)
 
-    @model_validator(mode="after")
-    def _chains_link_passages(self) -> "PretrainConfig":
-        if self.chain > 1 and self.texts != "corpus":
-            raise ValueError(f"chain {self.chain} links corpus passages, so it needs texts: corpus (got {self.texts}); "
-                             "set chain: 1 or texts: corpus")
-        return self
 
-
+# --------------------------------------------------------------------------------------- sft
 Share = Annotated[float, Field(ge=0, le=1)]
+
+
+class CopyGateConfig(_Section):
+    """The cold start's copy probe must reach ``start`` (the first token of a copied name) and
+    ``continue`` (its continuation) teacher-forced top-1 on dev (``data/sft/metrics.json``
+    ``copy.gate``; recorded, the stage does not fail on it)."""
+
+    start: float = Field(0.90, ge=0, le=1)
+    continue_: float = Field(0.95, ge=0, le=1, alias="continue")
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
 
 
 class SFTConfig(_Section):
@@ -556,20 +590,20 @@ class SFTConfig(_Section):
     ``agentr1.rollout.oracle``);
     ``oracle_lead_space``: write queries and answers with a space before the name (``<search>
     Ada Vell</search>``) so a name is tokenized exactly as in passage text, which makes copying
-    it from an observation easier; ``train_examples``: oracle episodes built from the train split
-    (null = all); ``steps``/``batch_size``/``lr``/``warmup_steps``/``weight_decay``/``grad_clip``
-    (0 = off): AdamW on the action-token NLL; ``out_dir``: the cold-start checkpoint;
-    ``init_dir``: the untrained base policy (saved before SFT; the ``base_tool_call`` baseline of
-    ``agentr1 evaluate``); ``num_threads``: torch CPU threads for the stage (null = torch's
-    default). The default 2 fits the embedded 2-core machine, where ``dvc repro`` runs one stage
-    at a time: SFT steps 1.6x and greedy evaluation 1.5x faster than with 1 thread, measured on
-    an idle machine; set 1 when other processes share the cores (then 1 was 2-4x faster than 2).
-    ``enabled: false`` skips training and saves the base policy as is. ``pretrain``: corpus LM
-    pretraining of a scratch model first (:class:`PretrainConfig`; the saved base policy is the
-    pretrained one)."""
+    it from an observation easier; ``train_examples``: the demonstrations, oracle episodes of the
+    first distinct train questions (null = all): a small set, as in a DeepSeek-R1 cold start
+    (format and a rough strategy from few demonstrations, the rest from reward);
+    ``steps``/``batch_size``/``lr``/``warmup_steps``/``weight_decay``/``grad_clip``
+    (0 = off): AdamW on the action-token NLL, from the base policy ``pretrain.out_dir``;
+    ``out_dir``: the cold-start checkpoint; ``num_threads``: torch CPU threads for the stage
+    (null = torch's default). The default 2 fits the embedded 2-core machine, where ``dvc
+    repro`` runs one stage at a time: SFT steps 1.6x and greedy evaluation 1.5x faster than with
+    1 thread, measured on an idle machine; set 1 when other processes share the cores (then 1
+    was 2-4x faster than 2). ``enabled: false`` skips training and saves the base policy as
+    is. ``copy_gate``: :class:`CopyGateConfig`."""
 
     enabled: bool = True
-    pretrain: PretrainConfig = PretrainConfig()
+    copy_gate: CopyGateConfig = CopyGateConfig()
     oracle_noise: Share | dict[Literal["wrong_query", "redundant_query", "early_answer"], Share] = 0.2
     oracle_lead_space: bool = True
     train_examples: int | None = Field(None, ge=1)
@@ -581,7 +615,6 @@ class SFTConfig(_Section):
     grad_clip: float = Field(1.0, ge=0)
     log_every: int = Field(10, ge=1)
     out_dir: str = "data/models/sft"
-    init_dir: str = "data/models/init"
     report_dir: str = "data/sft"
     num_threads: int | None = Field(2, ge=1)
 
@@ -656,6 +689,17 @@ class DistributedConfig(_Section):
     strategy: Literal["ddp", "fsdp"] = "ddp"
 
 
+class FilterGroupsConfig(_Section):
+    """Dynamic sampling (DAPO, arXiv 2503.14476): a group whose rollouts all earn the same reward
+    has advantage 0 under a group baseline and teaches nothing, so with ``enabled`` it is dropped
+    and more questions are rolled out to refill the batch with groups whose rewards differ, for
+    at most ``max_rounds`` extra rounds of ``batch_questions`` questions each (then the batch is
+    topped up with the dropped groups, in order, so its size never changes)."""
+
+    enabled: bool = False
+    max_rounds: int = Field(2, ge=1, le=16)
+
+
 class TrainConfig(_Section):
     """The RL trainer (stage ``train``, ``agentr1.rl.trainer``). One step: ``batch_questions``
     train questions x ``group_size`` rollouts -> rewards -> old/ref log-probs (+ values) ->
@@ -668,8 +712,9 @@ class TrainConfig(_Section):
     ``warmup_steps`` optimizer steps, then ``constant`` or ``cosine`` (to ``min_lr_ratio * lr``).
     ``num_threads``: torch CPU threads per process (null = torch's default; see ``SFTConfig``).
     ``seed``: the run's seed (null = the top-level ``seed``); runs whose overrides differ only in
-    ``seed`` are replicas of one method (the report groups them). Named runs (``runs`` at the top level)
-    override these keys."""
+    ``seed`` are replicas of one method (the report groups them). ``filter_groups``: dynamic
+    sampling (:class:`FilterGroupsConfig`). Named runs (``runs`` at the top level) override these
+    keys."""
 
     steps: int = Field(30, ge=0)
     batch_questions: int = Field(4, ge=1)
@@ -707,6 +752,7 @@ class TrainConfig(_Section):
     out_dir: str = "data/runs"
     seed: int | None = Field(None, ge=0)  # null = the top-level seed; a run's own seed makes it a replica
     trace_every: int = Field(10, ge=0)  # every N steps a sample of the rollouts as MLflow traces (0 = off)
+    filter_groups: FilterGroupsConfig = FilterGroupsConfig()
 
     @model_validator(mode="after")
     def _trains_something(self) -> "TrainConfig":
@@ -718,6 +764,8 @@ class TrainConfig(_Section):
         if batch % self.mini_batches:
             raise ValueError(f"mini_batches {self.mini_batches} does not divide the batch of {batch} episodes "
                              f"(batch_questions x group_size): pick a divisor of {batch}")
+        if self.filter_groups.enabled and self.group_size < 2:
+            raise ValueError("filter_groups keeps groups whose rewards differ, which needs group_size >= 2")
         return self
 
 
@@ -775,16 +823,27 @@ class BootstrapConfig(_Section):
     ci: float = Field(0.95, gt=0, lt=1)
 
 
+class SamplingEvalConfig(_Section):
+    """Sampled evaluation of ``policies`` (stage ``evaluate``): ``k`` rollouts per question at
+    ``rollout.temperature`` (the RL setting) - the mean EM of the samples and pass@k, per split
+    and question type: how much a policy can sample that greedy decoding misses (RL's headroom)."""
+
+    k: int = Field(8, ge=1, le=64)
+    policies: list[str] = Field(default_factory=lambda: ["cold_start"])
+
+
 class EvaluateConfig(_Section):
     """Stage ``evaluate@<policy>`` (``agentr1.stages.evaluate``): greedy rollouts of one policy on each
     split of ``splits`` (the first ``max_examples`` questions of each, null = all),
     ``batch_size`` prompts per backend call, per-question scores and bootstrap CIs into
     ``<out_dir>/<policy>/``. ``register``: log trained policies (RL runs and the cold start) to
     the MLflow registry and apply the promotion gate (``tracking.gate_metric``).
-    ``num_threads``: torch CPU threads (null = torch's default; see ``SFTConfig``)."""
+    ``num_threads``: torch CPU threads (null = torch's default; see ``SFTConfig``). ``sampling``:
+    sampled EM and pass@k of some policies (:class:`SamplingEvalConfig`)."""
 
     splits: list[str] = Field(default_factory=lambda: ["test", "ood"])
     max_examples: int | None = Field(None, ge=1)
+    sampling: SamplingEvalConfig = SamplingEvalConfig()
     batch_size: int = Field(64, ge=1)
     bootstrap: BootstrapConfig = BootstrapConfig()
     out_dir: str = "data/eval"
@@ -851,6 +910,7 @@ class Config(_Section):
     reward: RewardConfig = RewardConfig()
     model: ModelConfig = ModelConfig()
     rollout: RolloutConfig = RolloutConfig()
+    pretrain: PretrainConfig = PretrainConfig()
     sft: SFTConfig = SFTConfig()
     train: TrainConfig = TrainConfig()
     evaluate: EvaluateConfig = EvaluateConfig()

@@ -335,14 +335,19 @@ def summary_lines(p: Profile) -> list[str]:
     vl = f" (gpu_memory_utilization {_fmt(ro.vllm.gpu_memory_utilization)}, {ro.vllm.dtype})" if ro.backend == "vllm" else ""
     lines.append(f"  rollout    backend {ro.backend}{vl}, temperature {_fmt(ro.temperature)}, "
                  f"{ro.max_turn_tokens} tokens/turn, {ro.max_total_tokens} total")
+    pc = c.pretrain
+    if m.kind == "scratch":
+        lines.append(f"  pretrain   {pc.steps} steps x {pc.batch_size} reading drills over fresh worlds, lr {_fmt(pc.lr)}, "
+                     f"loss on {pc.loss_on}")
+    else:
+        lines.append("  pretrain   none: the downloaded model is the base policy (its reading gate is measured)")
     if not s.enabled or s.steps == 0:
         sft = "off: the base policy is saved as the cold start"
     else:
-        pre = (f"{s.pretrain.steps} LM pretraining steps on {s.pretrain.texts}, then "
-               if m.kind == "scratch" and s.pretrain.steps else "")
         noise = (", ".join(f"{k} {_fmt(v)}" for k, v in s.oracle_noise.items()) if isinstance(s.oracle_noise, dict)
                  else _fmt(s.oracle_noise))
-        sft = f"{pre}{s.steps} steps x batch {s.batch_size}, lr {_fmt(s.lr)}, oracle noise {noise}"
+        demos = "all" if s.train_examples is None else s.train_examples
+        sft = f"{s.steps} steps x batch {s.batch_size} on {demos} demonstrations, lr {_fmt(s.lr)}, oracle noise {noise}"
     lines.append(f"  sft        {sft}")
     kl = f"kl {t.kl.mode} {_fmt(t.kl.coef)} ({t.kl.estimator})" if t.kl.mode != "none" else "kl off"
     lines.append(f"  train      {t.steps} steps x {t.batch_questions} questions x {t.group_size} rollouts (group), "

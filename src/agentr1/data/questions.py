@@ -7,7 +7,9 @@ Question kinds (``type``):
                    "Were <A> and <B> directed by the same person?"
     compositional  2Wiki-style relation composition, 2 hops: "Who is the spouse of the founder of <c>?"
     inference      2Wiki-style kinship inference, 2 hops: "Who is the paternal grandfather of <p>?"
-    chain          MuSiQue-like 3-4 hop chains, only in the out-of-domain ``ood`` split.
+    chain          MuSiQue-like 3-4 hop chains: the out-of-domain ``ood`` split's templates, and 3-hop
+                   templates of their own in the train split (``data.synthetic.train_chains``), so
+                   training reaches past 2 hops without seeing an ood template.
 
 Every non-comparison question follows a relation path from an anchor entity named in the question;
 ``supporting_ids`` are the passages of the path's entities in reading order: passage ``i`` names
@@ -142,6 +144,22 @@ PATH_TEMPLATES: tuple[PathTemplate, ...] = (
     PathTemplate("chain/producer_founder_spouse_birthplace", "chain", "film",
                  ("produced_by", "founded_by", "spouse", "born_in"),
                  "Where was the spouse of the founder of the company that produced {x} born?"),
+)
+
+# 3-hop chains of the train split only: none is an ood template (their relation paths differ)
+TRAIN_CHAIN_TEMPLATES: tuple[PathTemplate, ...] = (
+    PathTemplate("train_chain/director_father_birthplace", "chain", "film", ("directed_by", "father", "born_in"),
+                 "Where was the father of the director of {x} born?"),
+    PathTemplate("train_chain/director_mother_birthplace", "chain", "film", ("directed_by", "mother", "born_in"),
+                 "Where was the mother of the director of {x} born?"),
+    PathTemplate("train_chain/founder_spouse_birthplace", "chain", "company", ("founded_by", "spouse", "born_in"),
+                 "Where was the spouse of the founder of {x} born?"),
+    PathTemplate("train_chain/producer_founder_birthplace", "chain", "film", ("produced_by", "founded_by", "born_in"),
+                 "Where was the founder of the company that produced {x} born?"),
+    PathTemplate("train_chain/grandmother_birthplace", "chain", "person", ("father", "mother", "born_in"),
+                 "Where was the paternal grandmother of {x} born?"),
+    PathTemplate("train_chain/founder_mother_birth_year", "chain", "company", ("founded_by", "mother", "@birth_year"),
+                 "In which year was the mother of the founder of {x} born?"),
 )
 
 WHICH_TEMPLATES: tuple[WhichTemplate, ...] = (

@@ -10,7 +10,8 @@ Guarantees (all tested):
   * the entities of train/dev/test/ood are disjoint; the corpus holds them all, so dev/test/ood
     questions are about entities no training question mentions;
   * train/dev/test have exactly ``questions[split]`` questions split by ``types`` (largest
-    remainder rounding), ``round(yes_no_fraction * comparisons)`` of the comparisons are yes/no;
+    remainder rounding; train first sets aside ``round(train_chains * n)`` 3-hop chains of its
+    own templates), ``round(yes_no_fraction * comparisons)`` of the comparisons are yes/no;
     ood has exactly ``questions.ood`` chain questions split evenly over ``ood_hops``;
   * answers are stated in the last supporting passage, each supporting passage names the next
     one's entity, and no answer occurs in its question (comparison excepted);
@@ -28,6 +29,7 @@ from agentr1.data import toolquestions
 from agentr1.data.questions import (
     IN_DOMAIN_TYPES,
     PATH_TEMPLATES,
+    TRAIN_CHAIN_TEMPLATES,
     Registry,
     SynQuestion,
     TooSmall,
@@ -56,13 +58,16 @@ def allocate(total: int, weights: Sequence[float]) -> list[int]:
 
 
 def type_counts(cfg: SyntheticConfig, split: str) -> dict[str, int]:
-    """Questions per type for one split (ood: per ``chain-<hops>``)."""
+    """Questions per type for one split (ood: per ``chain-<hops>``; train: ``train_chain`` for
+    its 3-hop chains, ``round(train_chains * n)``, then the in-domain types)."""
     n = getattr(cfg.questions, split)
     if split == "ood":
         hops = sorted(set(cfg.ood_hops))
         return {f"chain-{h}": c for h, c in zip(hops, allocate(n, [1.0] * len(hops)))}
+    chains = round(cfg.train_chains * n) if split == "train" else 0
     weights = [getattr(cfg.types, t) for t in IN_DOMAIN_TYPES]
-    return dict(zip(IN_DOMAIN_TYPES, allocate(n, weights)))
+    counts = dict(zip(IN_DOMAIN_TYPES, allocate(n - chains, weights)))
+    return {**counts, "train_chain": chains} if chains else counts
 
 
 def _split_questions(w: World, cfg: SyntheticConfig, split: str, rng: random.Random,
@@ -77,6 +82,8 @@ def _split_questions(w: World, cfg: SyntheticConfig, split: str, rng: random.Ran
         if kind.startswith("chain-"):
             hops = int(kind.split("-")[1])
             templates = [t for t in PATH_TEMPLATES if t.qtype == "chain" and t.hops == hops]
+        elif kind == "train_chain":
+            templates = list(TRAIN_CHAIN_TEMPLATES)
         else:
             templates = [t for t in PATH_TEMPLATES if t.qtype == kind]
         out += sample_path_questions(w, split, templates, count, rng, reg)

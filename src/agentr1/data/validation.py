@@ -19,7 +19,10 @@ together with what to do about it):
   ``supporting_ids`` entry exists in the corpus; splits are disjoint (no id and no normalized
   question text in two splits); answer leaks (an answer appearing verbatim in its own question,
   types in ``validate.leak_allowed_types`` exempt) in at most ``validate.max_leak_share`` of each
-  source's questions.
+  source's questions; every dev/test/ood answer of a source in ``validate.copy_sources`` can be
+  copied: each word of its first gold answer occurs in the train split's texts (its questions,
+  answers and the passages they cite), so a policy trained there has seen every token it must
+  write (:func:`uncopyable_words`; the share per split is the *copy cap* in ``summary.json``).
 * calculator questions (only with ``data.task: tools`` or a GSM8K source, so other datasets keep
   their reports): ``arithmetic`` / ``multi_tool`` / ``gsm8k`` answers are numbers, the synthetic
   ones' ``expression`` evaluates to the answer and their hops match (:func:`tool_question_problem`);
@@ -77,6 +80,8 @@ _FIX_FILES = "run `agentr1 prepare` (or `dvc repro prepare`) to rewrite data.pro
 _FIX_SPLIT = ("give the split questions (data.synthetic.questions, or data.real.sources / ratios) and run "
               "`agentr1 prepare`, or leave it out of validate.required_splits")
 _FIX_DATA = "correct or drop the offending records in the source data (or the generator), then run `agentr1 prepare`"
+_FIX_COPY = ("build held-out names from parts train names use (agentr1.data.names), or give train more questions; "
+             "for data whose answers need not be copyable, drop its source from validate.copy_sources")
 _FIX_CORPUS = "add the missing passages (data.real.corpus or the records' contexts) or fix supporting_ids"
 _FIX_HOPS = "fix the records' hop counts, or widen data.hops"
 _FIX_LEAK = ("rephrase or drop the leaking questions, exempt their type (validate.leak_allowed_types) or allow "
@@ -254,6 +259,46 @@ NUMERIC_TYPES = (*TOOL_HOPS, "gsm8k")
 KNOWN_TOOL_TASK_TYPES = ("bridge", "comparison", "compositional", "inference", "chain", *NUMERIC_TYPES)
 
 
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def train_words(ds: Dataset) -> set[str]:
+    """The words of the train split's texts: its questions, their answers and the passages they
+    cite (title and text)."""
+    passages = {str(p["id"]): f"{p['title']} {p['text']}" for p in ds.corpus}
+    words: set[str] = set()
+    for q in ds.split("train"):
+        words.update(_WORD.findall(str(q["question"])))
+        for a in q["answers"] or ():
+            words.update(_WORD.findall(str(a)))
+        for pid in q["supporting_ids"] or ():
+            words.update(_WORD.findall(passages.get(str(pid), "")))
+    return words
+
+
+def uncopyable_words(answers: Any, known: set[str]) -> str | None:
+    """The words of the first gold answer that ``known`` lacks (space-joined), or None."""
+    if answers is None or len(answers) == 0:
+        return None
+    missing = [w for w in _WORD.findall(str(answers[0])) if w not in known]
+    return " ".join(dict.fromkeys(missing)) or None
+
+
+def copy_cap(q: pd.DataFrame, n_words: int) -> dict[str, Any]:
+    """Per held-out split checked (``uncopyable_answer`` computed): questions, how many can be
+    copied, their share (the copy cap) and the first ``n_words`` missing words."""
+    out: dict[str, Any] = {}
+    for split in SPLITS[1:]:
+        rows = q["file_split"] == split
+        if not rows.any():
+            continue
+        bad = q.loc[rows & q["uncopyable_answer"].notna(), "uncopyable_answer"]
+        words = sorted({w for text in bad for w in text.split()})
+        out[split] = {"questions": int(rows.sum()), "copyable": int(rows.sum()) - len(bad),
+                      "share": (int(rows.sum()) - len(bad)) / int(rows.sum()), "missing_words": words[:n_words]}
+    return out
+
+
 def tool_checks_on(cfg: Config) -> bool:
     """Whether the calculator-question checks run: ``data.task: tools`` or a GSM8K source."""
     return cfg.data.task == "tools" or any(s.dataset == "gsm8k" for s in cfg.data.real.sources)
@@ -293,7 +338,7 @@ def tool_question_problem(qtype: Any, hops: Any, supporting_ids: Any, answers: A
 
 
 def build_question_frame(ds: Dataset, corpus_ids: set[str], leak_allowed_types: list[str],
-                         tool_checks: bool = False) -> pd.DataFrame:
+                         tool_checks: bool = False, copy_sources: list[str] = ()) -> pd.DataFrame:
     """All splits concatenated, plus the derived columns the GX checks assert on.
 
     Derived columns: ``file_split`` (the file the row came from), ``n_answers``, ``blank_question``
@@ -302,7 +347,9 @@ def build_question_frame(ds: Dataset, corpus_ids: set[str], leak_allowed_types: 
     ``answer_in_question`` (the leaked answer, None when none leaks or the type is allowed;
     :func:`apply_leak_tolerance` turns it into the checked ``leaked_answer``),
     ``id_in_splits`` / ``question_in_splits`` (the splits sharing the id / normalized question
-    text when more than one, else None); with ``tool_checks`` also ``tool_question_problem``
+    text when more than one, else None), ``uncopyable_answer`` (:func:`uncopyable_words` of a
+    dev/test/ood question of a source in ``copy_sources``, else None); with ``tool_checks`` also
+    ``tool_question_problem``
     (:func:`tool_question_problem`) and ``unknown_type`` (a type outside
     :data:`KNOWN_TOOL_TASK_TYPES`, else None). The list and optional columns are dropped from the
     returned frame:
@@ -332,6 +379,10 @@ def build_question_frame(ds: Dataset, corpus_ids: set[str], leak_allowed_types: 
     q["id_in_splits"] = _splits_sharing(q, q["id"])
     norm_q = q["question"].map(lambda s: (normalize_text(s) or None) if isinstance(s, str) else None)
     q["question_in_splits"] = _splits_sharing(q, norm_q)
+    known = train_words(ds) if copy_sources else set()
+    q["uncopyable_answer"] = pd.Series(
+        [uncopyable_words(a, known) if sp != "train" and src in copy_sources else None
+         for a, sp, src in zip(q["answers"], q["file_split"], q["source"])], index=q.index, dtype=object)
     if not tool_checks:
         return q.drop(columns=["answers", "supporting_ids"])
     q["tool_question_problem"] = pd.Series(
@@ -421,6 +472,10 @@ def build_checks(cfg: Config) -> list[Check]:
           f"an answer appears verbatim in its question (types {allowed} exempt) for at most "
           f"{v.max_leak_share:.2%} of each source's questions (value = the leaked answer)", _FIX_LEAK,
           column="leaked_answer"),
+        q("answers_copyable", "ExpectColumnValuesToBeNull",
+          f"every dev/test/ood answer of sources {list(v.copy_sources)} (validate.copy_sources) is made of words the "
+          "train split's texts hold, so it can be copied (value = the words no train text holds)", _FIX_COPY,
+          column="uncopyable_answer"),
         *(tool_checks(q) if tool_checks_on(cfg) else []),
         c("not_empty", "ExpectTableRowCountToBeBetween", "the corpus has at least one passage", min_value=1),
         c("id_not_null", "ExpectColumnValuesToNotBeNull", "every passage has an id", column="id"),
@@ -468,11 +523,13 @@ def _validate(files: pd.DataFrame, ds: Dataset | None, cfg: Config) -> Validatio
     v: ValidateConfig = cfg.validate_
     frames: dict[str, pd.DataFrame] = {"files": files}
     leaks: dict[str, Any] | None = None
+    copyable: dict[str, Any] | None = None
     if ds is not None:
         corpus = build_corpus_frame(ds)
         questions = build_question_frame(ds, {i for i in corpus["id"] if isinstance(i, str)}, v.leak_allowed_types,
-                                         tool_checks_on(cfg))
+                                         tool_checks_on(cfg), list(v.copy_sources))
         leaks = apply_leak_tolerance(questions, v.max_leak_share, v.max_examples)
+        copyable = copy_cap(questions, v.max_examples) if v.copy_sources else None
         frames.update(questions=questions, corpus=corpus)
     checks = build_checks(cfg)
     skipped = [c.name for c in checks if c.table not in frames]
@@ -495,6 +552,7 @@ def _validate(files: pd.DataFrame, ds: Dataset | None, cfg: Config) -> Validatio
         "n_failed": sum(not r.success for r in results),
         "skipped": skipped,
         "leaks": leaks,
+        "copy_cap": copyable,
         "rows": {
             "corpus": split_rows.pop(CORPUS_FILE.removesuffix(".parquet")),
             "questions": sum(split_rows.values()),

@@ -3,7 +3,9 @@
 For every split the world holds ``families[split]`` independent clusters. A cluster is a
 three-generation family (paternal and maternal grandparents, the parents, 2-3 children and the
 spouse of the first child) plus the cities they were born in, the companies they founded and the
-films they directed. Each split also has its own small pool of countries that its cities lie in.
+films they directed. Each split also has its own small pool of countries that its cities lie in. Every name is two
+parts of the fixed inventory (:mod:`agentr1.data.names`); held-out splits use only parts that
+train names use.
 Clusters of different splits share no entity, so questions about dev/test/ood entities cannot be
 answered from anything a model saw in training questions.
 
@@ -33,6 +35,7 @@ from agentr1.data.names import COUNTRY_FORMS, NameAllocator
 CITIES_PER_FAMILY = 3
 FAMILIES_PER_COUNTRY = 5
 LATEST_YEAR = 2015
+MIN_PART_USES = 4  # a held-out name part is one that at least this many train names use
 
 
 @dataclass(eq=False)
@@ -165,31 +168,57 @@ def _make_family(w: World, names: NameAllocator, rng: random.Random, split: str,
         previous = director
 
 
+def _add_split(w: World, names: NameAllocator, rng: random.Random, split: str, n_fam: int) -> None:
+    """``n_fam`` clusters of ``split`` and the split's own countries (one per
+    :data:`FAMILIES_PER_COUNTRY` clusters, at least 2)."""
+    countries = []
+    for _ in range(max(2, math.ceil(n_fam / FAMILIES_PER_COUNTRY))):
+        countries.append(w.add("country", names.country(), split, -1, form=rng.choice(COUNTRY_FORMS),
+                               population=rng.randint(2, 90)))
+    for c in countries:
+        c.aliases = (f"{c.attrs['form']} of {c.name}",)
+    for fam in range(n_fam):
+        _make_family(w, names, rng, split, fam, countries)
+
+
+def _assign_pids(w: World, rng: random.Random) -> None:
+    order = list(range(len(w.entities)))
+    rng.shuffle(order)
+    for rank, idx in enumerate(order):
+        w.entities[idx].pid = f"p{rank:06d}"
+
+
 def build_world(cfg: SyntheticConfig, seed: int) -> World:
     """Build all splits' clusters deterministically from ``seed`` and assign passage ids.
 
-    Passage ids (``p000123``) follow a seeded shuffle of all entities, so an id reveals neither
-    the split nor the kind of its entity.
+    The train split is built first; every held-out split then draws its names from the parts
+    train names use (:meth:`NameAllocator.restrict_to`): its entities are new combinations of
+    known parts, so every word of a held-out name occurs in some train name. Passage ids
+    (``p000123``) follow a seeded shuffle of all entities, so an id reveals neither the split
+    nor the kind of its entity.
     """
     rng = random.Random(seed)
     names = NameAllocator(rng)
     w = World()
     for split in SPLITS:
         n_fam = getattr(cfg.families, split)
-        if n_fam == 0:
-            continue
-        countries = []
-        for _ in range(max(2, math.ceil(n_fam / FAMILIES_PER_COUNTRY))):
-            countries.append(w.add("country", names.country(), split, -1, form=rng.choice(COUNTRY_FORMS),
-                                   population=rng.randint(2, 90)))
-        for c in countries:
-            c.aliases = (f"{c.attrs['form']} of {c.name}",)
-        for fam in range(n_fam):
-            _make_family(w, names, rng, split, fam, countries)
-    order = list(range(len(w.entities)))
-    rng.shuffle(order)
-    for rank, idx in enumerate(order):
-        w.entities[idx].pid = f"p{rank:06d}"
+        if split == "dev" and w.entities:  # train is built: held-out names reuse its parts
+            names.restrict_to(MIN_PART_USES)
+        if n_fam:
+            _add_split(w, names, rng, split, n_fam)
+    _assign_pids(w, rng)
+    return w
+
+
+def fresh_world(families: int, seed: int | str, taken=(), split: str = "pretrain") -> World:
+    """A world of ``families`` new clusters (one split, ``split``) whose entity names avoid
+    ``taken`` (e.g. every dataset entity's name): new combinations of the inventory's parts with
+    new facts, drawn from ``seed``. A stream of them (one seed each) is pretraining material in
+    which no answer can be memorized."""
+    rng = random.Random(seed)
+    w = World()
+    _add_split(w, NameAllocator(rng, "pretrain.world_families", taken=taken), rng, split, families)
+    _assign_pids(w, rng)
     return w
 
 

@@ -2,9 +2,10 @@
 
 *Base tool call* (:func:`base_tool_call`): a policy that was not trained with RL, run greedily
 inside the ToolEnv exactly like the trained agent (same prompt, same tools, same turn limits).
-The evaluate stage runs it with the **untrained base policy** (``sft.init_dir``) (for ``model.kind: scratch`` the
-freshly initialised model, which cannot even write the format; for ``hf``/``gguf`` the
-pretrained model as downloaded) - the paper's "prompted base model" baseline. The cold-start
+The evaluate stage runs it with the **base policy** (``pretrain.out_dir``: for ``model.kind:
+scratch`` the reader of ``agentr1 pretrain``, which never saw a tool call; for ``hf``/``gguf``
+the pretrained model as downloaded) - the paper's "prompted base model" baseline, with no tool
+training at all. The cold-start
 policy in the same setting is reported separately as the cold start's own score.
 
 *Naive RAG* (:func:`naive_rag`): retrieve the top-k passages once with the question as the query

@@ -87,3 +87,35 @@ def evaluate_tool_policy(
     summary = summarize([episode_metrics(t, reward_cfg) for t in trajs])
     summary["seconds"] = time.perf_counter() - t0
     return summary, trajs
+
+
+def sample_policy(
+    backend,
+    tokenizer,
+    env,
+    rollout_cfg,
+    questions: Sequence[Mapping[str, Any]],
+    reward_cfg,
+    k: int,
+    seed: int = 0,
+) -> list[list[float]]:
+    """``k`` rollouts per question at ``rollout_cfg``'s temperature and top-p (the RL sampling
+    setting); per question the EM of each sample. ``pass@k`` of a question is whether any sample
+    is right (with ``n = k`` samples the unbiased estimator is exactly that)."""
+    engine = RolloutEngine(backend, env, tokenizer, rollout_cfg)
+    trajs = engine.rollout([dict(q) for q in questions], group_size=k, seed=seed)
+    ems = [score_episode(t, reward_cfg).em for t in trajs]
+    return [ems[i : i + k] for i in range(0, len(ems), k)]
+
+
+def sampling_summary(questions: Sequence[Mapping[str, Any]], ems: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """``sampled_em`` (mean EM over all samples), ``pass_at_k`` (share of questions with a right
+    sample) and ``n``, overall and per question ``type``."""
+    def stats(rows: list[Sequence[float]]) -> dict[str, Any]:
+        return {"n": len(rows), "sampled_em": sum(sum(r) / len(r) for r in rows) / len(rows),
+                "pass_at_k": sum(max(r) >= 1 for r in rows) / len(rows)}
+
+    by_type: dict[str, list[Sequence[float]]] = {}
+    for q, r in zip(questions, ems):
+        by_type.setdefault(str(q.get("type", "")), []).append(r)
+    return {**stats(list(ems)), "types": {t: stats(rows) for t, rows in sorted(by_type.items())}}

@@ -1,12 +1,15 @@
 """agentr1.models: policy loading (scratch / HF / GGUF-in-a-package) and checkpoints."""
 
 from agentr1.models.loading import (
+    downloaded_checkpoint,
     find_gguf_file,
     gguf_to_checkpoint,
     is_checkpoint,
     load_checkpoint,
     load_policy,
+    resolve_checkpoint,
     save_checkpoint,
+    write_reference,
     torch_dtype,
 )
 from agentr1.models.scratch import CHATML_TEMPLATE, TOOL_TAGS, build_scratch_model, train_tokenizer
@@ -15,12 +18,15 @@ __all__ = [
     "CHATML_TEMPLATE",
     "TOOL_TAGS",
     "build_scratch_model",
+    "downloaded_checkpoint",
     "find_gguf_file",
     "gguf_to_checkpoint",
     "is_checkpoint",
     "load_checkpoint",
     "load_policy",
+    "resolve_checkpoint",
     "save_checkpoint",
+    "write_reference",
     "torch_dtype",
     "train_tokenizer",
 ]

@@ -10,12 +10,17 @@
 
 Checkpoints (:func:`save_checkpoint`) are a directory with ``config.json``, ``*.safetensors``,
 the generation config and the tokenizer files - loadable by stock transformers and vLLM. Every
-directory is written atomically (a temporary sibling renamed into place).
+directory is written atomically (a temporary sibling renamed into place). A checkpoint directory
+may instead hold only :data:`REFERENCE` (:func:`write_reference`), naming another local checkpoint
+directory: the base policy of a downloaded model (``hf``/``gguf``) is its cached copy, not a
+second copy of hundreds of MB; :func:`resolve_checkpoint` follows it (one level) and every
+loader here goes through it.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -61,9 +66,31 @@ def find_gguf_file(package: str, filename: str | None = None) -> Path:
     return found[0]
 
 
-def is_checkpoint(path: str | Path) -> bool:
-    """Whether ``path`` holds a saved policy: its config, safetensors weights and tokenizer."""
+REFERENCE = "reference.json"
+
+
+def write_reference(target: str | Path, directory: str | Path) -> None:
+    """Make the (empty, e.g. temporary) ``directory`` a checkpoint that refers to the checkpoint
+    ``target``."""
+    (Path(directory) / REFERENCE).write_text(json.dumps({"checkpoint": str(target)}, indent=1) + "\n")
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """``path``, or the checkpoint its :data:`REFERENCE` names."""
     path = Path(path)
+    ref = path / REFERENCE
+    if not ref.is_file():
+        return path
+    try:
+        return Path(json.loads(ref.read_text())["checkpoint"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StageError(f"{ref} is not a checkpoint reference ({exc}): rebuild it with `agentr1 pretrain`") from None
+
+
+def is_checkpoint(path: str | Path) -> bool:
+    """Whether ``path`` holds a saved policy (its config, safetensors weights and tokenizer), or
+    refers to one."""
+    path = resolve_checkpoint(path)
     return (path / "config.json").is_file() and any(path.glob("*.safetensors")) and (path / "tokenizer_config.json").is_file()
 
 
@@ -77,8 +104,9 @@ def save_checkpoint(model: PreTrainedModel, tokenizer, path: str | Path) -> Path
 
 
 def load_checkpoint(path: str | Path, dtype: str = "float32", trust_remote_code: bool = False):
-    """Load a directory written by :func:`save_checkpoint` (or any HF model dir) -> (model, tokenizer)."""
-    path = Path(path)
+    """Load a directory written by :func:`save_checkpoint` (or any HF model dir, or a reference to
+    one) -> (model, tokenizer)."""
+    path = resolve_checkpoint(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype), trust_remote_code=trust_remote_code)
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     return model.eval(), tokenizer
@@ -124,9 +152,26 @@ def load_policy(
     if model_cfg.kind == "hf":
         return load_checkpoint(model_cfg.name_or_path, dtype, model_cfg.trust_remote_code)
     if model_cfg.kind == "gguf":
+        return load_checkpoint(downloaded_checkpoint(model_cfg), dtype)
+    raise ValueError(f"unknown model.kind {model_cfg.kind!r}; allowed: scratch, hf, gguf")
+
+
+def downloaded_checkpoint(model_cfg) -> Path:
+    """The local checkpoint directory of a pretrained policy (``hf``/``gguf``): a GGUF file
+    de-quantized once into ``model.cache_dir/<file stem>``; an ``hf`` local directory as it is;
+    an ``hf`` hub id saved once into ``model.cache_dir/<id with / as __>``."""
+    if model_cfg.kind == "gguf":
         gguf_path = find_gguf_file(model_cfg.gguf_package, model_cfg.gguf_file)
         cached = Path(model_cfg.cache_dir) / gguf_path.stem
         if not is_checkpoint(cached):
-            gguf_to_checkpoint(gguf_path, cached, dtype)
-        return load_checkpoint(cached, dtype)
-    raise ValueError(f"unknown model.kind {model_cfg.kind!r}; allowed: scratch, hf, gguf")
+            gguf_to_checkpoint(gguf_path, cached, model_cfg.dtype)
+        return cached
+    if model_cfg.kind != "hf":
+        raise ValueError(f"model.kind {model_cfg.kind!r} is trained here, not downloaded")
+    if is_checkpoint(model_cfg.name_or_path):
+        return Path(model_cfg.name_or_path)
+    cached = Path(model_cfg.cache_dir) / model_cfg.name_or_path.replace("/", "__")
+    if not is_checkpoint(cached):
+        model, tokenizer = load_checkpoint(model_cfg.name_or_path, model_cfg.dtype, model_cfg.trust_remote_code)
+        save_checkpoint(model, tokenizer, cached)
+    return cached

@@ -1,4 +1,7 @@
-"""The learning-rate schedule of SFT, pretraining and RL: linear warmup, then constant or cosine.
+"""The optimizer and learning-rate schedule of pretraining, SFT and RL.
+
+:func:`make_optimizer`: AdamW with betas :data:`BETAS`, weight decay on matrices only (not on
+norms and biases). The schedule: linear warmup, then constant or cosine.
 
 For optimizer step ``s`` (0-based), base lr ``b``, ``W`` warmup steps and ``T`` total steps::
 
@@ -25,6 +28,17 @@ from collections.abc import Callable
 import torch
 
 SCHEDULES = ("constant", "cosine")
+MIN_LR_RATIO = 0.1  # where the cosine of pretraining and SFT ends, as a share of the base lr
+BETAS = (0.9, 0.95)
+
+
+def make_optimizer(model, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW with weight decay on parameters of 2+ dimensions only."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    rest = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=BETAS)
 
 
 def lr_at(step: int, base_lr: float, warmup_steps: int, total_steps: int, schedule: str = "cosine",

@@ -17,27 +17,6 @@ and biases), learning rate warmed up linearly over ``warmup_steps`` then cosine-
 ``batch_size`` trajectories drawn without replacement from a seeded permutation, reshuffled each
 epoch. Everything is seeded from ``cfg.seed``; on the CPU a run is deterministic.
 
-Pretraining (:func:`pretrain_lm`, ``cfg.sft.pretrain``; scratch models only). Before SFT, a
-scratch model reads texts the way a base LLM reads the web: for a batch of texts ``x^(i)``
-(right-padded, ``m_t`` = 1 on real tokens)::
-
-    L_LM(theta) = - sum_i sum_{t>=1} m_t log p_theta(x^(i)_t | x^(i)_<t)  /  sum_i sum_{t>=1} m_t
-
-Same optimiser and schedule as SFT (own ``lr`` and warmup). What it reads
-(``pretrain.texts``, chosen by the sft stage): the oracle's episode transcripts (question,
-calls, observations, answer), the corpus passages, or both. On the transcripts most name tokens
-can only be predicted by copying - the question's entity into the first query, the query into
-the observation's title, the name after a relation into the next query or the answer - and every
-token is a target, so the model gets hundreds of copy targets per step where SFT's action tokens
-give a few dozen: this is what makes the nano model copy (corpus pretraining, linked or not, and
-SFT alone left the copy probe at 0.00-0.02 on the first token of a name).
-
-Linked texts (``pretrain.chain`` = ``k`` > 1 with ``texts: corpus``; in-context pretraining, Shi
-et al. 2024, with the corpus's own links as the relatedness). One text is a chain of ``k``
-passages ``p_1 .. p_k`` joined by a blank line: ``p_1`` is drawn as above, and ``p_{j+1}`` is
-drawn uniformly from the passages whose title ``p_j`` mentions and the chain does not hold yet (a
-uniform passage when there is none; :func:`title_links`).
-
 Copy probe (:func:`copy_probe`). What the agent's queries and answers need is copying: a name
 from the question or an observation, written again. With ``P`` the prefix every probed episode
 shares (system prompt and chat header), an action token ``x_t`` is *copyable* when its id is
@@ -56,20 +35,16 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-import random
-import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
-from agentr1.rl.schedule import lr_lambda, scheduler
+from agentr1.rl.schedule import MIN_LR_RATIO, lr_lambda, make_optimizer, scheduler
 from agentr1.rollout.trajectory import Trajectory, collate
 
 log = logging.getLogger(__name__)
 
-MIN_LR_RATIO = 0.1
-BETAS = (0.9, 0.95)
 
 
 def _fast_head(model) -> bool:
@@ -169,15 +144,6 @@ def batch_indices(n: int, batch_size: int, seed: int) -> Iterator[list[int]]:
             yield perm[start : start + size]
 
 
-def make_optimizer(model, lr: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW with weight decay on parameters of 2+ dimensions only."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
-    rest = [p for p in params if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, betas=BETAS)
-
-
 def train_sft(
     model,
     trajectories: Sequence[Trajectory],
@@ -232,104 +198,6 @@ def train_sft(
         if log_every and ((step + 1) % log_every == 0 or step + 1 == sft_cfg.steps):
             log.info("sft step %d/%d loss %.4f lr %.2e grad %.2f (%.1fs)", step + 1, sft_cfg.steps,
                      record["loss"], lr, grad_norm, record["elapsed_s"])
-    model.eval()
-    return history
-
-
-def passage_lm_loss(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Mean next-token NLL over the real (non-pad) tokens of a right-padded batch (``L_LM``)."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
-    mask = attention_mask[:, 1:].bool()
-    return torch.nn.functional.cross_entropy(logits[mask].float(), input_ids[:, 1:][mask])
-
-
-def _words(text: str) -> tuple[str, ...]:
-    return tuple(re.findall(r"\w+", text))
-
-
-def title_links(titles: Sequence[str], texts: Sequence[str], max_words: int = 6) -> list[list[int]]:
-    """``links[i]``: the indices of the other passages whose title ``texts[i]`` mentions, in order
-    of first mention. A mention is a run of words (``\\w+``) equal to all of a title's words, so
-    a one-word title inside a longer name counts too; titles of more than ``max_words`` words are
-    never matched (a chain then continues at a uniform passage)."""
-    index: dict[tuple[str, ...], int] = {}
-    for i, title in enumerate(titles):
-        key = _words(title)
-        if 0 < len(key) <= max_words:
-            index.setdefault(key, i)
-    lengths = sorted({len(k) for k in index}, reverse=True)
-    links: list[list[int]] = []
-    for i, text in enumerate(texts):
-        words, found = _words(text), {}
-        for start in range(len(words)):
-            for n in lengths:
-                j = index.get(words[start : start + n])
-                if j is not None and j != i:
-                    found.setdefault(j, start)
-        links.append(sorted(found, key=found.get))
-    return links
-
-
-def linked_chain(first: int, links: Sequence[Sequence[int]], length: int, rng: random.Random) -> list[int]:
-    """A chain of ``length`` passage indices from ``first``, each next one a uniform choice among
-    the unvisited passages the current one links to (a uniform passage when there is none)."""
-    chain = [first]
-    while len(chain) < length:
-        options = [j for j in links[chain[-1]] if j not in chain]
-        chain.append(rng.choice(options) if options else rng.randrange(len(links)))
-    return chain
-
-
-def pretrain_lm(
-    model,
-    tokenizer,
-    texts: Sequence[str],
-    pretrain_cfg,
-    seed: int,
-    on_step: Callable[[dict], None] | None = None,
-    log_every: int = 50,
-    links: Sequence[Sequence[int]] | None = None,
-) -> list[dict]:
-    """Train ``model`` in place for ``pretrain_cfg.steps`` steps of ``L_LM`` (module docstring)
-    on batches of ``pretrain_cfg.batch_size`` texts (seeded permutation, reshuffled each epoch).
-    With ``pretrain_cfg.chain`` > 1, each drawn passage starts a linked chain of that many
-    passages (``links``: :func:`title_links` of the passages; module docstring).
-    Returns one record per step (``step``, ``loss``, ``lr``, ``grad_norm``, ``tokens``,
-    ``elapsed_s``); the model is left in eval mode."""
-    if not texts:
-        raise ValueError("no texts to pretrain on")
-    chain = getattr(pretrain_cfg, "chain", 1)
-    if chain > 1 and (links is None or len(links) != len(texts)):
-        raise ValueError(f"sft.pretrain.chain {chain} needs the passages' title links, one list per text")
-    follow = random.Random(seed)
-    opt = make_optimizer(model, pretrain_cfg.lr, 0.01)
-    draws = batch_indices(len(texts), pretrain_cfg.batch_size, seed)
-    device = next(model.parameters()).device
-    history: list[dict] = []
-    t0 = time.perf_counter()
-    model.train()
-    sched = scheduler(opt, lr_lambda(pretrain_cfg.lr, pretrain_cfg.warmup_steps, pretrain_cfg.steps, "cosine", MIN_LR_RATIO))
-    for step in range(pretrain_cfg.steps):
-        lr = sched.get_last_lr()[0]
-        batch = [linked_chain(i, links, chain, follow) if chain > 1 else [i] for i in next(draws)]
-        enc = tokenizer(["\n\n".join(texts[j] for j in c) for c in batch], return_tensors="pt", padding=True)
-        ids, attn = enc["input_ids"].to(device), enc["attention_mask"].to(device)
-        loss = passage_lm_loss(model, ids, attn)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
-        if not math.isfinite(loss.item()):
-            raise FloatingPointError(f"pretraining step {step + 1}: loss {loss.item()}")
-        opt.step()
-        sched.step()
-        record = {"step": step + 1, "loss": loss.item(), "lr": lr, "grad_norm": grad_norm,
-                  "tokens": int(attn.sum()), "elapsed_s": time.perf_counter() - t0}
-        history.append(record)
-        if on_step is not None:
-            on_step(record)
-        if log_every and ((step + 1) % log_every == 0 or step + 1 == pretrain_cfg.steps):
-            log.info("pretrain step %d/%d LM loss %.4f lr %.2e (%.1fs)", step + 1, pretrain_cfg.steps, record["loss"],
-                     lr, record["elapsed_s"])
     model.eval()
     return history
 

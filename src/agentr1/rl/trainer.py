@@ -4,7 +4,9 @@ One training step ``k`` (:meth:`Trainer.train_step`)::
 
     1. questions   ``batch_questions`` train questions drawn with a generator seeded by (seed, k)
     2. rollout     each question ``group_size`` times through the multi-turn RolloutEngine + ToolEnv
-                   (token-exact trajectories with action_mask; rank r rolls out its share)
+                   (token-exact trajectories with action_mask; rank r rolls out its share); with
+                   filter_groups, groups whose rewards are all equal are replaced by fresh ones
+                   (DAPO's dynamic sampling)
     3. rewards     outcome reward per episode (format + answer metric, env.rewards.score_episode) on the last
                    action token; optional process rewards on the token closing each tool call
     4. log-probs   old log-probs (a no-grad forward pass of the rollout policy, or the sampling-
@@ -16,7 +18,8 @@ One training step ``k`` (:meth:`Trainer.train_step`)::
                    - entropy_coef * entropy, all over the loss mask; clipped value loss for the
                    critic; gradient clipping; warmup + constant/cosine lr (agentr1.rl.schedule, a
                    LambdaLR per optimizer)
-    7. metrics     rollout/*, train/*, time/* (and dev/* every dev.every steps, greedy)
+    7. metrics     rollout/* (with the share of groups whose rewards differ, i.e. that carry a learning
+                   signal, and of solved groups), train/*, time/* (and dev/* every dev.every steps, greedy)
     8. guard       non-finite loss/gradient or a reward drop -> skip / roll back / stop (agentr1.rl.collapse)
     9. checkpoint  every checkpoint.every steps (resumable; agentr1.rl.checkpoint)
 
@@ -77,8 +80,7 @@ from agentr1.rl.distributed import Dist, full_params, no_sync, unwrap, wrap
 from agentr1.rl.logprobs import forward_module, row_forward
 from agentr1.rl.losses import apply_kl_penalty, compute_policy_loss, entropy_bonus, kl_estimate, kl_loss, value_loss
 from agentr1.rl.masks import as_bool, build_token_rewards, masked_mean, select_masks
-from agentr1.rl.schedule import lr_lambda, scheduler
-from agentr1.rl.sft import make_optimizer
+from agentr1.rl.schedule import lr_lambda, make_optimizer, scheduler
 from agentr1.rl.stats import StepStats
 from agentr1.rl.weight_sync import WeightSync
 from agentr1.rollout import RolloutEngine, Trajectory, collate, make_backend
@@ -98,9 +100,21 @@ def _key(*parts: int) -> int:
     return h
 
 
-def rollout_metrics(trajs: Sequence[Trajectory], scores: Sequence[EpisodeScore]) -> dict[str, float]:
+def group_signal(scores: Sequence[EpisodeScore], group_size: int) -> tuple[list[bool], list[bool]]:
+    """Per group of ``group_size`` consecutive episodes: does it carry a learning signal (its
+    rewards differ, so a group baseline leaves a non-zero advantage), and is it solved (some
+    episode has EM 1)?"""
+    groups = [scores[i : i + group_size] for i in range(0, len(scores), group_size)]
+    informative = [max(s.reward for s in g) > min(s.reward for s in g) for g in groups]
+    solved = [any(s.em >= 1 for s in g) for g in groups]
+    return informative, solved
+
+
+def rollout_metrics(trajs: Sequence[Trajectory], scores: Sequence[EpisodeScore], group_size: int = 1) -> dict[str, float]:
+    """Means over the episodes; with groups (``group_size`` > 1) also the share of groups with a
+    learning signal (``rollout/informative_groups``) and of solved ones (``rollout/solved_groups``)."""
     n = len(trajs)
-    return {
+    out = {
         "rollout/reward": sum(s.reward for s in scores) / n,
         "rollout/em": sum(s.em for s in scores) / n,
         "rollout/format_rate": sum(s.format_ok for s in scores) / n,
@@ -111,6 +125,11 @@ def rollout_metrics(trajs: Sequence[Trajectory], scores: Sequence[EpisodeScore])
         "rollout/action_tokens": sum(t.num_action_tokens for t in trajs) / n,
         "rollout/max_length_rate": sum(t.reason == "max_length" for t in trajs) / n,
     }
+    if group_size > 1:
+        informative, solved = group_signal(scores, group_size)
+        out["rollout/informative_groups"] = sum(informative) / len(informative)
+        out["rollout/solved_groups"] = sum(solved) / len(solved)
+    return out
 
 
 # ----------------------------------------------------------------------------- the trainer
@@ -219,11 +238,13 @@ class Trainer:
         return params
 
     # ------------------------------------------------------------------ 1-2: questions, rollout
-    def sample_questions(self, step: int) -> list[dict]:
+    def sample_questions(self, step: int, round_: int = 0) -> list[dict]:
+        """``batch_questions`` train questions for ``step`` (round ``round_`` > 0: a refill of
+        dynamic sampling, its own draw)."""
         n = len(self.train_questions)
         if n < self.tcfg.batch_questions:
             raise StageError(f"{n} train questions < train.batch_questions ({self.tcfg.batch_questions})")
-        gen = torch.Generator().manual_seed(_key(self.seed, step, 1))
+        gen = torch.Generator().manual_seed(_key(self.seed, step, 1, *([round_] if round_ else [])))
         return [self.train_questions[i] for i in torch.randperm(n, generator=gen)[: self.tcfg.batch_questions].tolist()]
 
     def _engine(self, rollout_cfg) -> RolloutEngine:
@@ -236,13 +257,46 @@ class Trainer:
         return RolloutEngine(backend, self.env, self.tokenizer, rollout_cfg)
 
     @torch.no_grad()
-    def collect(self, step: int) -> list[Trajectory]:
-        """This step's trajectories (global, question-major, groups contiguous)."""
-        local_q = self.dist.shard(self.sample_questions(step))
+    def collect(self, step: int, round_: int = 0) -> list[Trajectory]:
+        """This step's trajectories (global, question-major, groups contiguous); ``round_`` > 0:
+        a refill round of dynamic sampling."""
+        local_q = self.dist.shard(self.sample_questions(step, round_))
         self.policy.eval()
+        seed = _key(self.seed, step, 2, self.dist.rank, *([round_] if round_ else []))
         with full_params(self.actor):
-            local = self._engine(self.rollout_cfg).rollout(local_q, self.tcfg.group_size, seed=_key(self.seed, step, 2, self.dist.rank))
+            local = self._engine(self.rollout_cfg).rollout(local_q, self.tcfg.group_size, seed=seed)
         return self.dist.all_gather_objects(local)
+
+    def collect_batch(self, step: int) -> tuple[list[Trajectory], list[EpisodeScore], dict[str, float]]:
+        """This step's training batch, its scores and the rollout metrics of its first round
+        (so ``rollout/*`` means the same with or without dynamic sampling). With
+        ``filter_groups.enabled``, groups without a learning signal (:func:`group_signal`) are
+        replaced by informative groups of up to ``max_rounds`` refill rounds
+        (:class:`agentr1.config.FilterGroupsConfig`); ``rollout/filter_rounds`` and
+        ``rollout/batch_informative_groups`` say what that took and gave."""
+        g = self.tcfg.group_size
+        trajs = self.collect(step)
+        scores = [score_episode(tr, self.reward_cfg) for tr in trajs]
+        metrics = rollout_metrics(trajs, scores, g)
+        fg = self.tcfg.filter_groups
+        if not fg.enabled:
+            return trajs, scores, metrics
+        kept: list[tuple[list, list]] = []
+        dropped: list[tuple[list, list]] = []
+        n_groups, rounds = len(trajs) // g, 0
+        while True:
+            for i, ok in zip(range(0, len(trajs), g), group_signal(scores, g)[0]):
+                (kept if ok else dropped).append((trajs[i : i + g], scores[i : i + g]))
+            if len(kept) >= n_groups or rounds == fg.max_rounds:
+                break
+            rounds += 1
+            trajs = self.collect(step, rounds)
+            scores = [score_episode(tr, self.reward_cfg) for tr in trajs]
+        informative = min(len(kept), n_groups)
+        batch = (kept + dropped)[:n_groups]
+        metrics["rollout/filter_rounds"] = float(rounds)
+        metrics["rollout/batch_informative_groups"] = informative / n_groups
+        return [t for grp, _ in batch for t in grp], [s for _, grp in batch for s in grp], metrics
 
     # ------------------------------------------------------------------ 3-5: batch, advantages
     def _row_forward(self, fn, batch: dict, key_mask: str) -> torch.Tensor:
@@ -564,10 +618,8 @@ class Trainer:
         """Steps 1-8 of the module docstring for step ``step``; returns its metrics, or ``None``
         when the collapse guard skipped it or rolled back."""
         t0 = time.perf_counter()
-        trajs = self.collect(step)
+        trajs, scores, metrics = self.collect_batch(step)
         t1 = time.perf_counter()
-        scores = [score_episode(tr, self.reward_cfg) for tr in trajs]
-        metrics = rollout_metrics(trajs, scores)
         self._trace(trajs, step)
         try:
             drop = collapse.reward_drop(metrics["rollout/reward"], self.guard_rewards, self.tcfg.collapse)

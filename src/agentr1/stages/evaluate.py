@@ -5,8 +5,9 @@
 * a named run of params ``runs`` (kind ``rl``): the checkpoint ``<train.out_dir>/<NAME>/checkpoint``
   written by ``agentr1 train --run NAME``;
 * ``cold_start``: the SFT checkpoint ``sft.out_dir``, run as an agent in the ToolEnv;
-* ``base_tool_call``: the untrained base policy ``sft.init_dir`` (saved by ``agentr1 sft`` before
-  training), run as an agent in the ToolEnv - the paper's prompted-base-model baseline;
+* ``base_tool_call``: the base policy ``pretrain.out_dir`` (``agentr1 pretrain``: it reads, but was
+  never trained on a tool call), run as an agent in the ToolEnv - the paper's prompted-base-model
+  baseline;
 * ``naive_rag``: the cold-start weights, one retrieval with the question as the query, then one
   answer turn (:func:`agentr1.eval.baselines.naive_rag`).
 
@@ -57,9 +58,9 @@ import torch
 from agentr1.errors import StageError
 from agentr1.eval.baselines import naive_rag
 from agentr1.eval.metrics import MEANS, SCORES, summarize_split
-from agentr1.eval.quick import calls_by_tool, episode_metrics, evaluate_tool_policy
+from agentr1.eval.quick import calls_by_tool, episode_metrics, evaluate_tool_policy, sample_policy, sampling_summary
 from agentr1.io import atomic_dir, tree_digest, write_json_atomic
-from agentr1.models import is_checkpoint, load_checkpoint
+from agentr1.models import is_checkpoint, load_checkpoint, resolve_checkpoint
 from agentr1.rollout import make_backend
 from agentr1.rollout.engine import decode
 from agentr1.rollout.trajectory import Trajectory
@@ -100,8 +101,10 @@ def resolve_policy(cfg, name: str | None) -> Policy:
         policy = Policy(name, "rl", ckpt, True, f"evaluate@{name}",
                         f"`agentr1 train --run {name}` (or `dvc repro train@{name}`)")
     elif name in BASELINES:
-        ckpt = Path(cfg.sft.init_dir if name == "base_tool_call" else cfg.sft.out_dir)
-        policy = Policy(name, name, ckpt, name == "cold_start", f"evaluate_baseline@{name}", "`agentr1 sft` (or `dvc repro sft`)")
+        base = name == "base_tool_call"
+        ckpt = Path(cfg.pretrain.out_dir if base else cfg.sft.out_dir)
+        policy = Policy(name, name, ckpt, name == "cold_start", f"evaluate_baseline@{name}",
+                        "`agentr1 pretrain` (or `dvc repro pretrain`)" if base else "`agentr1 sft` (or `dvc repro sft`)")
     else:
         raise StageError(f"unknown policy {name!r}: --policy takes {allowed}")
     if not is_checkpoint(policy.checkpoint):
@@ -180,6 +183,21 @@ def _tool_policy_batch(backend, tokenizer, env, rollout_cfg, reward_cfg, questio
         if tools:
             rows[-1]["calls_by_tool"] = calls_by_tool(t, tools)
     return rows, trajs
+
+
+def sampled(backend, tokenizer, env, cfg, questions: Mapping[str, Sequence[dict]]) -> dict[str, Any]:
+    """``evaluate.sampling``: ``k`` samples per question of every split at the RL temperature
+    (seeded from ``seed``), summarized by :func:`agentr1.eval.quick.sampling_summary`."""
+    k = cfg.evaluate.sampling.k
+    per_call = max(cfg.evaluate.batch_size // k, 1)
+    out: dict[str, Any] = {"k": k, "temperature": cfg.rollout.temperature, "top_p": cfg.rollout.top_p, "splits": {}}
+    for split, qs in questions.items():
+        ems: list[list[float]] = []
+        for start in range(0, len(qs), per_call):
+            ems += sample_policy(backend, tokenizer, env, cfg.rollout, qs[start : start + per_call], cfg.reward, k,
+                                 seed=cfg.seed + start)
+        out["splits"][split] = sampling_summary(qs, ems)
+    return out
 
 
 def _naive_rag_batch(backend, tokenizer, env, rollout_cfg, reward_cfg, questions, split, seed):
@@ -279,7 +297,7 @@ def run(ctx: StageContext, args: Any = None) -> dict[str, Any]:
         rollout_cfg = cfg.rollout.model_copy(update={"batch_size": ecfg.batch_size})
         if rollout_cfg.backend == "hf":
             model.to(device)
-        backend = make_backend(rollout_cfg, model, tokenizer, model_path=str(policy.checkpoint))
+        backend = make_backend(rollout_cfg, model, tokenizer, model_path=str(resolve_checkpoint(policy.checkpoint)))
     batch_fn = _naive_rag_batch if policy.kind == "naive_rag" else _tool_policy_batch
     eval_data = eval_data_fingerprint(questions)
     n_batches = sum(-(-len(qs) // ecfg.batch_size) for qs in questions.values())
@@ -311,6 +329,15 @@ def run(ctx: StageContext, args: Any = None) -> dict[str, Any]:
     with ctx.phase("summarize", digits=3, quiet=True):
         summaries = {split: summarize_split(rows[split], ecfg.bootstrap, cfg.seed) for split in questions}
     flat = flat_metrics(summaries)
+    sampling = None
+    if policy.name in ecfg.sampling.policies and policy.kind != "naive_rag":
+        with ctx.phase("sampling", digits=3):
+            sampling = sampled(backend, tokenizer, env, cfg, questions)
+        for split, entry in sampling["splits"].items():
+            flat[f"{split}/sampled_em"] = entry["sampled_em"]
+            flat[f"{split}/pass_at_{ecfg.sampling.k}"] = entry["pass_at_k"]
+            log.info("evaluate@%s %s: sampled EM %.3f, pass@%d %.3f (T %s)", policy.name, split, entry["sampled_em"],
+                     ecfg.sampling.k, entry["pass_at_k"], cfg.rollout.temperature)
     metrics: dict[str, Any] = {
         "policy": policy.name,
         "kind": policy.kind,
@@ -320,6 +347,7 @@ def run(ctx: StageContext, args: Any = None) -> dict[str, Any]:
         "seed": cfg.seed,
         "bootstrap": {"samples": ecfg.bootstrap.samples, "ci": ecfg.bootstrap.ci},
         "splits": summaries,
+        **({"sampling": sampling} if sampling is not None else {}),
         **flat,
     }
     episodes = sorted((r for split in questions for r in rows[split]), key=lambda r: (r["split"], r["id"]))

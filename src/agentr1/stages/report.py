@@ -10,7 +10,9 @@ that writes it. Runs are grouped into methods (seeds) and ablations by
 * ``table3.md`` / ``table3.csv`` - baselines and full-mask RL methods per split and averaged;
 * ``table4.md`` / ``table4.csv`` - mask ablations vs their full-mask method, paired bootstrap;
 * ``breakdown.md`` / ``breakdown.csv`` - per question type and per number of hops;
-* ``summary.md`` - computed statements (best method, GRPO vs baselines, beyond-noise results);
+* ``summary.md`` - computed statements (best method, GRPO vs baselines, beyond-noise results) and
+  what RL starts from (the base's reading gate, the cold start's copy probe and its headroom:
+  greedy EM against sampled EM and pass@k; :mod:`agentr1.report.foundation`);
 * ``report.json`` - every number above (DVC metric): ``policies.<label>.<split|avg>`` (mean, std,
   CI, n, per-seed values), ``ablations.<ablation>.<split|avg>`` (a = the ablation, b = its
   full-mask method), ``vs_baselines.<policy>.<baseline>.<split|avg>`` (a = the policy), each
@@ -36,6 +38,7 @@ from typing import Any
 from agentr1.errors import StageError
 from agentr1.io import write_json_atomic, write_text_atomic
 from agentr1.report import plots
+from agentr1.report.foundation import foundation
 from agentr1.report.inputs import check_inputs, load_curve, load_evaluation
 from agentr1.report.methods import BASELINES, group_methods
 from agentr1.report.stats import AVG
@@ -112,6 +115,8 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     tools = tools_section(rows, evals, splits, metric, samples, ci, seed)
     if tools is not None:
         report["tools"] = tools[0]
+    report["foundation"], foundation_md = foundation(Path(cfg.pretrain.report_dir), Path(cfg.sft.report_dir), eval_dir,
+                                                     splits)
 
     t3_md, t3_csv = table3(rows, splits, metric, ci)
     t4_md, t4_csv = table4(rows, ablation_diffs, splits, metric, ci)
@@ -120,7 +125,7 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     texts = {
         "table3.md": t3_md, "table3.csv": t3_csv, "table4.md": t4_md, "table4.csv": t4_csv,
         "breakdown.md": bd_md, "breakdown.csv": bd_csv,
-        "summary.md": summary_markdown(facts, rows, metric, splits),
+        "summary.md": summary_markdown(facts, rows, metric, splits) + "\n".join(["", *foundation_md]),
         "curves.csv": csv_text(["run", "method", "step", "reward", "dev_em"], curve_rows),
         **({"tools.md": tools[1]} if tools is not None else {}),
     }

@@ -1,49 +1,38 @@
-"""Stage ``sft``: oracle trajectories -> the base policy -> supervised cold start.
+"""Stage ``sft``: a small supervised cold start from the base policy on oracle demonstrations.
 
 Steps (each timed; the times go into ``timing.json``, which is no DVC output and git-ignored, so
-everything DVC tracks - checkpoints, ``metrics.json``, the loss curves - is the same bits on every
-run):
+everything DVC tracks - the checkpoint, ``metrics.json``, the loss curve - is the same bits on
+every run):
 
 1. ``load``: the validated dataset, the retriever (``agentr1 index``) and the ToolEnv;
 2. ``oracle_plans``: the oracle's scripts for the first ``sft.train_examples`` train questions
-   with distinct texts (:mod:`agentr1.rollout.oracle`, noise ``sft.oracle_noise``, seed
-   ``cfg.seed``);
-3. ``policy``: ``model.kind: scratch`` - the oracle episodes are played as text through the env,
-   the tokenizer is trained on the corpus + those episode texts (system prompt, questions, calls,
-   observations, answers) with every word of a passage title (each part of an entity name) kept
-   one token, and the model is initialised with seed ``cfg.seed``; ``hf``/``gguf`` -
-   :func:`agentr1.models.load_policy`;
-4. ``pretrain`` (scratch models with ``sft.pretrain.steps`` > 0): LM pretraining
-   (:func:`agentr1.rl.sft.pretrain_lm`), the stand-in for a pretrained LLM, on the texts
-   ``sft.pretrain.texts`` picks (:func:`pretrain_texts`): the oracle transcripts of the train
-   questions (every token a target; this is what teaches the model to copy names), the corpus
-   passages (single or in linked chains), or both;
-   ``save_init``: the base policy - pretrained, not tuned on tool use (checkpoint in
-   ``sft.init_dir``: the ``base_tool_call`` baseline of ``agentr1 evaluate``);
-5. ``oracle_rollout``: the scripts through the real :class:`RolloutEngine` + ToolEnv
+   with distinct texts - the demonstrations, a small set as in a DeepSeek-R1 cold start
+   (:mod:`agentr1.rollout.oracle`, a share ``sft.oracle_noise`` imperfect, seed ``cfg.seed``);
+3. ``policy``: the base policy ``pretrain.out_dir`` (``agentr1 pretrain``: a reader that has
+   never seen a tool call); a pretrained ``hf``/``gguf`` policy may have its vocabulary cut to
+   the world's tokens first (``model.restrict_vocab``);
+4. ``oracle_rollout``: the scripts through the real :class:`RolloutEngine` + ToolEnv
    (token-exact trajectories, ``action_mask`` = the oracle's turns);
-6. ``train``: :func:`agentr1.rl.sft.train_sft` (skipped with ``sft.enabled: false``);
+5. ``train``: :func:`agentr1.rl.sft.train_sft` (skipped with ``sft.enabled: false``);
    ``copy_probe``: :func:`agentr1.rl.sft.copy_probe` of the base policy and of the cold start on
    clean oracle episodes of up to :data:`PROBE_EXAMPLES` dev questions (unseen entities; skipped
-   without a dev split) - can the model copy the names its calls and answers need?
-7. outputs, written only when everything above succeeded (each atomically): the cold-start
-   checkpoint (safetensors + tokenizer) in ``sft.out_dir``, the base policy in ``sft.init_dir``;
-   ``sft.report_dir`` with ``metrics.json`` (oracle episode metrics, the training summary, the
-   copy probe, the model), ``timing.json`` (seconds per step, tokens/s), ``loss.csv`` (DVC plot: step vs loss),
-   ``pretrain_loss.csv`` (the same for pretraining; header only when it is off) and ``oracle_examples.jsonl`` (a few oracle trajectories for humans). A failure anywhere
-   leaves no partial output.
+   without a dev split) - can the model copy the names its calls and answers need? The probe's
+   gate (``sft.copy_gate``) is recorded with it;
+6. outputs, written only when everything above succeeded (each atomically): the cold-start
+   checkpoint (safetensors + tokenizer) in ``sft.out_dir``; ``sft.report_dir`` with
+   ``metrics.json`` (oracle episode metrics, the training summary, the copy probe and its gate,
+   the model), ``timing.json`` (seconds per step, tokens/s), ``loss.csv`` (DVC plot: step vs
+   loss) and ``oracle_examples.jsonl`` (a few oracle trajectories for humans). A failure
+   anywhere leaves no partial output.
 
 The cold start and the baselines are evaluated by the ``evaluate`` stage (``agentr1 evaluate
 --policy cold_start | base_tool_call | naive_rag``). MLflow (``tracking.enabled``): one run
-``sft`` with the pretraining loss, the loss, lr and gradient norm of every SFT step and the
-final metrics (``summary/*``, :func:`summary_metrics`).
+``sft`` with the loss, lr and gradient norm of every SFT step and the final metrics
+(``summary/*``, :func:`agentr1.stages.outputs.summary_metrics`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import csv
-import io
 import logging
 import time
 from collections import Counter
@@ -52,33 +41,22 @@ from typing import Any
 
 import torch
 
-from agentr1.data.drills import one_hop_questions, regenerate
 from agentr1.errors import StageError
 from agentr1.eval.quick import episode_metrics, summarize
 from agentr1.io import atomic_dir, write_json_atomic
-from agentr1.models import load_policy, save_checkpoint
+from agentr1.models import load_checkpoint, save_checkpoint
 from agentr1.models.vocab import restrict_vocabulary
-from agentr1.rl.sft import copy_probe, pretrain_lm, title_links, train_sft
+from agentr1.rl.sft import copy_probe, train_sft
 from agentr1.rollout import save_trajectories
 from agentr1.rollout.oracle import corpus_titles, oracle_rollout, oracle_texts, plan_all, unique_questions
 from agentr1.stages.context import StageContext
+from agentr1.stages.outputs import curve_csv, summary_metrics
 
 log = logging.getLogger(__name__)
 
-LOSS_FIELDS = ("step", "loss", "lr", "grad_norm", "action_tokens", "tokens")  # no wall times: DVC outputs are the
-PRETRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "tokens")                # same bits on every run (timing.json)
+LOSS_FIELDS = ("step", "loss", "lr", "grad_norm", "action_tokens", "tokens")  # no wall times (timing.json)
 ORACLE_EXAMPLES = 20
 PROBE_EXAMPLES = 64
-
-
-def loss_csv(history: list[dict], fields: tuple[str, ...] = LOSS_FIELDS) -> str:
-    """A loss curve as CSV (header ``fields``; :data:`LOSS_FIELDS` for SFT)."""
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
-    writer.writeheader()
-    for row in history:
-        writer.writerow({k: (round(row[k], 6) if isinstance(row[k], float) else row[k]) for k in fields})
-    return buf.getvalue()
 
 
 def _questions(ds, cfg):
@@ -109,34 +87,6 @@ def world_texts(ds, env, questions, plans) -> list[str]:
     return passages + asked + oracle_texts(questions, env, plans)
 
 
-def pretrain_texts(ds, env, cfg, titles: dict[str, str]) -> tuple[list[str], list[list[int]] | None]:
-    """The texts of ``sft.pretrain`` (``PretrainConfig``) and, for linked corpus chains, the
-    passages' title links: ``episodes`` - the oracle transcripts (noise ``pretrain.noise``, no
-    system prompt) of every distinct train question and, with ``pretrain.drills`` on the
-    synthetic world, of a one-hop reading drill per train entity and fact
-    (:mod:`agentr1.data.drills`); ``corpus`` - the passages; ``mix`` - both."""
-    pcfg = cfg.sft.pretrain
-    texts: list[str] = []
-    if pcfg.texts in ("corpus", "mix"):
-        texts += [f"{p['title']}\n{p['text']}" for p in ds.corpus]
-    if pcfg.texts in ("episodes", "mix"):
-        questions = list(unique_questions(ds.split("train")))
-        if pcfg.drills and cfg.data.source == "synthetic":
-            try:
-                world = regenerate(cfg.data.synthetic, cfg.seed, ds.corpus)
-            except ValueError as exc:
-                raise StageError(str(exc)) from None
-            questions += one_hop_questions(world, "train")
-        elif pcfg.drills:
-            log.info("sft: sft.pretrain.drills skipped: they need the synthetic world (data.source %s)", cfg.data.source)
-        plans = plan_all(questions, titles, env.fmt, pcfg.noise, cfg.seed, env.max_turns, cfg.sft.oracle_lead_space)
-        texts += oracle_texts(questions, env, plans, system=False)
-    links = None
-    if pcfg.chain > 1:  # texts: corpus (config)
-        links = title_links([p["title"] for p in ds.corpus], [p["text"] for p in ds.corpus])
-    return texts, links
-
-
 def _oracle_summary(trajs, plans, reward_cfg) -> dict:
     rows = [episode_metrics(t, reward_cfg) for t in trajs]
     summary = summarize(rows)
@@ -146,17 +96,12 @@ def _oracle_summary(trajs, plans, reward_cfg) -> dict:
     return summary
 
 
-def summary_metrics(tree: dict, prefix: str = "summary/") -> dict[str, float]:
-    """``{"summary/<key>.<subkey>...": value}`` for the numeric leaves of a (nested) metrics
-    dict: the stage's one-off numbers in one ``summary`` section of MLflow's charts, two levels
-    deep at most (``copy.base.continue.top1``), apart from the step curves."""
-    out: dict[str, float] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(summary_metrics(value, f"{prefix}{key}."))
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[f"{prefix}{key}"] = value
-    return out
+def copy_gate(copy: dict, gate) -> dict:
+    """The copy probe's gate: the cold start's ``start`` and ``continue`` top-1 against
+    ``sft.copy_gate`` (``passed`` when both reach theirs)."""
+    got = {kind: (copy.get("cold_start") or {}).get(kind, {}).get("top1") for kind in ("start", "continue")}
+    need = {"start": gate.start, "continue": gate.continue_}
+    return {"thresholds": need, "passed": all(got[k] is not None and got[k] >= need[k] for k in need)}
 
 
 def run(ctx: StageContext, args: Any = None) -> dict:
@@ -167,98 +112,77 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if scfg.num_threads is not None:
         torch.set_num_threads(scfg.num_threads)
-    with contextlib.ExitStack() as outputs:
-        with phase("load"):
-            ds = ctx.dataset()
-            env = ctx.env()
-            train_q = _questions(ds, cfg)
-        with phase("oracle_plans"):
-            titles = corpus_titles(ds.corpus)
-            try:
-                plans = plan_all(train_q, titles, env.fmt, scfg.oracle_noise, cfg.seed, env.max_turns, scfg.oracle_lead_space)
-            except (KeyError, ValueError) as exc:
-                raise StageError(f"cannot script the oracle ({exc}): the sft stage needs the synthetic world's "
-                                 "supporting_ids (one passage per hop, in the corpus) and env.max_turns > hops") from None
-        with phase("policy"):
-            texts = None
-            if cfg.model.kind == "scratch":
-                passages = [f"{p['title']}\n{p['text']}" for p in ds.corpus]
-                texts = passages + oracle_texts(train_q, env, plans)
-                whole = [w for p in ds.corpus for w in str(p["title"]).split()]  # entity names: one token per part
-            model, tokenizer = load_policy(cfg.model, tokenizer_texts=texts, seed=cfg.seed,
-                                           whole_words=whole if texts is not None else ())
-            if cfg.model.kind != "scratch" and cfg.model.restrict_vocab:
-                model, tokenizer, cut = restrict_vocabulary(model, tokenizer, world_texts(ds, env, train_q, plans))
-                log.info("sft: vocabulary restricted to the world's tokens: %d -> %d", cut["before"], cut["after"])
-            model.to(device)
-        n_params = sum(p.numel() for p in model.parameters())
-        log.info("sft: policy %s with %.2fM parameters, vocabulary %d", cfg.model.kind, n_params / 1e6, len(tokenizer))
-        pre_history: list[dict] = []
-        if scfg.pretrain.steps > 0 and cfg.model.kind == "scratch":
-            with phase("pretrain"):
-                pre_texts, links = pretrain_texts(ds, env, cfg, titles)
-                pre_history = pretrain_lm(model, tokenizer, pre_texts, scfg.pretrain, seed=cfg.seed, on_step=lambda r: run.logger.log(
-                    {"pretrain/loss": r["loss"], "pretrain/lr": r["lr"]}, step=int(r["step"])), links=links)
-        elif scfg.pretrain.steps > 0:
-            log.info("sft: sft.pretrain skipped: model.kind %s is pretrained already", cfg.model.kind)
-        with phase("save_init"):  # renamed into sft.init_dir only when the whole stage succeeds
-            init_tmp = outputs.enter_context(atomic_dir(scfg.init_dir))
-            model.save_pretrained(init_tmp)
-            tokenizer.save_pretrained(init_tmp)
-        with phase("oracle_rollout"):
-            oracle = oracle_rollout(train_q, env, tokenizer, cfg.rollout, plans)
-            probe_eps = probe_episodes(ds, env, tokenizer, cfg, titles)
-        copy = {"split": "dev", "episodes": len(probe_eps)}
-        if probe_eps:
-            with phase("probe_base"):
-                copy["base"] = copy_probe(model, probe_eps, tokenizer.pad_token_id)
-        oracle_summary = _oracle_summary(oracle, plans, cfg.reward)
-        log.info("sft: %d oracle episodes, oracle EM %.3f, kinds %s", len(oracle), oracle_summary["em"], oracle_summary["kinds"])
+    with phase("load"):
+        ds = ctx.dataset()
+        env = ctx.env()
+        train_q = _questions(ds, cfg)
+        base = ctx.checkpoint(cfg.pretrain.out_dir, "agentr1 pretrain (dvc repro pretrain)")
+    with phase("oracle_plans"):
+        titles = corpus_titles(ds.corpus)
+        try:
+            plans = plan_all(train_q, titles, env.fmt, scfg.oracle_noise, cfg.seed, env.max_turns, scfg.oracle_lead_space)
+        except (KeyError, ValueError) as exc:
+            raise StageError(f"cannot script the oracle ({exc}): the sft stage needs the synthetic world's "
+                             "supporting_ids (one passage per hop, in the corpus) and env.max_turns > hops") from None
+    with phase("policy"):
+        model, tokenizer = load_checkpoint(base, cfg.model.dtype)
+        if cfg.model.kind != "scratch" and cfg.model.restrict_vocab:
+            model, tokenizer, cut = restrict_vocabulary(model, tokenizer, world_texts(ds, env, train_q, plans))
+            log.info("sft: vocabulary restricted to the world's tokens: %d -> %d", cut["before"], cut["after"])
+        model.to(device)
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info("sft: base policy %s (%s) with %.2fM parameters, vocabulary %d", base, cfg.model.kind, n_params / 1e6,
+             len(tokenizer))
+    with phase("oracle_rollout"):
+        oracle = oracle_rollout(train_q, env, tokenizer, cfg.rollout, plans)
+        probe_eps = probe_episodes(ds, env, tokenizer, cfg, titles)
+    copy = {"split": "dev", "episodes": len(probe_eps)}
+    if probe_eps:
+        with phase("probe_base"):
+            copy["base"] = copy_probe(model, probe_eps, tokenizer.pad_token_id)
+    oracle_summary = _oracle_summary(oracle, plans, cfg.reward)
+    log.info("sft: %d oracle episodes, oracle EM %.3f, kinds %s", len(oracle), oracle_summary["em"], oracle_summary["kinds"])
 
-        def log_step(row: dict) -> None:  # live in MLflow, one point per optimizer step
-            run.logger.log({"sft/loss": row["loss"], "sft/lr": row["lr"], "sft/grad_norm": row["grad_norm"],
-                            "sft/action_tokens": row["action_tokens"]}, step=int(row["step"]))
+    def log_step(row: dict) -> None:  # live in MLflow, one point per optimizer step
+        run.logger.log({"sft/loss": row["loss"], "sft/lr": row["lr"], "sft/grad_norm": row["grad_norm"],
+                        "sft/action_tokens": row["action_tokens"]}, step=int(row["step"]))
 
-        history: list[dict] = []
-        with phase("train"):
-            if scfg.enabled and scfg.steps > 0:
-                history = train_sft(model, oracle, tokenizer.pad_token_id, scfg, seed=cfg.seed, on_step=log_step,
-                                    log_every=scfg.log_every)
-        if probe_eps:
-            with phase("probe_cold_start"):
-                copy["cold_start"] = copy_probe(model, probe_eps, tokenizer.pad_token_id)
-            log.info("sft: copy probe (dev, teacher-forced top-1 of copyable tokens) base %.3f -> cold start %.3f "
-                     "(start %.3f, continue %.3f)", copy["base"]["top1"] or 0, copy["cold_start"]["top1"] or 0,
-                     copy["cold_start"]["start"]["top1"] or 0, copy["cold_start"]["continue"]["top1"] or 0)
-        tail = history[-10:]
-        pre_tail = pre_history[-10:]
-        metrics = {
-            "oracle": oracle_summary,
-            "pretrain": {
-                "steps": len(pre_history),
-                "first_loss": pre_history[0]["loss"] if pre_history else None,
-                "final_loss": sum(r["loss"] for r in pre_tail) / len(pre_tail) if pre_tail else None,
-            },
-            "train": {
-                "enabled": scfg.enabled,
-                "steps": len(history),
-                "first_loss": history[0]["loss"] if history else None,
-                "final_loss": sum(r["loss"] for r in tail) / len(tail) if tail else None,
-            },
-            "copy": copy,
-            "model": {"kind": cfg.model.kind, "parameters": n_params, "vocab_size": len(tokenizer), "device": device},
-        }
-        with atomic_dir(scfg.report_dir) as tmp:  # the report appears only if the checkpoints were saved
-            (tmp / "loss.csv").write_text(loss_csv(history))
-            (tmp / "pretrain_loss.csv").write_text(loss_csv(pre_history, PRETRAIN_FIELDS))
-            save_trajectories(oracle[:ORACLE_EXAMPLES], tmp / "oracle_examples.jsonl")
-            with phase("save_checkpoint"):
-                save_checkpoint(model, tokenizer, scfg.out_dir)
-            write_json_atomic(Path(tmp) / "metrics.json", metrics)
-            run.log_metrics(summary_metrics(metrics))
-            times["total"] = round(time.perf_counter() - t_start, 2)
-            tokens_per_s = sum(r["tokens"] for r in history) / times["train"] if history and times["train"] else None
-            write_json_atomic(Path(tmp) / "timing.json", {"time_s": dict(times), "tokens_per_s": tokens_per_s})
+    history: list[dict] = []
+    with phase("train"):
+        if scfg.enabled and scfg.steps > 0:
+            history = train_sft(model, oracle, tokenizer.pad_token_id, scfg, seed=cfg.seed, on_step=log_step,
+                                log_every=scfg.log_every)
+    if probe_eps:
+        with phase("probe_cold_start"):
+            copy["cold_start"] = copy_probe(model, probe_eps, tokenizer.pad_token_id)
+        copy["gate"] = copy_gate(copy, scfg.copy_gate)
+        log.info("sft: copy probe (dev, teacher-forced top-1 of copyable tokens) base %.3f -> cold start %.3f "
+                 "(start %.3f, continue %.3f; gate %s)", copy["base"]["top1"] or 0, copy["cold_start"]["top1"] or 0,
+                 copy["cold_start"]["start"]["top1"] or 0, copy["cold_start"]["continue"]["top1"] or 0,
+                 "passed" if copy["gate"]["passed"] else "not passed")
+    tail = history[-10:]
+    metrics = {
+        "oracle": oracle_summary,
+        "train": {
+            "enabled": scfg.enabled,
+            "examples": len(oracle),
+            "steps": len(history),
+            "first_loss": history[0]["loss"] if history else None,
+            "final_loss": sum(r["loss"] for r in tail) / len(tail) if tail else None,
+        },
+        "copy": copy,
+        "model": {"kind": cfg.model.kind, "parameters": n_params, "vocab_size": len(tokenizer), "device": device},
+    }
+    with atomic_dir(scfg.report_dir) as tmp:  # the report appears only if the checkpoint was saved
+        (tmp / "loss.csv").write_text(curve_csv(history, LOSS_FIELDS))
+        save_trajectories(oracle[:ORACLE_EXAMPLES], tmp / "oracle_examples.jsonl")
+        with phase("save_checkpoint"):
+            save_checkpoint(model, tokenizer, scfg.out_dir)
+        write_json_atomic(Path(tmp) / "metrics.json", metrics)
+        run.log_metrics(summary_metrics(metrics))
+        times["total"] = round(time.perf_counter() - t_start, 2)
+        tokens_per_s = sum(r["tokens"] for r in history) / times["train"] if history and times["train"] else None
+        write_json_atomic(Path(tmp) / "timing.json", {"time_s": dict(times), "tokens_per_s": tokens_per_s})
     log.info("sft: oracle EM %.3f, loss %s -> %s in %d steps (total %.0fs)", oracle_summary["em"],
              metrics["train"]["first_loss"], metrics["train"]["final_loss"], len(history), times["total"])
     return metrics

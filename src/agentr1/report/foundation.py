@@ -1,0 +1,79 @@
+"""What RL starts from, in the report: the base policy's reading gate, the cold start's copy probe
+and its headroom (greedy EM against sampled EM and pass@k at the RL temperature).
+
+Read from the stages' own outputs: ``<pretrain.report_dir>/metrics.json`` (``gate``),
+``<sft.report_dir>/metrics.json`` (``copy``) and the cold start's evaluation
+(``<evaluate.out_dir>/cold_start/metrics.json``: greedy ``<split>/em`` and ``sampling``).
+:func:`foundation` returns the numbers (``report.json`` ``foundation``) and the markdown section
+of ``summary.md``; a file that is missing leaves its part out (a profile without pretraining or
+sampling still gets a report).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _gate_lines(gate: dict[str, Any]) -> list[str]:
+    need = gate["thresholds"]
+    splits = list(gate["splits"])
+    kinds = [k for k in ("one_hop", "multi") if all(k in gate["splits"][s] for s in splits)]
+    rels = sorted({r for s in splits for k in kinds for r in gate["splits"][s][k]["relations"]})
+    cols = [f"{s} {k.replace('_', '-')}" for s in splits for k in kinds]
+    lines = [f"The base policy's reading gate (greedy, held-out entities; one-hop >= {need['one_hop']:.2f}, "
+             f"multi-passage >= {need['multi']:.2f}, overall and for every relation): "
+             f"**{'passed' if gate['passed'] else 'not passed'}**"
+             + ("" if gate["passed"] else f" (below: {', '.join(gate['failing'][:8])})") + ".", "",
+             "| relation | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    cells = lambda r: [gate["splits"][s][k]["relations"].get(r, {}).get("accuracy") for s in splits for k in kinds]
+    lines += [f"| {r} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in cells(r)) + " |" for r in rels]
+    lines.append("| **all** | " + " | ".join(f"**{gate['splits'][s][k]['accuracy']:.3f}**" for s in splits for k in kinds)
+                 + " |")
+    return lines
+
+
+def foundation(pretrain_dir: Path, sft_dir: Path, eval_dir: Path, splits: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """``(numbers, markdown lines)`` of the module docstring."""
+    out: dict[str, Any] = {}
+    lines: list[str] = ["## What RL starts from", ""]
+    pre = _read(pretrain_dir / "metrics.json")
+    if pre is not None and "gate" in pre:
+        out["gate"] = pre["gate"]
+        lines += [*_gate_lines(pre["gate"]), ""]
+    sft = _read(sft_dir / "metrics.json")
+    copy = (sft or {}).get("copy", {})
+    if copy.get("cold_start"):
+        cs, gate = copy["cold_start"], copy.get("gate", {})
+        out["copy"] = {"start": cs["start"]["top1"], "continue": cs["continue"]["top1"], "gate": gate}
+        need = gate.get("thresholds", {})
+        lines += [f"The cold start's copy probe on dev (teacher-forced top-1 of the names its calls and answers "
+                  f"copy): first token {cs['start']['top1']:.3f} (>= {need.get('start', 0):.2f}), continuation "
+                  f"{cs['continue']['top1']:.3f} (>= {need.get('continue', 0):.2f}): "
+                  f"**{'passed' if gate.get('passed') else 'not passed'}**; the base policy before SFT: "
+                  f"{copy['base']['start']['top1']:.3f} / {copy['base']['continue']['top1']:.3f}. "
+                  f"Demonstrations: {sft.get('train', {}).get('examples')}.", ""]
+    cold = _read(eval_dir / "cold_start" / "metrics.json")
+    sampling = (cold or {}).get("sampling")
+    if sampling:
+        k = sampling["k"]
+        out["headroom"] = {s: {"greedy_em": cold[f"{s}/em"], **{key: v for key, v in sampling["splits"][s].items()}}
+                           for s in splits if s in sampling["splits"]}
+        lines += [f"The cold start's headroom for RL: greedy EM against {k} samples per question at temperature "
+                  f"{sampling['temperature']:g} (the RL setting).", "",
+                  f"| split / type | n | greedy EM | sampled EM | pass@{k} |", "|---|---|---|---|---|"]
+        for s, h in out["headroom"].items():
+            lines.append(f"| **{s}** | {h['n']} | {h['greedy_em']:.3f} | {h['sampled_em']:.3f} | {h['pass_at_k']:.3f} |")
+            greedy_by_type = cold["splits"][s].get("by_type", {})
+            for t, ht in h["types"].items():
+                g = greedy_by_type.get(t, {}).get("em")
+                lines.append(f"| {s} / {t} | {ht['n']} | {'-' if g is None else f'{g:.3f}'} | {ht['sampled_em']:.3f} | "
+                             f"{ht['pass_at_k']:.3f} |")
+        lines.append("")
+    return out, (lines if len(lines) > 2 else [])
