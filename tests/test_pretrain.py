@@ -19,8 +19,8 @@ from agentr1.data.drills import gate_drills, stream_docs
 from agentr1.data.world import build_world, corpus_rows, fresh_world
 from agentr1.errors import StageError
 from agentr1.models import build_scratch_model, is_checkpoint, load_checkpoint, resolve_checkpoint, train_tokenizer
-from agentr1.rl.pretrain import (collate_docs, encode_docs, gate_report, pretrain_reader, reading_accuracy,
-                                 target_logits)
+from agentr1.rl.pretrain import (bucketed_batches, collate_docs, encode_docs, gate_report, pretrain_reader,
+                                 reading_accuracy, target_logits)
 
 torch.set_num_threads(1)
 TINY = ScratchModelConfig(vocab_size=600, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2,
@@ -37,7 +37,7 @@ def drills():
 
 
 def _cfg(**over):
-    base = dict(steps=30, batch_size=8, lr=1e-2, warmup_steps=2, weight_decay=0.01, loss_on="answers")
+    base = dict(steps=30, batch_size=8, lr=1e-2, warmup_steps=2, weight_decay=0.01, loss_on="answers", bucket_batches=1)
     return SimpleNamespace(**{**base, **over})
 
 
@@ -55,6 +55,21 @@ def test_targets_are_the_answers_or_all_but_first_mentions(drills):
     assert not answers[0] and not text[0]
     with pytest.raises(ValueError, match="loss_on 'everything'"):
         encode_docs(tok, [doc], "everything")
+
+
+def test_bucketed_batches_use_every_document_once_with_little_padding(drills):
+    docs, tok = drills
+    plain = list(islice(bucketed_batches(tok, iter(docs), 8, "text", 1, 0), 8))
+    bucketed = list(islice(bucketed_batches(tok, iter(docs), 8, "text", 8, 0), 8))
+
+    def rows(batches):
+        return sorted(tuple(r[m.bool()].tolist()) for b in batches for r, m in zip(b["input_ids"], b["attention_mask"]))
+
+    assert rows(plain) == rows(bucketed)  # the same 64 documents, each once
+    pad = lambda batches: sum(int((1 - b["attention_mask"]).sum()) for b in batches)
+    assert pad(bucketed) < 0.3 * pad(plain)
+    assert [b["input_ids"].tolist() for b in bucketed] == [
+        b["input_ids"].tolist() for b in islice(bucketed_batches(tok, iter(docs), 8, "text", 8, 0), 8)]
 
 
 def test_the_head_on_targets_only_gives_the_full_logits_loss(drills):

@@ -539,7 +539,8 @@ class PretrainConfig(_Section):
     (``agentr1.data.drills``) over a stream of fresh worlds of ``world_families`` clusters each
     (a new world every ``docs_per_world`` documents; no dataset entity): each document holds a
     number of passages drawn from ``passages`` and ``questions`` questions about them with their
-    answers. ``steps`` AdamW steps of ``batch_size`` documents, lr warmed up over
+    answers, the first question before the passages in a share ``question_first`` of them (as in
+    an agent's context, where the question precedes what its searches return). ``steps`` AdamW steps of ``batch_size`` documents, lr warmed up over
     ``warmup_steps`` then cosine-decayed; the loss on ``loss_on``: ``answers`` (the answers'
     tokens) or ``text`` (every token but the first mention of each name). The tokenizer is
     trained on ``tokenizer_docs`` documents of its own fresh world. ``hf``/``gguf``: the
@@ -550,6 +551,7 @@ class PretrainConfig(_Section):
 
     steps: int = Field(6000, ge=1)
     batch_size: int = Field(16, ge=1)
+    bucket_batches: int = Field(16, ge=1)
     lr: float = Field(3e-3, gt=0)
     warmup_steps: int = Field(100, ge=0)
     weight_decay: float = Field(0.01, ge=0)
@@ -558,6 +560,7 @@ class PretrainConfig(_Section):
     docs_per_world: int = Field(2000, ge=1)
     passages: list[Annotated[int, Field(ge=1, le=8)]] = Field(default_factory=lambda: [1, 2, 3], min_length=1)
     questions: int = Field(4, ge=1)
+    question_first: float = Field(0.5, ge=0, le=1)
     tokenizer_docs: int = Field(3000, ge=1)
     gate: ReadingGateConfig = ReadingGateConfig()
     out_dir: str = "data/models/init"

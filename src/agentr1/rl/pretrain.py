@@ -7,6 +7,11 @@ documents (right-padded) with targets ``m_t``::
 
     L(theta) = - sum_i sum_{t>=1} m_t log p_theta(x^(i)_t | x^(i)_<t)  /  sum_i sum_{t>=1} m_t
 
+Batches are bucketed by length: ``bucket_batches`` batches' worth of documents are tokenized,
+sorted by length and cut into batches, which are then trained on in a seeded random order. A
+batch then holds documents of about one length, so padding (a third of a random batch's
+positions) nearly disappears; every document is still used exactly once.
+
 Only the target positions go through the output head (``lm_head(h_{t-1})`` for each target
 ``t``): with answer targets that is ~10% of the tokens, and the head over the vocabulary is
 about half of a small model's FLOPs per token. The result equals the loss of the full logits.
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 
@@ -82,6 +88,22 @@ def target_logits(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, 
     return model.get_output_embeddings()(hidden[mask]).float(), ids[:, 1:][mask]
 
 
+def bucketed_batches(tokenizer, docs: Iterator, batch_size: int, loss_on: str, bucket_batches: int,
+                     seed: int | str) -> Iterator[dict[str, torch.Tensor]]:
+    """Endless collated batches of ``batch_size`` documents of ``docs``, bucketed by length
+    (module docstring; ``bucket_batches`` 1 = the documents' own order)."""
+    rng = random.Random(f"{seed}/buckets")
+    while True:
+        pool = encode_docs(tokenizer, [next(docs) for _ in range(batch_size * bucket_batches)], loss_on)
+        if bucket_batches > 1:
+            pool.sort(key=lambda item: len(item[0]))
+        batches = [pool[i : i + batch_size] for i in range(0, len(pool), batch_size)]
+        if bucket_batches > 1:
+            rng.shuffle(batches)
+        for batch in batches:
+            yield collate_docs(batch, tokenizer.pad_token_id)
+
+
 def pretrain_reader(
     model,
     tokenizer,
@@ -89,23 +111,24 @@ def pretrain_reader(
     cfg,
     on_step: Callable[[dict], None] | None = None,
     log_every: int = 100,
+    seed: int | str = 0,
 ) -> list[dict]:
-    """Train ``model`` in place for ``cfg.steps`` AdamW steps (module docstring), each on the
-    next ``cfg.batch_size`` documents of ``docs`` (:class:`agentr1.data.drills.Doc`), loss on
-    ``cfg.loss_on``; ``cfg`` also gives ``lr``, ``warmup_steps`` and ``weight_decay``.
-    Returns one record per step (``step``, ``loss``, ``lr``, ``grad_norm``, ``tokens``,
-    ``targets``, ``elapsed_s``); the model is left in eval mode."""
+    """Train ``model`` in place for ``cfg.steps`` AdamW steps (module docstring), each on
+    ``cfg.batch_size`` documents of ``docs`` (:class:`agentr1.data.drills.Doc`; bucketed by
+    length over ``cfg.bucket_batches`` batches, seeded by ``seed``), loss on ``cfg.loss_on``;
+    ``cfg`` also gives ``lr``, ``warmup_steps`` and ``weight_decay``. Returns one record per
+    step (``step``, ``loss``, ``lr``, ``grad_norm``, ``tokens``, ``targets``, ``elapsed_s``);
+    the model is left in eval mode."""
     opt = make_optimizer(model, cfg.lr, cfg.weight_decay)
     sched = scheduler(opt, lr_lambda(cfg.lr, cfg.warmup_steps, cfg.steps, "cosine", MIN_LR_RATIO))
     device = next(model.parameters()).device
+    batches = bucketed_batches(tokenizer, docs, cfg.batch_size, cfg.loss_on, cfg.bucket_batches, seed)
     history: list[dict] = []
     t0 = time.perf_counter()
     model.train()
     for step in range(cfg.steps):
         lr = sched.get_last_lr()[0]
-        chunk = [next(docs) for _ in range(cfg.batch_size)]
-        batch = collate_docs(encode_docs(tokenizer, chunk, cfg.loss_on), tokenizer.pad_token_id)
-        batch = {k: v.to(device) for k, v in batch.items()}
+        batch = {k: v.to(device) for k, v in next(batches).items()}
         logits, tokens = target_logits(model, batch)
         loss = torch.nn.functional.cross_entropy(logits, tokens)
         opt.zero_grad(set_to_none=True)

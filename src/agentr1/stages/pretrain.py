@@ -67,7 +67,7 @@ def scratch_policy(cfg, taken: set[str]):
     pcfg, syn = cfg.pretrain, cfg.data.synthetic
     world = fresh_world(pcfg.world_families, f"{cfg.seed}/tokenizer", taken=taken)
     docs = stream_docs(world, random.Random(f"{cfg.seed}/tokenizer"), syn.distractor_sentences, pcfg.passages,
-                       pcfg.questions)
+                       pcfg.questions, pcfg.question_first)
     texts = [next(docs).text for _ in range(pcfg.tokenizer_docs)]
     parts = sorted({w for pool in PARTS.values() for w in pool})
     tokenizer = train_tokenizer(texts, cfg.model.scratch.vocab_size, TOOL_TAGS, whole_words=parts)
@@ -125,8 +125,9 @@ def run(ctx: StageContext, args: Any = None) -> dict:
 
         with phase("pretrain"):
             docs = pretraining_docs(taken, cfg.seed, pcfg.world_families, pcfg.docs_per_world,
-                                    syn.distractor_sentences, pcfg.passages, pcfg.questions)
-            history = pretrain_reader(model, tokenizer, docs, pcfg, on_step=on_step, log_every=pcfg.log_every)
+                                    syn.distractor_sentences, pcfg.passages, pcfg.questions, pcfg.question_first)
+            history = pretrain_reader(model, tokenizer, docs, pcfg, on_step=on_step, log_every=pcfg.log_every,
+                                      seed=cfg.seed)
     with phase("gate"):
         result = gate_report(model, tokenizer, drills, gate.one_hop, gate.multi)
     log.info("pretrain: gate %s (%s)", "passed" if result["passed"] else "not passed",
