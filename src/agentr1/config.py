@@ -267,6 +267,10 @@ class DataConfig(_Section):
         return out
 
 
+# The ChatML control tokens of the scratch tokenizer, SmolLM2 and Qwen (validate.special_tokens).
+DEFAULT_SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|pad|>")
+
+
 class ValidateConfig(_Section):
     """Stage ``validate`` (``agentr1.data.validation``).
 
@@ -276,13 +280,30 @@ class ValidateConfig(_Section):
     types; 0.0 = none may leak (the synthetic world has none; real HotpotQA/MuSiQue samples have
     about 2%). ``required_splits``: splits that must hold at least one question (a split left out
     may be empty, e.g. ``ood`` for real data without an out-of-domain source).
-    ``max_examples``: offending rows (and leaking ids) named per failed check."""
+    ``max_examples``: offending rows (and leaking ids) named per failed check.
+    ``max_question_chars`` / ``max_answer_chars`` / ``max_id_chars``: the longest question, answer
+    and question or passage id accepted. ``special_tokens``: the policy's special-token strings
+    (besides every ``<|name|>`` form); a question, answer or passage holding one is reported with
+    its id (the rollout never turns data text into control tokens, but such data is suspect)."""
 
     report_dir: str = "data/validation"
     leak_allowed_types: list[str] = Field(default_factory=lambda: ["comparison", "bridge_comparison"])
     max_leak_share: float = Field(0.0, ge=0, le=1)
     required_splits: list[str] = Field(default_factory=lambda: list(SPLITS))
     max_examples: int = Field(5, ge=1, le=100)
+    # bounds of the content checks (issue 26): longest question / answer / id, and the model's
+    # special-token strings that no question, answer or passage may contain
+    max_question_chars: int = Field(2048, ge=1)
+    max_answer_chars: int = Field(256, ge=1)
+    max_id_chars: int = Field(128, ge=1)
+    special_tokens: list[str] = Field(default_factory=lambda: list(DEFAULT_SPECIAL_TOKENS))
+
+    @field_validator("special_tokens")
+    @classmethod
+    def _tokens_not_blank(cls, v: list[str]) -> list[str]:
+        if any(not t.strip() for t in v):
+            raise ValueError("special_tokens must not hold empty or blank strings")
+        return v
 
     @field_validator("required_splits")
     @classmethod
