@@ -312,7 +312,8 @@ def pretrain_lm(
     for step in range(pretrain_cfg.steps):
         lr = sched.get_last_lr()[0]
         batch = [linked_chain(i, links, chain, follow) if chain > 1 else [i] for i in next(draws)]
-        enc = tokenizer(["\n\n".join(texts[j] for j in c) for c in batch], return_tensors="pt", padding=True)
+        enc = tokenizer(["\n\n".join(texts[j] for j in c) for c in batch], return_tensors="pt", padding=True,
+                        split_special_tokens=True)  # data text: a "<|im_end|>" in it is never a control token
         ids, attn = enc["input_ids"].to(device), enc["attention_mask"].to(device)
         loss = passage_lm_loss(model, ids, attn)
         opt.zero_grad(set_to_none=True)
