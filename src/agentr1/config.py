@@ -361,6 +361,11 @@ class ServerConfig(_Section):
     max_query_chars: int = Field(4096, gt=0)  # a longer query gets 422 (bounds the search CPU one query costs)
     request_deadline_s: float = Field(10.0, gt=0)  # request line + headers + body must arrive within this, else 408
     max_connections: int = Field(128, gt=0)  # connections served at once; more get 503 with Retry-After
+    # the work and memory one request may cost (issue 26): refused with 413/422 before any search
+    max_request_chars: int = Field(65536, gt=0)  # all queries' characters together
+    max_results: int = Field(4096, gt=0)  # queries x topk
+    max_response_bytes: int = Field(8 << 20, gt=0)  # an answer over this is refused before it is serialized
+    max_body_bytes: int = Field(1 << 20, gt=0)  # the request body (and at most max_queries + 16 JSON values in it)
 
 
 class RetrievalConfig(_Section):
