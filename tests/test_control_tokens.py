@@ -136,7 +136,7 @@ def test_a_hostile_question_passage_and_answer_stay_text_in_the_trajectory(tok, 
     harmless = encode(tok, template_text.replace(HOSTILE[1], "q"))
     assert sum(i in specials for i in t.prompt_ids) == sum(i in specials for i in harmless) > 0
     obs_start, obs_end = t.turn_spans[0][1], t.turn_spans[1][0]
-    prefix, _, suffix = engine._wrap_parts(env.observation, t.turn_texts[0])
+    prefix, _, suffix = engine.observation_parts(env.observation, t.turn_texts[0])
     wrapper_specials = sum(i in specials for i in encode(tok, prefix) + encode(tok, suffix))
     assert sum(i in specials for i in t.response_ids[obs_start:obs_end]) == wrapper_specials
     answer_ids = t.response_ids[t.turn_spans[1][0]:t.turn_spans[1][1]]

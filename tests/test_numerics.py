@@ -32,7 +32,7 @@ TRAIN = textwrap.dedent(
     gen = torch.Generator().manual_seed(0)
     texts = [" ".join(str(int(x)) for x in torch.randint(0, 500, (48,), generator=gen)) for _ in range(16)]
     class Tok:
-        def __call__(self, batch, return_tensors, padding):
+        def __call__(self, batch, return_tensors, padding, **kwargs):  # kwargs: split_special_tokens, ...
             ids = torch.tensor([[int(w) + 1 for w in t.split()] for t in batch])
             return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     cfg = SimpleNamespace(steps=4, batch_size=8, chain=1, lr=3e-3, warmup_steps=1)

@@ -25,7 +25,8 @@ tokens, so a passage cannot end a turn or open a role. The prompt uses transform
 ``apply_chat_template(..., sanitize_control_tokens=True)`` (only the template's own markers are
 control tokens); a chat-wrapped observation is its template prefix and suffix (:func:`encode`)
 around the observation (:func:`encode_data`). Text without special-token strings gets the same
-ids as before, and ``decode`` of the ids is still exactly the text.
+ids as before (the wrapping's pieces meet at a special or tool-tag token in both formats, where the
+tokenizer splits anyway), and ``decode`` of the ids is still exactly the text.
 
 The env is duck-typed: ``system_prompt()``, ``user_prompt(question)``, ``stop_strings`` and
 ``step_batch(turn_texts, turn_indices, supporting_ids) -> list[StepResult]``; its optional
@@ -127,7 +128,7 @@ class RolloutEngine:
     def observation_ids(self, observation: str, turn_text: str) -> list[int]:
         """Token ids of :meth:`wrap_observation`: the chat wrapping's prefix and suffix as template
         text, the observation itself as data (:func:`encode_data`)."""
-        prefix, body, suffix = self._wrap_parts(observation, turn_text)
+        prefix, body, suffix = self.observation_parts(observation, turn_text)
         return encode(self.tokenizer, prefix) + encode_data(self.tokenizer, body) + encode(self.tokenizer, suffix)
 
     def wrap_observation(self, observation: str, turn_text: str) -> str:
@@ -135,9 +136,9 @@ class RolloutEngine:
         (``chat``; the assistant message is closed first unless the turn already closed it, and
         the observation's surrounding newlines are dropped, as chat templates render a tool
         response: ``<|im_start|>user\n<tool_response>...</tool_response><|im_end|>``)."""
-        return "".join(self._wrap_parts(observation, turn_text))
+        return "".join(self.observation_parts(observation, turn_text))
 
-    def _wrap_parts(self, observation: str, turn_text: str) -> tuple[str, str, str]:
+    def observation_parts(self, observation: str, turn_text: str) -> tuple[str, str, str]:
         """(template prefix, observation text, template suffix) of :meth:`wrap_observation`."""
         if self.wrap == "inline":
             return "", observation, ""
