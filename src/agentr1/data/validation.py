@@ -25,6 +25,12 @@ together with what to do about it):
   ones' ``expression`` evaluates to the answer and their hops match (:func:`tool_question_problem`);
   every ``type`` is a known one (the new types included).
 * corpus: ``id`` non-null and unique; ``title`` non-null; ``text`` not blank; not empty.
+* content bounds (:func:`bound_checks`, bounds from ``validate.*``): one answer set per question
+  text within a split; supporting ids distinct and as many as ``hops``; no control characters in
+  questions and answers; questions and answers at most ``max_question_chars`` /
+  ``max_answer_chars``; question and passage ids plain names of at most ``max_id_chars``; passage
+  titles not blank; no question, answer or passage holding one of ``special_tokens`` or any
+  ``<|name|>`` control-token form.
 
 Checks that relate several rows, tables or files (missing passages, split overlap, leak shares,
 file damage) are computed as derived columns with pandas and then asserted with GX, so that every

@@ -147,8 +147,14 @@ def client_gone(sock: socket.socket) -> bool:
     client that pipelined its next request is still there). A client that half-closes its
     output while it waits for the answer reads the same, so it is taken as gone too."""
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
-        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+        poller = select.poll()  # not select(): it fails for a descriptor over 1023
+        poller.register(sock, select.POLLIN)
+        events = poller.poll(0)
+        if not events:
+            return False
+        if events[0][1] & (select.POLLERR | select.POLLHUP | select.POLLNVAL):
+            return True
+        return sock.recv(1, socket.MSG_PEEK) == b""  # readable: returns at once
     except (OSError, ValueError):
         return True
 
