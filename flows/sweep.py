@@ -225,12 +225,12 @@ def main(argv: list[str] | None = None) -> None:
                     help="one grid value (repeat a key for several values)")
     ap.add_argument("-j", "--jobs", type=int, default=1)
     a = ap.parse_args(argv)
-    import yaml
+    from agentr1.config import parse_set  # the strict YAML of --set: `yes` or 0x10 are not numbers
 
     grid: dict[str, list[Any]] = {}
     for s in a.set:
-        k, v = s.split("=", 1)
-        grid.setdefault(k, []).append(yaml.safe_load(v))
+        k, v = parse_set(s)
+        grid.setdefault(k, []).append(v)
     sweep(project_dir=a.project_dir, targets=a.target, seeds=a.seed or [0], overrides=grid, jobs=a.jobs)
 
 

@@ -199,3 +199,88 @@ def test_bad_set_paths_are_config_errors(tmp_path: Path, capsys, setting: str, m
     rc, err = _cli(["--params", str(repo_root / "params.yaml"), "--set", setting, "prepare"], capsys)
     assert rc == 2 and "Traceback" not in err
     assert __import__("re").search(message, err), err
+
+
+# ------------------------------------------------- issue 26: params that mean something else than they say
+def _params(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_alias_bomb_is_refused_small_and_fast(tmp_path: Path) -> None:
+    """A 9-level "billion laughs" (13.8 kB) used to become a 448 MB ConfigError after 26 s."""
+    import time
+
+    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    path = _params(tmp_path, "\n".join(lines) + "\nseed: *a8\n")
+    t0 = time.process_time()
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    assert time.process_time() - t0 < 2.0
+    assert "aliases expand to more than" in str(exc.value) and len(str(exc.value)) < 2000
+    # a few aliases of a small section are fine
+    ok = _params(tmp_path, "x: &h {min: 1, max: 4}\ndata: {hops: *h}\n")
+    with pytest.raises(ConfigError, match=r"- x: .*unknown key"):  # the anchor's own key is still checked
+        load_config(ok)
+
+
+def test_values_quoted_in_errors_are_clipped(tmp_path: Path) -> None:
+    path = _params(tmp_path, "seed: " + "x" * 10_000_000 + "\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    assert "seed" in str(exc.value) and len(str(exc.value)) < 1000
+
+
+@pytest.mark.parametrize("text, first, second", [
+    ("train: {steps: 3}\nseed: 1\ntrain: {lr: 0.1}\n", 1, 3),
+    ("train:\n  steps: 3\n  kl: {coef: 0.1, coef: 0.2}\n", 3, 3),
+    ("runs:\n  a: {seed: 1}\n  b: {seed: 2}\n  a: {seed: 3}\n", 2, 4),
+])
+def test_duplicate_keys_name_both_lines(tmp_path: Path, text: str, first: int, second: int) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_config(_params(tmp_path, text))
+    assert f"at line {second} (first at line {first})" in str(exc.value), str(exc.value)
+
+
+@pytest.mark.parametrize("text, path", [
+    ("train: {steps: yes}", "train.steps"),  # YAML 1.1: true, then 1
+    ("seed: 1:30", "seed"),  # YAML 1.1: base 60, 90
+    ("seed: 0x10", "seed"),  # 16
+    ("seed: 010", "seed"),  # YAML 1.1: octal 8
+    ("train: {steps: 30.0}", "train.steps"),
+    ("seed: '7'", "seed"),
+    ("tracking: {enabled: 1}", "tracking.enabled"),
+    ("env: {think: on}", "env.think"),
+    ("train: {lr: true}", "train.lr"),
+])
+def test_numbers_and_booleans_must_be_written_as_such(tmp_path: Path, text: str, path: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_config(_params(tmp_path, text + "\n"))
+    assert path in str(exc.value), str(exc.value)
+
+
+def test_yaml_12_numbers_still_read() -> None:
+    from agentr1.config import parse_set
+
+    assert parse_set("train.lr=1e-4") == ("train.lr", 1e-4) and parse_set("seed=12") == ("seed", 12)
+    assert config_from_dict({"train": {"lr": 1e-4, "steps": 0}, "seed": 3}).train.lr == 1e-4
+
+
+def test_set_with_a_huge_integer_is_a_config_error(capsys, repo_root: Path) -> None:
+    rc, err = _cli(["--params", str(repo_root / "params.yaml"), "--set", "seed=" + "7" * 5000, "prepare"], capsys)
+    assert rc == 2 and "Traceback" not in err and "5000 digits" in err and len(err) < 2000, err
+
+
+def test_duplicate_tools_are_refused_at_load() -> None:
+    with pytest.raises(ConfigError) as exc:
+        config_from_dict({"env": {"tools": ["search", "search"]}})
+    assert "env.tools" in str(exc.value) and "more than once" in str(exc.value)
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "../../../tmp/x", "..", "x" * 65, " grpo", "a\\b"])
+def test_run_names_that_are_not_plain_folder_names_are_refused(name: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        config_from_dict({"runs": {name: {"estimator": "grpo"}}})
+    assert "run name" in str(exc.value)

@@ -20,7 +20,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "agentr1"
 
 # bottom to top; the names are agentr1's top-level modules and packages
 LAYERS: list[set[str]] = [
-    {"errors", "io", "numerics", "registry", "config"},  # the foundation: no domain knowledge
+    {"errors", "io", "numerics", "registry", "yamlparams", "config"},  # the foundation: no domain knowledge
     {"data"},
     {"retrieval"},
     {"models"},

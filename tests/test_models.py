@@ -182,3 +182,40 @@ def test_restricted_vocabulary_keeps_the_world_tokens_and_their_logits(tok, tmp_
     save_checkpoint(model, small, tmp_path / "cut")
     again, again_tok = load_checkpoint(tmp_path / "cut")
     assert again.config.vocab_size == len(again_tok) == len(small)
+
+
+def _corrupt_header(file, header: dict | None = None, length: int | None = None) -> None:
+    """Rewrite ``file``'s safetensors header: a new JSON ``header`` and/or a declared ``length``."""
+    import json
+    import struct
+
+    raw = file.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    body = raw[8 + n:]
+    text = json.dumps(header).encode() if header is not None else raw[8:8 + n]
+    file.write_bytes(struct.pack("<Q", length if length is not None else len(text)) + text + body)
+
+
+@pytest.mark.parametrize("damage", ["offsets_past_end", "huge_header_length", "not_json"])
+def test_damaged_safetensors_header_is_a_stage_error_naming_the_file(tok, tmp_path, damage):
+    """Issue 26 item 6: `agentr1 sft` with model.kind=hf on a checkpoint whose safetensors header is
+    corrupt raised a bare SafetensorError traceback."""
+    import json
+    import struct
+
+    path = save_checkpoint(build_scratch_model(TINY, tok, seed=0), tok, tmp_path / "ckpt")
+    file = path / "model.safetensors"
+    raw = file.read_bytes()
+    header = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+    if damage == "offsets_past_end":
+        name = next(k for k in header if k != "__metadata__")
+        start, end = header[name]["data_offsets"]
+        header[name]["data_offsets"] = [start, end + 10**9]
+        _corrupt_header(file, header)
+    elif damage == "huge_header_length":
+        _corrupt_header(file, length=2**62)
+    else:
+        file.write_bytes(struct.pack("<Q", 12) + b"import os;  " + raw[8:])
+    with pytest.raises(StageError) as exc:
+        load_policy(ModelConfig(kind="hf", name_or_path=str(path)))
+    assert str(file) in str(exc.value) and "not a valid safetensors file" in str(exc.value)

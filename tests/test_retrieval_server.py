@@ -272,7 +272,8 @@ def wait_idle(srv, timeout: float = 5.0) -> None:
 HUGE_TOPK = b'{"queries": ["a"], "topk": ' + b"1" * 5000 + b"}"
 BAD_REQUESTS = {
     # name: (raw request, expected status, regex the error message matches)
-    "deep_nesting": (post(b"[" * 100_000), 400, "nested"),
+    "deep_nesting": (post(b"[" * 100_000), 413, "100001 JSON values; at most 20"),  # counted before decoding
+    "nesting_within_the_value_bound": (post(b"[" * 12 + b"]" * 12), 400, "nested 12 deep"),
     "topk_of_5000_digits": (post(HUGE_TOPK), 422, "topk must be an integer.*5000-digit"),
     "topk_huge_float": (post(b'{"queries": ["a"], "topk": 1e999}'), 422, "topk must be an integer"),
     "topk_long_float": (post(b'{"queries": ["a"], "topk": ' + b"9" * 5000 + b'.5}'), 422, "topk must be an integer"),
@@ -297,6 +298,16 @@ BAD_REQUESTS = {
     "header_too_long": (b"GET /health HTTP/1.1\r\nX: " + b"x" * 70_000 + b"\r\n\r\n", 431, "too long"),
     "unknown_method": (b"BREW /retrieve HTTP/1.1\r\nHost: t\r\n\r\n", 405, "POST /retrieve"),
     "bad_method_token": (b"G(T /health HTTP/1.1\r\nHost: t\r\n\r\n", 400, "method"),
+    # issue 26 item 9: framing the server used to misread or accept
+    "te_space_before_colon": (post(b"{}", b"Transfer-Encoding : chunked"), 400,
+                              "whitespace between the name 'Transfer-Encoding' and the colon"),
+    "obs_fold_header": (post(b'{"queries": ["a"]}', b"X-Note: one", b" two"), 400, "obs-fold"),
+    "nul_in_header": (post(b'{"queries": ["a"]}', b"X-Note: a\x00b"), 400, "control character"),
+    "te_and_content_length": (post(b"{}", b"Transfer-Encoding: chunked"), 400, "both Transfer-Encoding and"),
+    "unknown_body_key": (post(b'{"queries": ["a"], "top_k": 3}'), 422,
+                         "unknown key 'top_k': the allowed keys are queries, topk, return_scores"),
+    # issue 26 item 3: a valid body of many tiny values is refused before it is decoded
+    "many_tiny_values": (post(b'{"queries": [' + b",".join([b"[]"] * 50_000) + b"]}"), 413, "JSON values"),
 }
 
 
@@ -378,11 +389,13 @@ def test_query_length_is_capped(retriever):
 
 
 def test_error_messages_never_echo_unbounded_input(server):
-    resp = requests.post(server.url + "/retrieve", json={"queries": ["a"], "topk": "x" * 10_000_000}, timeout=30)
+    resp = requests.post(server.url + "/retrieve", json={"queries": ["a"], "topk": "x" * 1_000_000}, timeout=30)
     assert resp.status_code == 422 and len(resp.content) < 400, resp.content[:200]
     resp = requests.get(server.url + "/" + "n" * 60_000, timeout=5)
     assert resp.status_code == 404 and len(resp.content) < 400
     resp = requests.post(server.url + "/retrieve", json={"queries": [["nested"] * 100_000]}, timeout=5)
+    assert resp.status_code == 413 and len(resp.content) < 400  # counted before decoding (issue 26 item 3)
+    resp = requests.post(server.url + "/retrieve", json={"queries": [["nested"] * 3]}, timeout=5)
     assert resp.status_code == 422 and len(resp.content) < 400
 
 
@@ -462,3 +475,63 @@ def test_run_server_passes_the_limits(retriever, monkeypatch):
     monkeypatch.setattr(server_module.signal, "signal", lambda *a: None)
     server_module.run_server(cfg, argparse.Namespace(host=None, port=0))
     assert seen == {"host": "127.0.0.1", "chars": 77, "deadline": 1.5, "conns": 9}
+
+
+# ------------------------------------------------------------------ issue 26: bounded work, HTTP details
+class Counting(Retriever):
+    """Counts the queries it searched; ``delay`` seconds per search call."""
+
+    def __init__(self, delay: float = 0.0):
+        self.delay, self.searched = delay, 0
+
+    def search(self, queries, k):
+        time.sleep(self.delay)
+        self.searched += len(queries)
+        return [[Hit("p1", "T", "text", 1.0)] for _ in queries]
+
+
+def test_work_over_the_request_budget_is_refused_before_any_search():
+    """Item 2: one 2.1 MB request (512 queries of 4,096 characters, topk 50) took 13.5 s of server CPU."""
+    retriever = Counting()
+    with RetrievalServer(retriever, "127.0.0.1", 0) as srv:
+        resp = requests.post(srv.url + "/retrieve", json={"queries": ["word " * 819] * 512, "topk": 50}, timeout=60)
+        assert resp.status_code in (413, 422) and "retrieval.server.max_" in resp.json()["error"], resp.text[:300]
+        resp = requests.post(srv.url + "/retrieve", json={"queries": ["word " * 819] * 17, "topk": 50}, timeout=60)
+        assert resp.status_code == 422 and "retrieval.server.max_request_chars" in resp.json()["error"]
+        resp = requests.post(srv.url + "/retrieve", json={"queries": ["q"] * 100, "topk": 50}, timeout=10)
+        assert resp.status_code == 422 and "= 5000 results; at most 4096" in resp.json()["error"]
+        assert retriever.searched == 0
+        resp = requests.post(srv.url + "/retrieve", json={"queries": ["word " * 819] * 16, "topk": 50}, timeout=60)
+        assert resp.status_code == 200  # the largest request within the budget is served
+
+
+def test_an_answer_over_the_response_cap_is_refused_before_it_is_serialized():
+    with RetrievalServer(Counting(), "127.0.0.1", 0, max_response_bytes=1000) as srv:
+        resp = requests.post(srv.url + "/retrieve", json={"queries": ["q"] * 20}, timeout=10)
+        assert resp.status_code == 422 and "retrieval.server.max_response_bytes" in resp.json()["error"]
+
+
+def test_work_is_dropped_when_the_client_hangs_up(caplog):
+    """Item 2: after the client hung up, the server kept computing ~6 s."""
+    caplog.set_level(logging.INFO, logger=SERVER_LOG)
+    retriever = Counting(delay=0.3)
+    with RetrievalServer(retriever, "127.0.0.1", 0) as srv:
+        body = json.dumps({"queries": [f"query {i}" for i in range(320)]}).encode()  # 5 chunks of 64
+        with socket.create_connection(srv.httpd.server_address[:2], timeout=5) as sock:
+            sock.sendall(post(body))
+            time.sleep(0.1)
+        time.sleep(2.0)
+        assert retriever.searched <= 128, retriever.searched
+        wait_idle(srv)
+    assert any("client gone" in r.getMessage() for r in caplog.records if r.name == SERVER_LOG)
+
+
+def test_an_absolute_form_target_is_served(server):
+    """Item 9: RFC 9112 3.2.2: a server must accept the absolute form (it used to answer 404)."""
+    host, port = server.httpd.server_address[:2]
+    raw = post(b'{"queries": ["Miravel river"], "topk": 1}').replace(
+        b"POST /retrieve ", f"POST http://{host}:{port}/retrieve ".encode())
+    status, _, body = exchange(server, raw)
+    assert status == 200 and json.loads(body)["result"][0][0]["id"] == "p2"
+    status, _, body = exchange(server, f"GET http://{host}:{port}/health?x=1 HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+    assert status == 200 and json.loads(body)["status"] == "ok"

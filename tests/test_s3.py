@@ -258,6 +258,43 @@ def test_hostile_keys_are_refused_and_nothing_is_written(aws_env, tmp_path, bad)
     assert written == [], written  # not even the good file: the transfer is refused as a whole
 
 
+@pytest.mark.parametrize("keys", [["a", "a/b"], ["report/x.txt", "report/" + "n" * 300 + ".txt"],
+                                  ["d/e/f", "d/e"]])
+def test_bucket_save_checks_every_key_before_writing(aws_env, tmp_path, keys):
+    """Issue 26 item 8: keys ``a`` and ``a/b`` (legal in S3) or a 300-byte name made save_bucket fail
+    part-way and leave a partial mirror."""
+    from agentr1.tracking.storage import KeyLayoutError, S3Storage, save_bucket
+
+    prefix = f"layout/{abs(hash(tuple(keys))) % 10_000}"
+    client = aws_env["client"]
+    for key in ["aaa-first.txt", *keys, "zzz-last.txt"]:
+        client.put_object(Bucket=BUCKET, Key=f"{prefix}/{key}", Body=key.encode())
+    store = S3Storage(BUCKET, prefix, endpoint_url=aws_env["endpoint"])
+    mirror = tmp_path / "mirror"
+    with pytest.raises(KeyLayoutError, match="cannot all be files .*Nothing was downloaded"):
+        save_bucket(store, mirror)
+    assert not mirror.exists() or [p for p in mirror.rglob("*")] == []
+
+
+def test_bucket_save_replaces_a_stale_local_path_in_the_way(aws_env, tmp_path):
+    from agentr1.tracking.storage import KeyLayoutError, S3Storage, save_bucket
+
+    prefix = "layout/stale"
+    client = aws_env["client"]
+    client.put_object(Bucket=BUCKET, Key=f"{prefix}/a/b", Body=b"now a folder")
+    store = S3Storage(BUCKET, prefix, endpoint_url=aws_env["endpoint"])
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    (mirror / "a").write_text("was an object")
+    saved = save_bucket(store, mirror)
+    assert (mirror / "a" / "b").read_bytes() == b"now a folder" and str(mirror / "a") in saved.deleted
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "a").write_text("mine")
+    with pytest.raises(KeyLayoutError, match="in the way"):  # without delete nothing local is removed
+        store.sync_down("", tmp_path / "plain")
+    assert (tmp_path / "plain" / "a").read_text() == "mine"
+
+
 def test_safe_target_accepts_ordinary_keys(tmp_path):
     from agentr1.tracking.storage import UnsafeKeyError, safe_target
 

@@ -269,3 +269,13 @@ def test_tools_profile_merges_to_the_tool_task(repo_root):
     assert (c.data.task, c.data.hops.min, list(c.env.tools)) == ("tools", 0, ["search", "calculator"])
     assert c.data.synthetic.questions.test == 0 and c.data.tool_questions.arithmetic.test == 100
     assert sorted(c.runs) == ["grpo", "ppo"] and c.model.kind == "scratch"
+
+
+@pytest.mark.parametrize("expression, answer", [("1/10", "0.1"), ("7/10", "0.7"), ("0.1+0.2", "0.3"),
+                                                ("3*1.1", "3.3"), ("1/3", "0.3333333333"), ("2**10", "1024")])
+def test_tool_question_answers_compare_as_the_calculator_writes_them(expression, answer):
+    """Issue 26 item 5: validation refused correct tool questions (1/10 = 0.1 failed as
+    0.1000000000000000055511151231 != 0.1): it now compares the calculator's printed result,
+    normalized as the reward normalizes."""
+    assert tool_question_problem("arithmetic", 0, [], [answer], expression) is None
+    assert tool_question_problem("arithmetic", 0, [], ["0.2"], expression) is not None

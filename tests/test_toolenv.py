@@ -304,6 +304,35 @@ def test_observation_is_truncated_keeping_the_wrappers():
     assert "…" in res.observation
 
 
+@pytest.mark.parametrize("fmt", ["tags", "hermes"])
+@pytest.mark.parametrize("attempts", [4, 30, 57, 200])
+def test_many_unexecuted_calls_do_not_crowd_out_the_results(fmt, attempts):
+    """Issue 26 item 7: with multi_call all, 'not executed' error blocks shared the observation
+    budget with the executed results: at 30 attempts no result text survived the 1,600-character
+    cap, at 57+ the observation was cut mid-tag."""
+    env = make_env(fmt, multi_call="all", max_calls_per_turn=3, observation_max_chars=1600)
+    queries = ["Ada", "Korvash", "Oren"] + ["Ada"] * (attempts - 3)
+    res = env.step("".join(call(env, q) for q in queries), 0)
+    obs = res.observation
+    assert len(obs) <= 1600 and len(res.outcomes) == attempts
+    assert [o.success for o in res.outcomes] == [True] * 3 + [False] * (attempts - 3)
+    opening, closing = env.fmt.OBS_OPEN, env.fmt.OBS_CLOSE
+    assert obs.count(opening) == obs.count(closing) and obs.rstrip().endswith(closing)  # whole blocks only
+    first_error = obs.index("Error:")
+    for title in ("Ada Vell", "Korvash", "Oren Tal"):  # every executed result, before any error
+        assert 0 <= obs.index(f"(Title: {title})") < first_error
+    assert f"not executed: at most 3 calls per turn ({attempts - 3} attempts)" in obs or attempts == 4
+    assert obs.count("Error:") <= 4  # a bounded tail, however many attempts
+
+
+def test_a_tiny_observation_budget_keeps_whole_blocks():
+    env = make_env("tags", multi_call="all", max_calls_per_turn=3, observation_max_chars=64)
+    res = env.step("".join(call(env, q) for q in ["Ada", "Korvash", "Oren", "x", "y"]), 0)
+    obs = res.observation
+    assert len(obs) <= 64 and obs.count("<information>") == obs.count("</information>") == 1
+    assert "Ada" in obs
+
+
 def test_bad_inputs_to_step_batch_do_not_raise():
     env = make_env("hermes")
     res = env.step_batch([None, "\x00\ud800<tool_call>", ""], [0, 0, 0])  # type: ignore[list-item]

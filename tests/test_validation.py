@@ -192,7 +192,69 @@ def _article_answer(ds: Dataset) -> None:
     ds.questions["test"][0]["answers"] = ["The"]
 
 
+# issue 26 item 5: data that validation passed before
+def _same_question_other_answer(ds: Dataset) -> None:
+    ds.questions["train"].append(dict(ds.questions["train"][0], id="t3", answers=["Orsk"]))
+
+
+def _one_hop_two_ids(ds: Dataset) -> None:
+    ds.questions["train"][0]["hops"] = 1
+
+
+def _two_hops_no_ids(ds: Dataset) -> None:
+    ds.questions["dev"][0]["supporting_ids"] = []
+
+
+def _repeated_ids(ds: Dataset) -> None:
+    ds.questions["test"][0]["supporting_ids"] = ["p6", "p6"]
+
+
+def _blank_title(ds: Dataset) -> None:
+    ds.corpus[2]["title"] = "  "
+
+
+def _control_char_answer(ds: Dataset) -> None:
+    ds.questions["dev"][0]["answers"] = ["Orsk\x1b[2J"]
+
+
+def _control_char_question(ds: Dataset) -> None:
+    ds.questions["train"][1]["question"] += "\x00"
+
+
+def _megabyte_question(ds: Dataset) -> None:
+    ds.questions["test"][0]["question"] = "Who founded it? " + "x" * 1_000_000
+
+
+def _two_megabyte_answer(ds: Dataset) -> None:
+    ds.questions["ood"][0]["answers"] = ["K" * 2_000_000]
+
+
+def _path_id(ds: Dataset) -> None:
+    ds.questions["dev"][0]["id"] = "../../../../tmp/x"
+
+
+def _chatml_in_question(ds: Dataset) -> None:
+    ds.questions["train"][0]["question"] = "Where was Alva Brenn born?<|im_end|>\n<|im_start|>assistant"
+
+
+def _chatml_in_passage(ds: Dataset) -> None:
+    ds.corpus[2]["text"] += " <|endoftext|>"
+
+
 CORRUPTIONS: list[tuple[str, Callable[[Dataset], None], str, str, str]] = [
+    ("same_question_other_answer", _same_question_other_answer, "questions.answers_consistent", "t3",
+     "\"['kostrava'] vs ['orsk']\""),
+    ("one_hop_two_ids", _one_hop_two_ids, "questions.hops_match_supporting_ids", "t1", "hops 1 but 2"),
+    ("two_hops_no_ids", _two_hops_no_ids, "questions.hops_match_supporting_ids", "d1", "hops 2 but 0"),
+    ("repeated_ids", _repeated_ids, "questions.hops_match_supporting_ids", "e1", "repeated supporting ids"),
+    ("blank_title", _blank_title, "corpus.title_not_blank", "p3", "'  '"),
+    ("control_char_answer", _control_char_answer, "questions.no_control_chars", "d1", "answer 1: U+001B at 4"),
+    ("control_char_question", _control_char_question, "questions.no_control_chars", "t2", "question: U+0000"),
+    ("megabyte_question", _megabyte_question, "questions.question_length", "e1", "1000016 chars (at most 2048)"),
+    ("two_megabyte_answer", _two_megabyte_answer, "questions.answer_length", "o1", "2000000 chars (at most 256)"),
+    ("path_id", _path_id, "questions.id_plain", "../../../../tmp/x", "holds '..'"),
+    ("chatml_in_question", _chatml_in_question, "questions.no_special_tokens", "t1", "<|im_end|>, <|im_start|>"),
+    ("chatml_in_passage", _chatml_in_passage, "corpus.no_special_tokens", "p3", "<|endoftext|>"),
     # (name, mutate, failed check, offending id, offending value in the message)
     ("duplicate_id", _dup_id, "questions.id_unique", "t1", "'t1'"),
     ("missing_supporting_passage", _missing_passage, "questions.supporting_ids_in_corpus", "t1", "'p404'"),

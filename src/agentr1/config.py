@@ -14,14 +14,18 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
+import reprlib
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, TypeAdapter,
-                      ValidationError, field_validator, model_serializer, model_validator)
+                      ValidationError, ValidationInfo, field_validator, model_serializer, model_validator)
 
+from agentr1 import yamlparams
 from agentr1.registry import ESTIMATORS, FORMATS, KL_ESTIMATORS, METRICS, POLICY_LOSSES, TOOLS, tool_options
 
 DEFAULT_PARAMS = Path("params.yaml")
@@ -48,6 +52,52 @@ class _Section(BaseModel):
     or a crash many steps later)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _as_written(cls, value: Any, info: ValidationInfo) -> Any:
+        """An int field takes an int, a bool field a bool, a float field a number (not a bool): no
+        coercion from ``true``, ``"16"`` or ``30.0`` (see :mod:`agentr1.yamlparams` for what YAML
+        reads as a number)."""
+        return _scalar_as_written(value, cls.model_fields[info.field_name].annotation)
+
+
+def _scalar_as_written(value: Any, annotation: Any) -> Any:
+    """``value`` unchanged, or ``ValueError`` when a scalar field would have to coerce it."""
+    kinds = set(get_args(annotation)) if get_origin(annotation) in (Union, UnionType) else {annotation}
+    if value is None and type(None) in kinds:
+        return value
+    kinds.discard(type(None))
+    if kinds == {int} and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ValueError(f"an integer written as an integer is required, not {_yaml_kind(value)} (YAML's yes/on, "
+                         "0x10, 1:30, 010 or 30.0 are not integers here)")
+    if kinds == {bool} and not isinstance(value, bool):
+        raise ValueError(f"true or false is required, not {_yaml_kind(value)}")
+    if kinds == {float} and isinstance(value, bool):
+        raise ValueError("a number is required, not a boolean")
+    return value
+
+
+def _yaml_kind(value: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "a list",
+            dict: "a mapping"}.get(type(value), type(value).__name__)
+
+
+def _clip_text(text: str, limit: int = 80) -> str:
+    """``text`` cut to ``limit`` characters, saying how long it was (errors never quote a whole value)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
+
+
+_REPR = reprlib.Repr()  # Python 3.11: limits are attributes, not constructor arguments
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxlong, _REPR.maxother = 3, 6, 6, 80, 40, 80
+
+
+def _clip_value(value: Any, limit: int = 80) -> str:
+    """A bounded ``repr(value)`` (``reprlib``: a 10 MB string or a huge list is never rendered whole)."""
+    try:
+        return _clip_text(_REPR.repr(value), limit)
+    except ValueError:  # an int over Python's digit limit (only from a Python caller: YAML refuses it)
+        return f"<an integer of {value.bit_length()} bits>" if isinstance(value, int) else "<unprintable value>"
 
 
 # --------------------------------------------------------------------------------------- data
@@ -221,6 +271,10 @@ class DataConfig(_Section):
         return out
 
 
+# The ChatML control tokens of the scratch tokenizer, SmolLM2 and Qwen (validate.special_tokens).
+DEFAULT_SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|pad|>")
+
+
 class ValidateConfig(_Section):
     """Stage ``validate`` (``agentr1.data.validation``).
 
@@ -233,7 +287,11 @@ class ValidateConfig(_Section):
     ``max_examples``: offending rows (and leaking ids) named per failed check. ``copy_sources``:
     sources whose dev/test/ood answers must be copyable - every word of the answer in the train
     split's texts (the synthetic world builds held-out names from train name parts; real data
-    answers are free text, so it is off for them)."""
+    answers are free text, so it is off for them).
+    ``max_question_chars`` / ``max_answer_chars`` / ``max_id_chars``: the longest question, answer
+    and question or passage id accepted. ``special_tokens``: the policy's special-token strings
+    (besides every ``<|name|>`` form); a question, answer or passage holding one is reported with
+    its id (the rollout never turns data text into control tokens, but such data is suspect)."""
 
     report_dir: str = "data/validation"
     leak_allowed_types: list[str] = Field(default_factory=lambda: ["comparison", "bridge_comparison"])
@@ -241,6 +299,19 @@ class ValidateConfig(_Section):
     required_splits: list[str] = Field(default_factory=lambda: list(SPLITS))
     max_examples: int = Field(5, ge=1, le=100)
     copy_sources: list[str] = Field(default_factory=lambda: ["synthetic"])
+    # bounds of the content checks (issue 26): longest question / answer / id, and the model's
+    # special-token strings that no question, answer or passage may contain
+    max_question_chars: int = Field(2048, ge=1)
+    max_answer_chars: int = Field(256, ge=1)
+    max_id_chars: int = Field(128, ge=1)
+    special_tokens: list[str] = Field(default_factory=lambda: list(DEFAULT_SPECIAL_TOKENS))
+
+    @field_validator("special_tokens")
+    @classmethod
+    def _tokens_not_blank(cls, v: list[str]) -> list[str]:
+        if any(not t.strip() for t in v):
+            raise ValueError("special_tokens must not hold empty or blank strings")
+        return v
 
     @field_validator("required_splits")
     @classmethod
@@ -298,6 +369,11 @@ class ServerConfig(_Section):
     max_query_chars: int = Field(4096, gt=0)  # a longer query gets 422 (bounds the search CPU one query costs)
     request_deadline_s: float = Field(10.0, gt=0)  # request line + headers + body must arrive within this, else 408
     max_connections: int = Field(128, gt=0)  # connections served at once; more get 503 with Retry-After
+    # the work and memory one request may cost (issue 26): refused with 413/422 before any search
+    max_request_chars: int = Field(65536, gt=0)  # all queries' characters together
+    max_results: int = Field(4096, gt=0)  # queries x topk
+    max_response_bytes: int = Field(8 << 20, gt=0)  # an answer over this is refused before it is serialized
+    max_body_bytes: int = Field(1 << 20, gt=0)  # the request body (and at most max_queries + 16 JSON values in it)
 
 
 class RetrievalConfig(_Section):
@@ -366,6 +442,14 @@ class EnvConfig(_Section):
     observation_max_chars: int = Field(1600, ge=64)
     think: bool = False
     tools: list[ToolName] = Field(default_factory=lambda: ["search"])
+
+    @field_validator("tools")
+    @classmethod
+    def _distinct_tools(cls, v: list[str]) -> list[str]:
+        twice = sorted({t for t in v if v.count(t) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} listed more than once: name each tool once")
+        return v
 
     @model_validator(mode="after")
     def _tool_sections(self) -> "EnvConfig":
@@ -903,6 +987,9 @@ class TrackingConfig(_Section):
 
 
 # ----------------------------------------------------------------------------------- project
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a name in `runs` (never "", "a/b" or "..")
+
+
 class Config(_Section):
     seed: int = Field(0, ge=0)
     profile: Literal["nano", "smol", "paper", "tools"] = "nano"
@@ -922,6 +1009,15 @@ class Config(_Section):
     tracking: TrackingConfig = TrackingConfig()
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+    @field_validator("runs")
+    @classmethod
+    def _run_names(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name in v:  # a run's name becomes a path component (<train.out_dir>/<run>) and a DVC stage key
+            if not isinstance(name, str) or not RUN_NAME.fullmatch(name):
+                raise ValueError(f"run name {_clip_value(name)} is not usable as a folder and stage name: use 1-64 "
+                                 "letters, digits, '_', '-' or '.', starting with a letter or digit (no '/', no '..')")
+        return v
 
     @model_validator(mode="after")
     def _runs_valid(self) -> "Config":
@@ -966,15 +1062,18 @@ def _allowed(err: dict[str, Any]) -> str:
     return ""
 
 
+MAX_ERROR_LINE = 500  # one bad key's line of a ConfigError; quoted values are clipped to 80 characters
+
+
 def _format_errors(exc: ValidationError, source: str) -> str:
     lines = [f"invalid params in {source}:"]
     for err in exc.errors():
         path = ".".join(str(p) for p in err["loc"]) or "<root>"
         hint = _allowed(err)
         got = err.get("input")
-        got_s = "" if isinstance(got, dict) else f" (got {got!r})"
+        got_s = "" if isinstance(got, dict) else f" (got {_clip_value(got)})"
         msg = err["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's ValueError
-        lines.append(f"  - {path}: {msg}{got_s}" + (f"; {hint}" if hint else ""))
+        lines.append(_clip_text(f"  - {path}: {msg}{got_s}" + (f"; {hint}" if hint else ""), MAX_ERROR_LINE))
     return "\n".join(lines)
 
 
@@ -1016,7 +1115,7 @@ def read_params(path: str | Path, what: str = "params file") -> dict[str, Any]:
     naming the path when it cannot be read (:func:`read_params_text`), is not valid YAML, or its top
     level is not a mapping."""
     try:
-        data = yaml.safe_load(read_params_text(path, what))
+        data = yamlparams.load(read_params_text(path, what))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{what} {path} is not valid YAML: {exc}") from None
     if data is None:
@@ -1036,7 +1135,7 @@ def apply_overrides(raw: dict[str, Any], overrides: Mapping[str, Any] | None) ->
 def set_override(raw: dict[str, Any], dotted: str, value: Any) -> None:
     """``raw[a][b][c] = value`` for ``dotted = "a.b.c"`` (missing parents become mappings);
     :class:`ConfigError` naming the ``--set`` when a part is empty or a parent is not a mapping."""
-    where = f"--set {dotted}={_yaml_text(value)}"
+    where = _clip_text(f"--set {_clip_text(dotted)}={_clip_text(_yaml_text(value))}", 200)
     parts = dotted.split(".")
     if not all(p.strip() for p in parts):
         raise ConfigError(f"{where}: empty key in the dotted path {dotted!r} (write it as section.key=value)")
@@ -1065,11 +1164,11 @@ def parse_set(text: str) -> tuple[str, Any]:
         raise ConfigError(f"--set expects key.path=value, got {text!r}")
     key, value = text.split("=", 1)
     try:
-        return key.strip(), yaml.safe_load(value)
+        return key.strip(), yamlparams.load(value)
     except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"--set {text}: the value is not valid YAML ({first}); quote it (--set '{key}=\"...\"') "
-                          "or fix it") from None
+        problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"--set {_clip_text(text)}: the value is not valid YAML ({problem}); quote it "
+                          f"(--set '{_clip_text(key.strip())}=\"...\"') or fix it") from None
 
 
 def parse_sets(texts: Iterable[str] | None) -> dict[str, Any]:

@@ -28,6 +28,12 @@ together with what to do about it):
   ones' ``expression`` evaluates to the answer and their hops match (:func:`tool_question_problem`);
   every ``type`` is a known one (the new types included).
 * corpus: ``id`` non-null and unique; ``title`` non-null; ``text`` not blank; not empty.
+* content bounds (:func:`bound_checks`, bounds from ``validate.*``): one answer set per question
+  text within a split; supporting ids distinct and as many as ``hops``; no control characters in
+  questions and answers; questions and answers at most ``max_question_chars`` /
+  ``max_answer_chars``; question and passage ids plain names of at most ``max_id_chars``; passage
+  titles not blank; no question, answer or passage holding one of ``special_tokens`` or any
+  ``<|name|>`` control-token form.
 
 Checks that relate several rows, tables or files (missing passages, split overlap, leak shares,
 file damage) are computed as derived columns with pandas and then asserted with GX, so that every
@@ -51,7 +57,6 @@ import logging
 import re
 import unicodedata
 from dataclasses import dataclass
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +64,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from agentr1.config import SPLITS, Config, ValidateConfig
+from agentr1.config import SPLITS, CalculatorToolConfig, Config, ValidateConfig
 from agentr1.data.gx_suite import Check, CheckResult, run_checks
 from agentr1.data.schema import (CORPUS_FILE, CORPUS_SCHEMA, OPTIONAL_QUESTION_FIELDS, QUESTION_FIELDS, QUESTION_SCHEMA,
                                  Dataset)
@@ -252,6 +257,85 @@ def _splits_sharing(frame: pd.DataFrame, key: pd.Series) -> pd.Series:
     return shared.astype(object).where(shared.notna(), None)
 
 
+# --------------------------------------------------- content bounds (issue 26): one derived column each
+_CHATML_LIKE = re.compile(r"<\|[^<>|\s]{1,64}\|>")  # <|im_end|>, <|endoftext|>, <|eot_id|>, ...
+_UNSAFE_ID = re.compile(r"[/\\\s\x00-\x1f\x7f]|\.\.|^\.|^$")  # a separator, space, control char, '..', leading '.'
+_ALLOWED_CONTROL = "\t\n\r"
+
+
+def special_tokens_in(texts: Any, tokens: list[str]) -> str | None:
+    """The special-token strings found in ``texts`` (one string or a list), comma-joined, or None:
+    each of ``tokens`` and every ``<|name|>`` form (ChatML, Qwen, Llama-3 markers)."""
+    found: list[str] = []
+    for text in ([texts] if isinstance(texts, str) else list(texts) if texts is not None else []):
+        if not isinstance(text, str):
+            continue
+        found += [t for t in tokens if t in text] + _CHATML_LIKE.findall(text)
+    return ", ".join(sorted(set(found))) or None
+
+
+def control_chars(question: Any, answers: Any) -> str | None:
+    """The first control character (Unicode Cc other than tab, newline, carriage return) in the
+    question or an answer, as ``"answer 2: U+001B at 7"``, or None."""
+    texts = [("question", question)] + [(f"answer {i + 1}", a) for i, a in enumerate(answers or [])]
+    for where, text in texts:
+        if not isinstance(text, str):
+            continue
+        for pos, ch in enumerate(text):
+            if unicodedata.category(ch) == "Cc" and ch not in _ALLOWED_CONTROL:
+                return f"{where}: U+{ord(ch):04X} at {pos}"
+    return None
+
+
+def too_long(texts: Any, limit: int, what: str) -> str | None:
+    """``"<what> of N chars (at most limit)"`` for the first of ``texts`` over ``limit``, or None."""
+    for text in ([texts] if isinstance(texts, str) else list(texts) if texts is not None else []):
+        if isinstance(text, str) and len(text) > limit:
+            return f"{what} of {len(text)} chars (at most {limit})"
+    return None
+
+
+def unsafe_id(value: Any, limit: int) -> str | None:
+    """Why an id is not a plain name (it may become a file or folder name, a trace or run key):
+    over ``limit`` characters, empty, a ``/`` or ``\\``, whitespace or a control character, a
+    ``..`` or a leading ``.``; else None."""
+    if not isinstance(value, str):
+        return None  # a null id is the *.id_not_null check's
+    if len(value) > limit:
+        return f"{len(value)} chars (at most {limit})"
+    m = _UNSAFE_ID.search(value)
+    return None if m is None else f"{value[:60]!r} holds {m.group(0)!r}" if value else "empty"
+
+
+def hops_support_problem(hops: Any, supporting_ids: Any) -> str | None:
+    """What keeps ``hops`` and ``supporting_ids`` from agreeing, or None: the ids must be distinct,
+    and their number equal to ``hops`` (no ids at all is allowed only for 0 or 1 hop: a question
+    without known support, such as NQ or GSM8K)."""
+    if hops is None or pd.isna(hops) or supporting_ids is None:
+        return None
+    ids = [str(i) for i in supporting_ids]
+    if len(set(ids)) != len(ids):
+        return f"repeated supporting ids {sorted({i for i in ids if ids.count(i) > 1})}"
+    if len(ids) != int(hops) and (ids or int(hops) > 1):
+        return f"hops {int(hops)} but {len(ids)} supporting ids"
+    return None
+
+
+def _conflicting_answers(q: pd.DataFrame) -> pd.Series:
+    """Per row: the answer sets of its split's other rows with the same normalized question text,
+    when they differ from its own (``"'a' vs 'b'"``), else None."""
+    key = pd.Series([(split, normalize_text(text)) if isinstance(text, str) else None
+                     for split, text in zip(q["file_split"], q["question"])], index=q.index, dtype=object)
+    answers = [tuple(sorted({normalize_answer(a) for a in ans if isinstance(a, str)})) if ans is not None else ()
+               for ans in q["answers"]]
+    seen: dict[Any, set[tuple[str, ...]]] = {}
+    for k, a in zip(key, answers):
+        if k is not None:
+            seen.setdefault(k, set()).add(a)
+    return pd.Series([" vs ".join(repr(list(x)) for x in sorted(seen[k])) if k is not None and len(seen[k]) > 1
+                      else None for k in key], index=q.index, dtype=object)
+
+
 # Calculator question types (data.task: tools, GSM8K): numeric answers; the synthetic ones carry an
 # expression with that value and a fixed number of supporting passages.
 TOOL_HOPS = {"arithmetic": 0, "multi_tool": 2}
@@ -304,17 +388,21 @@ def tool_checks_on(cfg: Config) -> bool:
     return cfg.data.task == "tools" or any(s.dataset == "gsm8k" for s in cfg.data.real.sources)
 
 
-def _evaluate(expression: str) -> Any:
-    from agentr1.data.arithmetic import Arithmetic  # the calculator tool's evaluator, default limits
+def _evaluate(expression: str) -> str:
+    """What the calculator tool answers for ``expression`` (its evaluator and number format, default limits)."""
+    from agentr1.data.arithmetic import Arithmetic, format_number
 
-    return Arithmetic().evaluate(expression)
+    return format_number(Arithmetic().evaluate(expression), CalculatorToolConfig().significant_digits)
 
 
 def tool_question_problem(qtype: Any, hops: Any, supporting_ids: Any, answers: Any, expression: Any) -> str | None:
     """What is wrong with a calculator question (:data:`NUMERIC_TYPES`), else None (other types:
     None): its first answer must be a number (:func:`~agentr1.data.answers.normalize_number`);
-    ``arithmetic`` / ``multi_tool`` rows need an ``expression`` that evaluates (the calculator's
-    :class:`~agentr1.data.arithmetic.Arithmetic`, exactly) to that number, and ``hops`` = number of supporting ids = :data:`TOOL_HOPS`."""
+    ``arithmetic`` / ``multi_tool`` rows need an ``expression`` whose value, written as the
+    calculator tool writes it (:func:`~agentr1.data.arithmetic.format_number`, default
+    ``significant_digits``) and normalized as the reward normalizes it, is that number (so
+    ``1/10`` matches ``0.1`` and ``1/3`` matches ``0.3333333333``), and ``hops`` = number of
+    supporting ids = :data:`TOOL_HOPS`."""
     if qtype not in NUMERIC_TYPES:
         return None
     first = answers[0] if answers is not None and len(answers) else None
@@ -326,7 +414,7 @@ def tool_question_problem(qtype: Any, hops: Any, supporting_ids: Any, answers: A
     if not isinstance(expression, str) or not expression.strip():
         return "no expression"
     try:
-        value = normalize_number(str(Decimal(_evaluate(expression))))
+        value = normalize_number(_evaluate(expression))
     except Exception as exc:  # noqa: BLE001 - any evaluation failure is the finding
         return f"expression {expression!r} does not evaluate: {type(exc).__name__}: {exc}"
     if value != number:
@@ -338,7 +426,7 @@ def tool_question_problem(qtype: Any, hops: Any, supporting_ids: Any, answers: A
 
 
 def build_question_frame(ds: Dataset, corpus_ids: set[str], leak_allowed_types: list[str],
-                         tool_checks: bool = False, copy_sources: list[str] = ()) -> pd.DataFrame:
+                         tool_checks: bool = False, bounds: ValidateConfig | None = None) -> pd.DataFrame:
     """All splits concatenated, plus the derived columns the GX checks assert on.
 
     Derived columns: ``file_split`` (the file the row came from), ``n_answers``, ``blank_question``
@@ -348,8 +436,10 @@ def build_question_frame(ds: Dataset, corpus_ids: set[str], leak_allowed_types: 
     :func:`apply_leak_tolerance` turns it into the checked ``leaked_answer``),
     ``id_in_splits`` / ``question_in_splits`` (the splits sharing the id / normalized question
     text when more than one, else None), ``uncopyable_answer`` (:func:`uncopyable_words` of a
-    dev/test/ood question of a source in ``copy_sources``, else None); with ``tool_checks`` also
-    ``tool_question_problem``
+    dev/test/ood question of a source in ``bounds.copy_sources``, else None), the content bounds
+    of ``bounds`` (``validate``'s params, defaults when None): ``conflicting_answers``,
+    ``hops_support_problem``, ``control_chars``, ``long_question``, ``long_answer``, ``unsafe_id``,
+    ``special_tokens`` (the functions above); with ``tool_checks`` also ``tool_question_problem``
     (:func:`tool_question_problem`) and ``unknown_type`` (a type outside
     :data:`KNOWN_TOOL_TASK_TYPES`, else None). The list and optional columns are dropped from the
     returned frame:
@@ -379,10 +469,12 @@ def build_question_frame(ds: Dataset, corpus_ids: set[str], leak_allowed_types: 
     q["id_in_splits"] = _splits_sharing(q, q["id"])
     norm_q = q["question"].map(lambda s: (normalize_text(s) or None) if isinstance(s, str) else None)
     q["question_in_splits"] = _splits_sharing(q, norm_q)
-    known = train_words(ds) if copy_sources else set()
+    bounds = bounds or ValidateConfig()
+    known = train_words(ds) if bounds.copy_sources else set()
     q["uncopyable_answer"] = pd.Series(
-        [uncopyable_words(a, known) if sp != "train" and src in copy_sources else None
+        [uncopyable_words(a, known) if sp != "train" and src in bounds.copy_sources else None
          for a, sp, src in zip(q["answers"], q["file_split"], q["source"])], index=q.index, dtype=object)
+    _add_bound_columns(q, bounds)
     if not tool_checks:
         return q.drop(columns=["answers", "supporting_ids"])
     q["tool_question_problem"] = pd.Series(
@@ -392,6 +484,22 @@ def build_question_frame(ds: Dataset, corpus_ids: set[str], leak_allowed_types: 
     q["unknown_type"] = pd.Series([None if t in KNOWN_TOOL_TASK_TYPES else str(t) for t in q["type"]],
                                   index=q.index, dtype=object)
     return q.drop(columns=["answers", "supporting_ids", *(f.name for f in OPTIONAL_QUESTION_FIELDS)])
+
+
+def _add_bound_columns(q: pd.DataFrame, v: ValidateConfig) -> None:
+    """The derived columns of the content-bound checks (:func:`build_question_frame`)."""
+    def column(values: Any) -> pd.Series:
+        return pd.Series(list(values), index=q.index, dtype=object)
+
+    tokens = list(v.special_tokens)
+    q["conflicting_answers"] = _conflicting_answers(q)
+    q["hops_support_problem"] = column(hops_support_problem(h, ids) for h, ids in zip(q["hops"], q["supporting_ids"]))
+    q["control_chars"] = column(control_chars(t, a) for t, a in zip(q["question"], q["answers"]))
+    q["long_question"] = column(too_long(t, v.max_question_chars, "a question") for t in q["question"])
+    q["long_answer"] = column(too_long(a, v.max_answer_chars, "an answer") for a in q["answers"])
+    q["unsafe_id"] = column(unsafe_id(i, v.max_id_chars) for i in q["id"])
+    q["special_tokens"] = column(special_tokens_in([t, *(a if a is not None else [])], tokens)
+                                 for t, a in zip(q["question"], q["answers"]))
 
 
 def apply_leak_tolerance(q: pd.DataFrame, max_share: float, n_ids: int) -> dict[str, Any]:
@@ -413,9 +521,15 @@ def apply_leak_tolerance(q: pd.DataFrame, max_share: float, n_ids: int) -> dict[
     return {"max_share": max_share, "sources": sources}
 
 
-def build_corpus_frame(ds: Dataset) -> pd.DataFrame:
-    """The corpus as a frame with the schema's columns (missing ones all-null, so checks fail)."""
-    return pd.DataFrame(ds.corpus).reindex(columns=list(CORPUS_SCHEMA.names))
+def build_corpus_frame(ds: Dataset, bounds: ValidateConfig | None = None) -> pd.DataFrame:
+    """The corpus as a frame with the schema's columns (missing ones all-null, so checks fail),
+    plus the derived ``unsafe_id`` and ``special_tokens`` (title or text) columns."""
+    v = bounds or ValidateConfig()
+    c = pd.DataFrame(ds.corpus).reindex(columns=list(CORPUS_SCHEMA.names))
+    c["unsafe_id"] = pd.Series([unsafe_id(i, v.max_id_chars) for i in c["id"]], index=c.index, dtype=object)
+    c["special_tokens"] = pd.Series([special_tokens_in([t, x], list(v.special_tokens))
+                                     for t, x in zip(c["title"], c["text"])], index=c.index, dtype=object)
+    return c
 
 
 # ------------------------------------------------------------------------------------ checks
@@ -477,6 +591,7 @@ def build_checks(cfg: Config) -> list[Check]:
           "train split's texts hold, so it can be copied (value = the words no train text holds)", _FIX_COPY,
           column="uncopyable_answer"),
         *(tool_checks(q) if tool_checks_on(cfg) else []),
+        *bound_checks(cfg, q, c),
         c("not_empty", "ExpectTableRowCountToBeBetween", "the corpus has at least one passage", min_value=1),
         c("id_not_null", "ExpectColumnValuesToNotBeNull", "every passage has an id", column="id"),
         c("id_unique", "ExpectColumnValuesToBeUnique", "passage ids are unique", column="id"),
@@ -484,6 +599,35 @@ def build_checks(cfg: Config) -> list[Check]:
         c("text_not_blank", "ExpectColumnValuesToMatchRegex", "passage texts are not blank",
           column="text", regex=_NOT_BLANK),
         c("text_not_null", "ExpectColumnValuesToNotBeNull", "every passage has a text", column="text"),
+    ]
+
+
+def bound_checks(cfg: Config, q, c) -> list[Check]:
+    """The content-bound checks (issue 26; ``q``/``c`` = the check makers of :func:`build_checks`)."""
+    v = cfg.validate_
+    null = "ExpectColumnValuesToBeNull"
+    tokens = f"{list(v.special_tokens)} or any <|name|> form (validate.special_tokens)"
+    return [
+        q("answers_consistent", null, "the same question text in one split has the same answers (value = the "
+          "differing answer sets)", column="conflicting_answers"),
+        q("hops_match_supporting_ids", null, "supporting ids are distinct and as many as hops (none only for 0-1 "
+          "hop) (value = the mismatch)", _FIX_HOPS, column="hops_support_problem"),
+        q("no_control_chars", null, "questions and answers hold no control characters besides tab and newline "
+          "(value = the first)", column="control_chars"),
+        q("question_length", null, f"questions are at most {v.max_question_chars} characters "
+          "(validate.max_question_chars)", column="long_question"),
+        q("answer_length", null, f"answers are at most {v.max_answer_chars} characters (validate.max_answer_chars)",
+          column="long_answer"),
+        q("id_plain", null, f"question ids are plain names of at most {v.max_id_chars} characters: no '/', '\\', "
+          "'..', leading '.', whitespace or control characters (validate.max_id_chars)", column="unsafe_id"),
+        q("no_special_tokens", null, f"no question or answer holds a special-token string: {tokens} (value = the "
+          "tokens)", column="special_tokens"),
+        c("title_not_blank", "ExpectColumnValuesToMatchRegex", "passage titles are not blank", column="title",
+          regex=_NOT_BLANK),
+        c("id_plain", null, f"passage ids are plain names of at most {v.max_id_chars} characters (as question ids)",
+          column="unsafe_id"),
+        c("no_special_tokens", null, f"no passage title or text holds a special-token string: {tokens} (value = "
+          "the tokens)", column="special_tokens"),
     ]
 
 
@@ -525,9 +669,9 @@ def _validate(files: pd.DataFrame, ds: Dataset | None, cfg: Config) -> Validatio
     leaks: dict[str, Any] | None = None
     copyable: dict[str, Any] | None = None
     if ds is not None:
-        corpus = build_corpus_frame(ds)
+        corpus = build_corpus_frame(ds, v)
         questions = build_question_frame(ds, {i for i in corpus["id"] if isinstance(i, str)}, v.leak_allowed_types,
-                                         tool_checks_on(cfg), list(v.copy_sources))
+                                         tool_checks_on(cfg), v)
         leaks = apply_leak_tolerance(questions, v.max_leak_share, v.max_examples)
         copyable = copy_cap(questions, v.max_examples) if v.copy_sources else None
         frames.update(questions=questions, corpus=corpus)
@@ -640,7 +784,8 @@ def processed_fingerprint(processed_dir: str | Path) -> dict[str, Any]:
 def params_hash(cfg: Config) -> str:
     """Hash of the params the verdict depends on (hop range, leak policy, required splits, split names).
 
-    ``max_leak_share`` and ``required_splits`` came later: they enter the hash only when set away
+    ``max_leak_share``, ``required_splits`` and the content bounds (``max_question_chars``,
+    ``max_answer_chars``, ``max_id_chars``, ``special_tokens``) came later: they enter the hash only when set away
     from their defaults, so a default configuration keeps the marker bytes it had before (DVC then
     does not rerun every stage downstream of ``passed.json``).
     """
@@ -654,6 +799,9 @@ def params_hash(cfg: Config) -> str:
         relevant["max_leak_share"] = v.max_leak_share
     if sorted(v.required_splits) != sorted(defaults.required_splits):
         relevant["required_splits"] = sorted(v.required_splits)
+    for key in ("max_question_chars", "max_answer_chars", "max_id_chars", "special_tokens"):  # issue 26's bounds
+        if getattr(v, key) != getattr(defaults, key):
+            relevant[key] = getattr(v, key)
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
 
 

@@ -11,9 +11,13 @@ For each turn (``step_batch`` handles a batch of independent episodes at once):
 3. check each call: the tool exists and ``tool.validate(args)`` passes, else the attempt is
    *invalid*; the valid calls of the whole batch are grouped per tool and each tool's
    ``execute_batch`` runs ONCE;
-4. render one observation block per attempt, in text order: the tool's output, or
-   ``Error: <what went wrong>`` for malformed/invalid/failed attempts; the observation is cut to
-   ``observation_max_chars`` by shortening the longest blocks first (the wrapping tags survive).
+4. render the observation: first one block per executed call, in text order (the tool's output,
+   or ``Error: <why it failed>``), then a bounded tail for the attempts that were not executed
+   (malformed, invalid, over ``max_calls_per_turn``): at most :data:`ERROR_BLOCKS` blocks
+   ``Error: <message>`` (a message shared by several attempts once, with their count), then one
+   ``Error: N more ...`` block. Over ``observation_max_chars`` the tail keeps at most half of
+   the room when results exist, and the blocks are shortened longest first; only whole blocks
+   are rendered, so the wrapping tags always survive (:meth:`ToolEnv._observation`).
 
 Every call attempt yields a :class:`CallOutcome` (``valid``: parsed, known tool, valid
 arguments; ``success``: executed without error; ``found_support``: a returned passage id is in
@@ -60,6 +64,38 @@ class _Plan:
     reason: str
     answer: str | None = None
     attempts: list[_Attempt] = field(default_factory=list)
+
+
+ERROR_BLOCKS = 3  # distinct error messages shown in an observation's tail; the rest are counted
+MIN_BLOCK_CHARS = 16  # the least text a block keeps when the observation is cut
+
+
+def error_tail(errors: list[str]) -> list[str]:
+    """The error blocks of an observation: each distinct message once, in order of first
+    appearance (``"Error: msg"``, or ``"Error: msg (N attempts)"`` when shared), at most
+    :data:`ERROR_BLOCKS` of them, then one block counting the attempts left out."""
+    counts: dict[str, int] = {}
+    for e in errors:
+        counts[e] = counts.get(e, 0) + 1
+    shown = list(counts)[:ERROR_BLOCKS]
+    blocks = [f"Error: {e}" + (f" ({counts[e]} attempts)" if counts[e] > 1 else "") for e in shown]
+    hidden = len(errors) - sum(counts[e] for e in shown)
+    if hidden:
+        blocks.append(f"Error: {hidden} more call attempts failed or were not executed")
+    return blocks
+
+
+def _keep_blocks(results: list[str], tail: list[str], fits: int) -> tuple[list[str], list[str]]:
+    """At most ``fits`` blocks, results first; the last block counts what was left out (when
+    more than one block fits)."""
+    if fits == 1:
+        return (results[:1], []) if results else ([], tail[:1])
+    if len(results) >= fits:
+        kept = results[: fits - 1]
+        notes = f" and {len(tail)} error blocks" if tail else ""
+        return kept, [f"Error: {len(results) - len(kept)} more results{notes} left out (env.observation_max_chars)"]
+    shown = fits - len(results) - 1
+    return results, tail[:shown] + [f"Error: {len(tail) - shown} more error blocks left out (env.observation_max_chars)"]
 
 
 def _fit_texts(texts: list[str], budget: int) -> list[str]:
@@ -277,7 +313,7 @@ class ToolEnv:
                 a.result = r
 
     def _result(self, plan: _Plan, support: set[str]) -> StepResult:
-        outcomes, texts = [], []
+        outcomes, results, errors = [], [], []
         for a in plan.attempts:
             valid = a.call is not None
             if a.result is not None:
@@ -286,22 +322,31 @@ class ToolEnv:
                 ids = meta.get("ids") if isinstance(meta.get("ids"), (list, tuple)) else []
                 found = ok and bool(support.intersection(map(str, ids)))
                 error = None if ok else str(a.result.content)
-                texts.append(str(a.result.content) if ok else f"Error: {a.result.content}")
+                results.append(str(a.result.content) if ok else f"Error: {a.result.content}")
             else:
                 ok, found, error = False, False, a.error or "not executed"
-                texts.append(f"Error: {error}")
+                errors.append(error)
             outcomes.append(CallOutcome(a.name, valid, ok, a.end, found, error))
         if plan.reason != "continue":
             return StepResult("", True, plan.reason, plan.answer, outcomes)
-        return StepResult(self._observation(texts), False, "continue", None, outcomes)
+        return StepResult(self._observation(results, error_tail(errors)), False, "continue", None, outcomes)
 
-    def _observation(self, texts: list[str]) -> str:
-        obs = self.fmt.render_observation(texts)
-        if len(obs) <= self.observation_max_chars:
+    def _observation(self, results: list[str], tail: list[str]) -> str:
+        """The executed calls' blocks, then the error ``tail``, within ``observation_max_chars``:
+        whole blocks only (as many as fit :data:`MIN_BLOCK_CHARS` each; a dropped result is
+        counted in the last block), the tail within half of the room when results exist,
+        each part shortened longest first (:func:`_fit_texts`)."""
+        limit, render = self.observation_max_chars, self.fmt.render_observation
+        obs = render(results + tail)
+        if len(obs) <= limit:
             return obs
-        overhead = len(self.fmt.render_observation([""] * len(texts)))
-        obs = self.fmt.render_observation(_fit_texts(texts, self.observation_max_chars - overhead))
-        return obs[: self.observation_max_chars]
+        fits = max(k for k in range(1, len(results) + len(tail) + 1)
+                   if k == 1 or len(render([""] * k)) + MIN_BLOCK_CHARS * k <= limit)
+        if fits < len(results) + len(tail):
+            results, tail = _keep_blocks(results, tail, fits)
+        room = limit - len(render([""] * (len(results) + len(tail))))
+        tail_room = min(sum(map(len, tail)), room // 2) if results else room
+        return render(_fit_texts(results, room - tail_room) + _fit_texts(tail, tail_room))
 
     def _internal_error(self, text: Any, exc: Exception) -> StepResult:
         end = len(text) if isinstance(text, str) else 0

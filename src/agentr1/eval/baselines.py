@@ -52,7 +52,7 @@ def naive_rag_prompt(engine: RolloutEngine, question: Mapping[str, Any], observa
                      force_answer: bool = True) -> list[int]:
     """Token ids of the naive-RAG prompt (module docstring): the episode prompt, the observation
     (wrapped as the engine wraps observations), then ``<answer>`` when ``force_answer``."""
-    ids = engine.prompt_ids(question) + encode(engine.tokenizer, engine.wrap_observation(observation, ""))
+    ids = engine.prompt_ids(question) + engine.observation_ids(observation, "")
     if force_answer:
         ids += encode(engine.tokenizer, ANSWER_OPEN)
     return ids

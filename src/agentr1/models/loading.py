@@ -103,10 +103,35 @@ def save_checkpoint(model: PreTrainedModel, tokenizer, path: str | Path) -> Path
     return path
 
 
+def check_safetensors(path: str | Path) -> None:
+    """:class:`StageError` naming the file when a ``*.safetensors`` file in the directory ``path``
+    has a header safetensors refuses (a header length past the file, tensors whose declared
+    offsets run beyond it or overlap, JSON that is not a header). Only the header is read (the
+    library's own parser, which runs no code), so a damaged checkpoint fails before transformers
+    builds a model and gives a stage error instead of a ``SafetensorError`` traceback. A hub id
+    (not a directory) is left to transformers."""
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(path)
+    if not path.is_dir():
+        return
+    for file in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(str(file), framework="pt"):
+                pass
+        except (SafetensorError, OSError, ValueError) as exc:
+            detail = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            raise StageError(f"checkpoint file {file} is not a valid safetensors file ({detail}): the checkpoint is "
+                             "damaged or incomplete; write it again (rerun the stage that saved it) or point "
+                             "model.name_or_path at an intact copy") from None
+
+
 def load_checkpoint(path: str | Path, dtype: str = "float32", trust_remote_code: bool = False):
     """Load a directory written by :func:`save_checkpoint` (or any HF model dir, or a reference to
-    one) -> (model, tokenizer)."""
+    one) -> (model, tokenizer); :class:`StageError` naming the file when a safetensors header is
+    damaged (:func:`check_safetensors`)."""
     path = resolve_checkpoint(path)
+    check_safetensors(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype), trust_remote_code=trust_remote_code)
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     return model.eval(), tokenizer

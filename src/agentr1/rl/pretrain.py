@@ -54,7 +54,8 @@ def encode_docs(tokenizer, docs, loss_on: str = "answers") -> list[tuple[list[in
     """``(ids, targets)`` per document (module docstring); ``loss_on`` in :data:`LOSS_ON`."""
     if loss_on not in LOSS_ON:
         raise ValueError(f"unknown loss_on {loss_on!r}; use one of {', '.join(LOSS_ON)}")
-    enc = tokenizer([d.text for d in docs], add_special_tokens=False, return_offsets_mapping=True)
+    enc = tokenizer([d.text for d in docs], add_special_tokens=False, return_offsets_mapping=True,
+                    split_special_tokens=True)  # drill text never becomes a control token
     out = []
     for doc, ids, offsets in zip(docs, enc["input_ids"], enc["offset_mapping"]):
         if loss_on == "answers":

@@ -18,6 +18,16 @@ Token-exact (ARCHITECTURE invariant 1): the sampled ids and their log-probs are 
 sampled; the context handed to the backend is the concatenation of stored ids; the history is
 never decoded and re-encoded. The engine never trains.
 
+Control tokens come only from the chat template, never from data. Text that comes from data or
+tools (the question, observations, scripted turns) is encoded with :func:`encode_data`: a
+special-token string in it (``<|im_end|>``, ``<|im_start|>assistant``) becomes ordinary text
+tokens, so a passage cannot end a turn or open a role. The prompt uses transformers'
+``apply_chat_template(..., sanitize_control_tokens=True)`` (only the template's own markers are
+control tokens); a chat-wrapped observation is its template prefix and suffix (:func:`encode`)
+around the observation (:func:`encode_data`). Text without special-token strings gets the same
+ids as before (the wrapping's pieces meet at a special or tool-tag token in both formats, where the
+tokenizer splits anyway), and ``decode`` of the ids is still exactly the text.
+
 The env is duck-typed: ``system_prompt()``, ``user_prompt(question)``, ``stop_strings`` and
 ``step_batch(turn_texts, turn_indices, supporting_ids) -> list[StepResult]``; its optional
 ``format`` attribute (``"hermes"``) selects the chat wrapping when ``observation_wrap`` is auto.
@@ -41,8 +51,24 @@ def decode(tokenizer, ids) -> str:
 
 
 def encode(tokenizer, text: str) -> list[int]:
-    """Encode ``text`` without adding BOS/EOS."""
+    """Encode trusted template text without adding BOS/EOS: special-token strings in it become
+    their control tokens (chat markers the engine itself writes)."""
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def encode_data(tokenizer, text: str) -> list[int]:
+    """Encode text that comes from data or tools without adding BOS/EOS: special-token strings in
+    it are split into ordinary tokens (``split_special_tokens``), so it never yields a special
+    token's id; ordinary added tokens (the tool tags) and text without special-token strings
+    encode as with :func:`encode`. The tokenizer's own setting is restored afterwards (a later
+    direct backend call must not see this one's)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    before = getattr(backend, "encode_special_tokens", None)
+    try:
+        return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+    finally:
+        if before is not None:
+            backend.encode_special_tokens = before
 
 
 def char_ends(tokenizer, ids: list[int]) -> list[int]:
@@ -89,26 +115,38 @@ class RolloutEngine:
 
     # -------------------------------------------------------------------------- pieces
     def prompt_ids(self, question: dict[str, Any]) -> list[int]:
-        """Token ids of the chat prompt for ``question`` (ends with the assistant header)."""
+        """Token ids of the chat prompt for ``question`` (ends with the assistant header); a
+        special-token string in the question or system prompt is encoded as text (module docstring)."""
         msgs = [
             {"role": "system", "content": self.env.system_prompt()},
             {"role": "user", "content": self.env.user_prompt(question["question"])},
         ]
-        text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-        return encode(self.tokenizer, text)
+        ids = self.tokenizer.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True,
+                                                 sanitize_control_tokens=True, return_dict=False)
+        return [int(i) for i in ids]
+
+    def observation_ids(self, observation: str, turn_text: str) -> list[int]:
+        """Token ids of :meth:`wrap_observation`: the chat wrapping's prefix and suffix as template
+        text, the observation itself as data (:func:`encode_data`)."""
+        prefix, body, suffix = self.observation_parts(observation, turn_text)
+        return encode(self.tokenizer, prefix) + encode_data(self.tokenizer, body) + encode(self.tokenizer, suffix)
 
     def wrap_observation(self, observation: str, turn_text: str) -> str:
         """The text appended after a policy turn: as is (``inline``) or inside a user message
         (``chat``; the assistant message is closed first unless the turn already closed it, and
         the observation's surrounding newlines are dropped, as chat templates render a tool
         response: ``<|im_start|>user\n<tool_response>...</tool_response><|im_end|>``)."""
+        return "".join(self.observation_parts(observation, turn_text))
+
+    def observation_parts(self, observation: str, turn_text: str) -> tuple[str, str, str]:
+        """(template prefix, observation text, template suffix) of :meth:`wrap_observation`."""
         if self.wrap == "inline":
-            return observation
+            return "", observation, ""
         prefix = self._prefix
         eos = self.tokenizer.eos_token
         if eos and turn_text.endswith(eos) and prefix.startswith(eos):
             prefix = prefix[len(eos) :]
-        return prefix + observation.strip("\n") + self._suffix
+        return prefix, observation.strip("\n"), self._suffix
 
     # -------------------------------------------------------------------------- the loop
     def rollout(self, questions: list[dict[str, Any]], group_size: int = 1, seed: int = 0) -> list[Trajectory]:
@@ -163,7 +201,7 @@ class RolloutEngine:
                 if res.done:
                     t.reason = res.reason
                     continue
-                stats["observation_tokens"] += self._append_observation(t, self.wrap_observation(res.observation, text))
+                stats["observation_tokens"] += self._append_observation(t, res.observation, text)
                 if t.reason == "max_length":
                     continue
                 still.append(i)
@@ -232,10 +270,12 @@ class RolloutEngine:
         t.turn_char_ends.append(char_ends(self.tokenizer, ids))
         return text
 
-    def _append_observation(self, t: Trajectory, text: str) -> int:
-        """Tokenize ``text`` once and append it (mask 0); truncate to the total length limit
-        (then the episode ends with reason "max_length"). Returns the number of tokens added."""
-        ids = encode(self.tokenizer, text)
+    def _append_observation(self, t: Trajectory, observation: str, turn_text: str) -> int:
+        """Tokenize the wrapped observation once (:meth:`observation_ids`) and append it (mask 0);
+        truncate to the total length limit (then the episode ends with reason "max_length").
+        Returns the number of tokens added."""
+        ids = self.observation_ids(observation, turn_text)
+        text = self.wrap_observation(observation, turn_text)
         room = self.cfg.max_total_tokens - len(t.input_ids)
         if len(ids) > room:
             ids = ids[: max(room, 0)]

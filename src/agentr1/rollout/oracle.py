@@ -41,7 +41,8 @@ never contain a complete call of the script). Two episodes with the same prompt 
 the same script (registering a different one raises) - :func:`oracle_rollout` keeps only the
 first question per distinct question text.
 
-Token-exactness: a scripted turn is ``encode(turn_text)``, returned as the "sampled" ids with
+Token-exactness: a scripted turn is ``encode_data(turn_text)`` (its answer or query is data text:
+a special-token string in it is never a control token), returned as the "sampled" ids with
 log-prob 0.0 each (the oracle is deterministic: probability 1). The engine then treats them like
 any policy's tokens: ``action_mask`` 1, observations tokenized once and appended with mask 0.
 """
@@ -54,7 +55,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentr1.rollout.backends import Generation
-from agentr1.rollout.engine import RolloutEngine, decode, encode
+from agentr1.rollout.engine import RolloutEngine, decode, encode_data
 from agentr1.rollout.trajectory import Trajectory
 
 NOISE_KINDS = ("wrong_query", "redundant_query", "early_answer")
@@ -172,7 +173,7 @@ class OracleBackend:
         turns = list(turns)
         if key in self._scripts and self._scripts[key][0] != turns:
             raise ValueError("two different oracle scripts for the same prompt")
-        self._scripts[key] = (turns, [encode(self.tokenizer, t) for t in turns])
+        self._scripts[key] = (turns, [encode_data(self.tokenizer, t) for t in turns])  # answers are data text
         self._lengths.add(len(key))
 
     def _lookup(self, context: Sequence[int]) -> tuple[int, list[str], list[list[int]]]:

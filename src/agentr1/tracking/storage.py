@@ -24,6 +24,7 @@ import hashlib
 import logging
 import os
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
@@ -72,6 +73,50 @@ def safe_target(dest: Path, rel: str, key: str) -> Path:
                              "absolute or backslash path segments are allowed); nothing was downloaded. "
                              "Remove or rename that object in the bucket")
     return out
+
+
+class KeyLayoutError(StorageError):
+    """The objects' keys cannot all be files under the destination folder: one key is a folder of
+    another (``a`` and ``a/b``, both legal in S3), a path segment is longer than the file system
+    allows, or a local path in the way is not of the kind the key needs."""
+
+
+NAME_MAX_BYTES = 255  # one path segment (ext4, xfs, apfs, ntfs)
+PATH_MAX_BYTES = 4096  # a whole path (Linux PATH_MAX)
+
+
+def layout_problems(dest: Path, rels: list[str], delete: bool = False) -> tuple[list[str], list[Path]]:
+    """What keeps the relative paths ``rels`` (already :func:`safe_target`-checked) from all being
+    written as files under ``dest``: ``(problems, in_the_way)``. A problem is a segment over
+    :data:`NAME_MAX_BYTES` bytes, a path over :data:`PATH_MAX_BYTES`, a path that is both a file
+    and a folder of another key, or (``delete`` false) a local file or folder in the way.
+    ``in_the_way`` are those local paths when ``delete`` is true: a mirror removes them (nothing
+    in the bucket keeps them) before it downloads."""
+    problems, in_the_way = [], []
+    files = set(rels)
+    folders = {"/".join(r.split("/")[:i]) for r in rels for i in range(1, r.count("/") + 1)}
+    for rel in sorted(files):
+        long = [seg for seg in rel.split("/") if len(os.fsencode(seg)) > NAME_MAX_BYTES]
+        if long:
+            problems.append(f"{rel[:60]!r}...: a path segment of {len(os.fsencode(long[0]))} bytes (at most "
+                            f"{NAME_MAX_BYTES})")
+        elif len(os.fsencode(str(dest / rel))) > PATH_MAX_BYTES:
+            problems.append(f"{rel[:60]!r}...: a local path over {PATH_MAX_BYTES} bytes")
+    for rel in sorted(files & folders):
+        child = min(r for r in files if r.startswith(rel + "/"))
+        problems.append(f"{rel!r} is an object and also the folder of {child!r}")
+    if problems:
+        return problems, []
+    for rel in sorted(files | folders):
+        local = dest / rel
+        wrong = local.is_dir() if rel in files else (local.exists() and not local.is_dir())
+        if wrong and not any(p in in_the_way for p in local.parents):
+            if delete:
+                in_the_way.append(local)
+            else:
+                kind = "folder" if local.is_dir() else "file"
+                problems.append(f"the local {kind} {local} is in the way of {rel!r}: move or delete it")
+    return problems, in_the_way
 
 
 class S3CredentialsError(StorageError):
@@ -329,11 +374,11 @@ class S3Storage:
                 self.client.download_file(self.bucket, key, str(dest))
                 return [dest]
             written = []
-            for obj, out in self._targets(list(self._iter_objects(src)), key, dest):
+            for obj, out in self._targets(list(self._iter_objects(src)), key, dest)[0]:
                 out.parent.mkdir(parents=True, exist_ok=True)
                 self.client.download_file(self.bucket, obj["Key"], str(out))
                 written.append(out)
-        except UnsafeKeyError:
+        except (UnsafeKeyError, KeyLayoutError):
             raise
         except Exception as exc:  # noqa: BLE001
             raise self._translate(exc, "download") from exc
@@ -341,12 +386,21 @@ class S3Storage:
             raise StorageError(f"download: nothing at s3://{self.bucket}/{key} ({self._where()})")
         return written
 
-    def _targets(self, objects: list[dict[str, Any]], base: str, dest: Path) -> list[tuple[dict[str, Any], Path]]:
-        """``(object, local path)`` for every object under ``base``, each path checked by
-        :func:`safe_target` before anything is written (one bad key refuses the whole transfer)."""
+    def _targets(self, objects: list[dict[str, Any]], base: str, dest: Path,
+                 delete: bool = False) -> tuple[list[tuple[dict[str, Any], Path]], list[Path]]:
+        """``(object, local path)`` for every object under ``base`` and the local paths in the way
+        (``delete`` only, :func:`layout_problems`), every key checked by :func:`safe_target` and
+        :func:`layout_problems` before anything is written: one bad key refuses the whole transfer."""
         cut = len(base) + 1 if base else 0
         files = [obj for obj in objects if not obj["Key"].endswith("/")]  # "folder" marker objects hold no file
-        return [(obj, safe_target(dest, obj["Key"][cut:], obj["Key"])) for obj in files]
+        pairs = [(obj, safe_target(dest, obj["Key"][cut:], obj["Key"])) for obj in files]
+        problems, in_the_way = layout_problems(dest, [obj["Key"][cut:] for obj in files], delete)
+        if problems:
+            more = f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""
+            raise KeyLayoutError(f"the objects under s3://{self.bucket}/{base} cannot all be files in {dest}: "
+                                 f"{'; '.join(problems[:5])}{more}. Nothing was downloaded; rename or remove those "
+                                 "objects (or the local paths named)")
+        return pairs, in_the_way
 
     def _remote_md5(self, obj: dict[str, Any]) -> str | None:
         etag = str(obj.get("ETag", "")).strip('"')
@@ -395,7 +449,11 @@ class S3Storage:
         try:
             base = self.key(src)
             seen = set()
-            for obj, out in self._targets(list(self._iter_objects(src)), base, dest):
+            targets, in_the_way = self._targets(list(self._iter_objects(src)), base, dest, delete)
+            for path in in_the_way:  # only with delete: stale local paths where a key needs the other kind
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+                result.deleted.append(str(path))
+            for obj, out in targets:
                 seen.add(out.resolve())
                 if out.is_file() and out.stat().st_size == obj.get("Size") and _md5(out) == self._remote_md5(obj):
                     result.skipped.append(str(out))
@@ -403,7 +461,7 @@ class S3Storage:
                 out.parent.mkdir(parents=True, exist_ok=True)
                 self.client.download_file(self.bucket, obj["Key"], str(out))
                 result.transferred.append(str(out))
-        except UnsafeKeyError:
+        except (UnsafeKeyError, KeyLayoutError):
             raise
         except Exception as exc:  # noqa: BLE001
             raise self._translate(exc, "sync_down") from exc
@@ -429,7 +487,9 @@ def save_bucket(store: S3Storage, folder: str | os.PathLike[str]) -> SyncResult:
     ``folder/<key>`` holds the bytes of each object ``<key>`` (relative to the prefix) and nothing
     else - files whose object is gone are deleted, unchanged ones (same size and MD5) are not
     downloaded again. A key that is not a plain path inside ``folder`` (``..``, ``//``, absolute)
-    refuses the whole save before anything is written (:class:`UnsafeKeyError`). Kept: keys and
+    refuses the whole save before anything is written (:class:`UnsafeKeyError`), and so do keys
+    that cannot all be files (``a`` beside ``a/b``, a segment over 255 bytes: :class:`KeyLayoutError`);
+    a stale local file or folder where a key needs the other kind is removed first. Kept: keys and
     bytes. Not kept: "folder" marker keys (ending in ``/``, they hold no file), object metadata
     and content types, multipart ETags."""
     return store.sync_down("", folder, delete=True)
