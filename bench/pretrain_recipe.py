@@ -59,6 +59,7 @@ def main() -> None:
     ap.add_argument("--questions", type=int, default=4)
     ap.add_argument("--question-first", type=float, default=0.0)
     ap.add_argument("--bucket", type=int, default=1)
+    ap.add_argument("--answer-weight", type=float, default=1.0)
     ap.add_argument("--families", type=int, default=100)
     ap.add_argument("--docs-per-world", type=int, default=2000)
     ap.add_argument("--bpe-vocab", type=int, default=1500)
@@ -113,7 +114,7 @@ def main() -> None:
             print(json.dumps(row), flush=True)
 
     pcfg = SimpleNamespace(steps=a.steps, batch_size=a.batch, lr=a.lr, warmup_steps=a.warmup, weight_decay=0.01,
-                           loss_on=a.loss_on, bucket_batches=a.bucket)
+                           loss_on=a.loss_on, bucket_batches=a.bucket, answer_weight=a.answer_weight)
     hist = pretrain_reader(model, tok, docs, pcfg, on_step=on_step, log_every=0)
     out = {"name": a.name, "args": vars(a), "vocab": len(tok), "params": n_params,
            "elapsed_s_incl_eval": round(hist[-1]["elapsed_s"], 1), "target_share": round(tally["targets"] / tally["tokens"], 4),

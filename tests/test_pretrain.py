@@ -20,7 +20,7 @@ from agentr1.data.world import build_world, corpus_rows, fresh_world
 from agentr1.errors import StageError
 from agentr1.models import build_scratch_model, is_checkpoint, load_checkpoint, resolve_checkpoint, train_tokenizer
 from agentr1.rl.pretrain import (bucketed_batches, collate_docs, encode_docs, gate_report, pretrain_reader,
-                                 reading_accuracy, target_logits)
+                                 reading_accuracy, target_logits, weighted_loss)
 
 torch.set_num_threads(1)
 TINY = ScratchModelConfig(vocab_size=600, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2,
@@ -37,15 +37,17 @@ def drills():
 
 
 def _cfg(**over):
-    base = dict(steps=30, batch_size=8, lr=1e-2, warmup_steps=2, weight_decay=0.01, loss_on="answers", bucket_batches=1)
+    base = dict(steps=30, batch_size=8, lr=1e-2, warmup_steps=2, weight_decay=0.01, loss_on="answers", bucket_batches=1,
+                answer_weight=1.0)
     return SimpleNamespace(**{**base, **over})
 
 
 def test_targets_are_the_answers_or_all_but_first_mentions(drills):
     docs, tok = drills
     doc = docs[0]
-    [(ids, answers)] = encode_docs(tok, [doc], "answers")
-    [(_, text)] = encode_docs(tok, [doc], "text")
+    [(ids, answers, marked)] = encode_docs(tok, [doc], "answers")
+    [(_, text, marked_too)] = encode_docs(tok, [doc], "text")
+    assert answers == marked == marked_too  # the answer tokens are marked whatever the targets
     pieces = "".join(tok.decode([i]) for i, t in zip(ids, answers) if t)
     assert pieces == "".join(doc.text[a:b] for a, b in doc.targets)  # the answers and their newlines, nothing else
     offsets = tok(doc.text, return_offsets_mapping=True)["offset_mapping"]
@@ -82,6 +84,19 @@ def test_the_head_on_targets_only_gives_the_full_logits_loss(drills):
     mask = batch["targets"][:, 1:]
     expected = torch.nn.functional.cross_entropy(full[mask].float(), batch["input_ids"][:, 1:][mask])
     assert torch.allclose(loss, expected, atol=1e-6)
+
+
+def test_answer_weight_weighs_the_answers_tokens(drills):
+    docs, tok = drills
+    model = build_scratch_model(TINY, tok, seed=0)
+    batch = collate_docs(encode_docs(tok, docs[:4], "text"), tok.pad_token_id)
+    logits, tokens = target_logits(model, batch)
+    nll = torch.nn.functional.cross_entropy(logits, tokens, reduction="none")
+    on_answer = batch["answers"][:, 1:][batch["targets"][:, 1:]]
+    assert 0 < int(on_answer.sum()) < len(nll)
+    assert torch.allclose(weighted_loss(logits, tokens, batch, 1.0), nll.mean())
+    expected = (nll[~on_answer].sum() + 10 * nll[on_answer].sum()) / (int((~on_answer).sum()) + 10 * int(on_answer.sum()))
+    assert torch.allclose(weighted_loss(logits, tokens, batch, 10.0), expected)
 
 
 def test_pretraining_lowers_the_answer_loss_and_is_deterministic(drills):

@@ -624,11 +624,13 @@ class PretrainConfig(_Section):
     (a new world every ``docs_per_world`` documents; no dataset entity): each document holds a
     number of passages drawn from ``passages`` and ``questions`` questions about them with their
     answers, the first question before the passages in a share ``question_first`` of them (as in
-    an agent's context, where the question precedes what its searches return). ``steps`` AdamW steps of ``batch_size`` documents, lr warmed up over
-    ``warmup_steps`` then cosine-decayed; the loss on ``loss_on``: ``answers`` (the answers'
-    tokens) or ``text`` (every token but the first mention of each name). The tokenizer is
-    trained on ``tokenizer_docs`` documents of its own fresh world. ``hf``/``gguf``: the
-    pretrained model as loaded, saved as the base policy (no training). Either way the gate
+    an agent's context, where the question precedes what its searches return). ``steps`` AdamW
+    steps of ``batch_size`` documents (bucketed by length over ``bucket_batches`` batches, so
+    little is padding), lr warmed up over ``warmup_steps`` then cosine-decayed; the loss on
+    ``loss_on``: ``answers`` (the answers' tokens) or ``text`` (every token but the first mention
+    of each name), the answers' tokens weighted ``answer_weight`` (``agentr1.rl.pretrain``). The
+    tokenizer is trained on ``tokenizer_docs`` documents of its own fresh world. ``hf``/``gguf``:
+    the pretrained model as downloaded is the base policy (no training). Either way the gate
     (:class:`ReadingGateConfig`) is measured and the base saved to ``out_dir`` (the
     ``base_tool_call`` baseline; the sft stage starts from it), metrics and curves to
     ``report_dir``. ``num_threads``: torch CPU threads (null = torch's default)."""
@@ -640,6 +642,7 @@ class PretrainConfig(_Section):
     warmup_steps: int = Field(100, ge=0)
     weight_decay: float = Field(0.01, ge=0)
     loss_on: Literal["answers", "text"] = "text"
+    answer_weight: float = Field(1.0, ge=1)
     world_families: int = Field(100, ge=1, le=400)
     docs_per_world: int = Field(2000, ge=1)
     passages: list[Annotated[int, Field(ge=1, le=8)]] = Field(default_factory=lambda: [1, 2, 3], min_length=1)

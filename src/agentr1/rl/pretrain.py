@@ -3,9 +3,14 @@
 A drill document (:mod:`agentr1.data.drills`) is tokenized once with character offsets; token
 ``x_t`` is a *target* when its characters overlap the document's answer spans (``loss_on:
 answers``), or when they overlap no first mention of a name (``loss_on: text``). For a batch of
-documents (right-padded) with targets ``m_t``::
+documents (right-padded) with targets ``m_t`` and weights ``w_t`` (``answer_weight`` on the
+answers' tokens, 1 on every other target)::
 
-    L(theta) = - sum_i sum_{t>=1} m_t log p_theta(x^(i)_t | x^(i)_<t)  /  sum_i sum_{t>=1} m_t
+    L(theta) = - sum_i sum_{t>=1} m_t w_t log p_theta(x^(i)_t | x^(i)_<t)  /  sum_i sum_{t>=1} m_t w_t
+
+With ``loss_on: text`` the many easy targets (the syntax of passages and questions, a name's
+later mentions) form the copying heads, and the weight keeps the answers - a few percent of the
+targets - from being drowned out by them.
 
 Batches are bucketed by length: ``bucket_batches`` batches' worth of documents are tokenized,
 sorted by length and cut into batches, which are then trained on in a seeded random order. A
@@ -50,34 +55,49 @@ def _overlaps(start: int, end: int, spans: Sequence[tuple[int, int]]) -> bool:
     return any(start < b and a < end for a, b in spans)
 
 
-def encode_docs(tokenizer, docs, loss_on: str = "answers") -> list[tuple[list[int], list[bool]]]:
-    """``(ids, targets)`` per document (module docstring); ``loss_on`` in :data:`LOSS_ON`."""
+def encode_docs(tokenizer, docs, loss_on: str = "answers") -> list[tuple[list[int], list[bool], list[bool]]]:
+    """``(ids, targets, answers)`` per document: the loss targets (module docstring; ``loss_on``
+    in :data:`LOSS_ON`) and the answer tokens among them."""
     if loss_on not in LOSS_ON:
         raise ValueError(f"unknown loss_on {loss_on!r}; use one of {', '.join(LOSS_ON)}")
     enc = tokenizer([d.text for d in docs], add_special_tokens=False, return_offsets_mapping=True,
                     split_special_tokens=True)  # drill text never becomes a control token
     out = []
     for doc, ids, offsets in zip(docs, enc["input_ids"], enc["offset_mapping"]):
+        answers = [_overlaps(a, b, doc.targets) for a, b in offsets]
+        answers[0] = False  # nothing predicts the first token
         if loss_on == "answers":
-            targets = [_overlaps(a, b, doc.targets) for a, b in offsets]
+            targets = list(answers)
         else:
             targets = [not _overlaps(a, b, doc.first_mentions) for a, b in offsets]
-        targets[0] = False  # nothing predicts the first token
-        out.append((list(ids), targets))
+            targets[0] = False
+        out.append((list(ids), targets, answers))
     return out
 
 
-def collate_docs(encoded: Sequence[tuple[list[int], list[bool]]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded ``input_ids``, ``attention_mask`` and ``targets`` (bool) tensors."""
-    width = max(len(ids) for ids, _ in encoded)
+def collate_docs(encoded: Sequence[tuple[list[int], list[bool], list[bool]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded ``input_ids``, ``attention_mask``, ``targets`` and ``answers`` (bool) tensors."""
+    width = max(len(ids) for ids, _, _ in encoded)
     ids = torch.full((len(encoded), width), pad_id, dtype=torch.long)
     attn = torch.zeros((len(encoded), width), dtype=torch.long)
     targets = torch.zeros((len(encoded), width), dtype=torch.bool)
-    for row, (x, m) in enumerate(encoded):
+    answers = torch.zeros((len(encoded), width), dtype=torch.bool)
+    for row, (x, m, a) in enumerate(encoded):
         ids[row, : len(x)] = torch.tensor(x)
         attn[row, : len(x)] = 1
         targets[row, : len(m)] = torch.tensor(m)
-    return {"input_ids": ids, "attention_mask": attn, "targets": targets}
+        answers[row, : len(a)] = torch.tensor(a)
+    return {"input_ids": ids, "attention_mask": attn, "targets": targets, "answers": answers}
+
+
+def weighted_loss(logits: torch.Tensor, tokens: torch.Tensor, batch: dict[str, torch.Tensor],
+                  answer_weight: float = 1.0) -> torch.Tensor:
+    """The weighted mean NLL of the targets (module docstring): weight ``answer_weight`` on the
+    answers' tokens, 1 on the other targets."""
+    nll = torch.nn.functional.cross_entropy(logits, tokens, reduction="none")
+    on_answer = batch["answers"][:, 1:][batch["targets"][:, 1:]]
+    weights = torch.where(on_answer, torch.tensor(float(answer_weight)), torch.tensor(1.0))
+    return (weights * nll).sum() / weights.sum()
 
 
 def target_logits(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -131,7 +151,7 @@ def pretrain_reader(
         lr = sched.get_last_lr()[0]
         batch = {k: v.to(device) for k, v in next(batches).items()}
         logits, tokens = target_logits(model, batch)
-        loss = torch.nn.functional.cross_entropy(logits, tokens)
+        loss = weighted_loss(logits, tokens, batch, cfg.answer_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
@@ -165,7 +185,7 @@ def reading_accuracy(model, tokenizer, docs, batch_size: int = 32, detail: bool 
     for start in range(0, len(docs), batch_size):
         chunk = list(docs[start : start + batch_size])
         encoded = encode_docs(tokenizer, chunk, "answers")
-        for (ids, targets), doc in zip(encoded, chunk):  # score the first answer only
+        for ids, targets, _ in encoded:  # score the first answer only
             first = targets.index(True)
             end = next((t for t in range(first, len(targets)) if not targets[t]), len(targets))
             targets[end:] = [False] * (len(targets) - end)
@@ -174,7 +194,7 @@ def reading_accuracy(model, tokenizer, docs, batch_size: int = 32, detail: bool 
         hits = (logits.argmax(-1) == tokens).tolist()
         nll = torch.nn.functional.cross_entropy(logits, tokens, reduction="none").tolist()
         k = 0
-        for ids, targets in encoded:
+        for ids, targets, _ in encoded:
             n = sum(targets[1:])
             correct = all(hits[k : k + n])
             out.append({"correct": correct, "first": bool(hits[k]), "nll": sum(nll[k : k + n]) / n} if detail else correct)

@@ -10,7 +10,8 @@ Outputs in ``<train.out_dir>/<run>/`` (written only when training finished, each
 
 * ``checkpoint/`` - the final policy (safetensors + tokenizer; DVC out, loadable by stock
   transformers / vLLM);
-* ``curve.csv`` - one row per step (DVC plots): reward, EM, format rate, tool calls, turns,
+* ``curve.csv`` - one row per step (DVC plots): reward, EM (the rollout success rate), the share of
+  groups whose rewards differ (a learning signal) and of solved groups, format rate, tool calls, turns,
   response length, KL, entropy, clip fraction, grad norm, lr and dev EM (when evaluated);
 * ``metrics.json`` - the final numbers (DVC metrics): first/last rewards, dev EM at the start,
   at the end and the best, collapse events;
@@ -60,6 +61,8 @@ CURVE = {
     "tool_calls": "rollout/tool_calls", "turns": "rollout/turns", "response_length": "rollout/response_length",
     "kl_ref": "train/kl_ref", "entropy": "train/entropy", "clipfrac": "train/clipfrac",
     "grad_norm": "train/grad_norm", "lr": "train/lr", "vf_loss": "train/vf_loss", "dev_em": "dev/em",
+    "informative_groups": "rollout/informative_groups", "solved_groups": "rollout/solved_groups",
+    "batch_informative_groups": "rollout/batch_informative_groups", "filter_rounds": "rollout/filter_rounds",
 }
 TIMES = {"rollout_s": "time/rollout_s", "prepare_s": "time/prepare_s", "update_s": "time/update_s", "step_s": "time/step_s"}
 
