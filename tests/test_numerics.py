@@ -35,7 +35,7 @@ TRAIN = textwrap.dedent(
     model = build_scratch_model(ScratchModelConfig(vocab_size=512, hidden_size=64, num_layers=2, num_heads=4,
                                                    num_kv_heads=4, intermediate_size=256), tok, seed=0)
     cfg = SimpleNamespace(steps=4, batch_size=8, lr=3e-3, warmup_steps=1, weight_decay=0.01, loss_on="text",
-                          bucket_batches=2, answer_weight=10.0)
+                          context=256, answer_weight=10.0)
     pretrain_reader(model, tok, iter(docs), cfg, log_every=0)
     h = hashlib.sha256()
     for k, v in sorted(model.state_dict().items()):

@@ -19,8 +19,8 @@ from agentr1.data.drills import gate_drills, stream_docs
 from agentr1.data.world import build_world, corpus_rows, fresh_world
 from agentr1.errors import StageError
 from agentr1.models import build_scratch_model, is_checkpoint, load_checkpoint, resolve_checkpoint, train_tokenizer
-from agentr1.rl.pretrain import (bucketed_batches, collate_docs, encode_docs, gate_report, pretrain_reader,
-                                 reading_accuracy, target_logits, weighted_loss)
+from agentr1.rl.pretrain import (collate_docs, document_batches, encode_docs, gate_report, packed_rows,
+                                 pretrain_reader, reading_accuracy, target_logits, weighted_loss)
 
 torch.set_num_threads(1)
 TINY = ScratchModelConfig(vocab_size=600, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2,
@@ -37,7 +37,7 @@ def drills():
 
 
 def _cfg(**over):
-    base = dict(steps=30, batch_size=8, lr=1e-2, warmup_steps=2, weight_decay=0.01, loss_on="answers", bucket_batches=1,
+    base = dict(steps=30, batch_size=8, lr=1e-2, warmup_steps=2, weight_decay=0.01, loss_on="answers", context=0,
                 answer_weight=1.0)
     return SimpleNamespace(**{**base, **over})
 
@@ -59,19 +59,19 @@ def test_targets_are_the_answers_or_all_but_first_mentions(drills):
         encode_docs(tok, [doc], "everything")
 
 
-def test_bucketed_batches_use_every_document_once_with_little_padding(drills):
+def test_packed_rows_hold_consecutive_documents_with_their_targets(drills):
     docs, tok = drills
-    plain = list(islice(bucketed_batches(tok, iter(docs), 8, "text", 1, 0), 8))
-    bucketed = list(islice(bucketed_batches(tok, iter(docs), 8, "text", 8, 0), 8))
-
-    def rows(batches):
-        return sorted(tuple(r[m.bool()].tolist()) for b in batches for r, m in zip(b["input_ids"], b["attention_mask"]))
-
-    assert rows(plain) == rows(bucketed)  # the same 64 documents, each once
-    pad = lambda batches: sum(int((1 - b["attention_mask"]).sum()) for b in batches)
-    assert pad(bucketed) < 0.3 * pad(plain)
-    assert [b["input_ids"].tolist() for b in bucketed] == [
-        b["input_ids"].tolist() for b in islice(bucketed_batches(tok, iter(docs), 8, "text", 8, 0), 8)]
+    encoded = encode_docs(tok, docs[:64], "text")
+    rows = list(islice(packed_rows(tok, iter(docs), 300, "text"), 5))
+    assert all(len(ids) <= 300 for ids, _, _ in rows)
+    flat = [(i, t, a) for ids, ts, ans in rows for i, t, a in zip(ids, ts, ans)]
+    expected = [(i, t, a) for ids, ts, ans in encoded for i, t, a in zip(ids, ts, ans)]
+    assert flat == expected[: len(flat)]  # the documents in order, each whole, none cut or dropped
+    assert sum(len(r[0]) for r in rows) > 4 * 250  # rows are filled
+    cfg = _cfg(context=300, batch_size=2)
+    batch = next(document_batches(tok, iter(docs), cfg))
+    assert batch["input_ids"].shape == (2, max(len(r[0]) for r in rows[:2]))
+    assert torch.equal(batch["answers"][0, : len(rows[0][2])], torch.tensor(rows[0][2]))
 
 
 def test_the_head_on_targets_only_gives_the_full_logits_loss(drills):
@@ -171,7 +171,7 @@ def test_the_stage_writes_the_base_its_gate_and_curves(tmp_path):
     assert set(gate["splits"]) == {"dev", "test"} and set(gate["splits"]["dev"]) == {"one_hop", "multi"}
     assert gate["splits"]["test"]["multi"]["n"] == 12 and gate["thresholds"] == {"one_hop": 0.95, "multi": 0.9}
     assert gate["passed"] is False and "dev/one_hop" in gate["failing"]  # 6 steps do not teach reading
-    assert written["pretrain"]["steps"] == 6 and written["pretrain"]["documents"] == 24
+    assert written["pretrain"]["steps"] == 6 and written["pretrain"]["tokens"] > written["pretrain"]["targets"] > 0
     assert (tmp_path / "pretrain" / "loss.csv").read_text().count("\n") == 7
     assert (tmp_path / "pretrain" / "gate.csv").read_text().splitlines()[0] == "step,one_hop,multi"
     assert [r.split(",")[0] for r in (tmp_path / "pretrain" / "gate.csv").read_text().splitlines()[1:]] == ["3", "6"]

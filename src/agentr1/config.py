@@ -510,11 +510,12 @@ class RewardConfig(_Section):
 # ------------------------------------------------------------------------------------- model
 class ScratchModelConfig(_Section):
     """A small Llama-architecture causal LM trained from scratch, with its own byte-level BPE
-    tokenizer (``agentr1.models.scratch``). ``vocab_size`` 8192 on the nano world's corpus gives
-    ~1.07 tokens per name part of unseen (dev) entities (4096: 1.5, 2048: 2.2) - near word-level
-    pieces, which small models copy far more easily."""
+    tokenizer (``agentr1.models.scratch``): ``vocab_size`` BPE tokens learned from text, plus every
+    name part of :data:`agentr1.data.names.PARTS` as one whole-word token (word-level name
+    pieces, which small models copy far more easily, whatever the entity); 1500 BPE tokens then
+    cover the rest of the text, and the output head (about half the FLOPs at 8192) stays small."""
 
-    vocab_size: int = Field(8192, ge=512, le=262144)
+    vocab_size: int = Field(1500, ge=512, le=262144)
     hidden_size: int = Field(128, ge=8)
     num_layers: int = Field(4, ge=1, le=128)
     num_heads: int = Field(4, ge=1)
@@ -611,7 +612,7 @@ class ReadingGateConfig(_Section):
     passages: int = Field(3, ge=2, le=8)
     one_hop: float = Field(0.95, ge=0, le=1)
     multi: float = Field(0.90, ge=0, le=1)
-    every: int = Field(500, ge=0)
+    every: int = Field(1000, ge=0)
 
 
 class PretrainConfig(_Section):
@@ -625,8 +626,9 @@ class PretrainConfig(_Section):
     number of passages drawn from ``passages`` and ``questions`` questions about them with their
     answers, the first question before the passages in a share ``question_first`` of them (as in
     an agent's context, where the question precedes what its searches return). ``steps`` AdamW
-    steps of ``batch_size`` documents (bucketed by length over ``bucket_batches`` batches, so
-    little is padding), lr warmed up over ``warmup_steps`` then cosine-decayed; the loss on
+    steps of ``batch_size`` rows of ``context`` tokens, each packed with consecutive documents
+    (reading at any position, after any text: what an agent's long context needs; 0 = one
+    document per row), lr warmed up over ``warmup_steps`` then cosine-decayed; the loss on
     ``loss_on``: ``answers`` (the answers' tokens) or ``text`` (every token but the first mention
     of each name), the answers' tokens weighted ``answer_weight`` (``agentr1.rl.pretrain``). The
     tokenizer is trained on ``tokenizer_docs`` documents of its own fresh world. ``hf``/``gguf``:
@@ -636,8 +638,8 @@ class PretrainConfig(_Section):
     ``report_dir``. ``num_threads``: torch CPU threads (null = torch's default)."""
 
     steps: int = Field(6000, ge=1)
-    batch_size: int = Field(16, ge=1)
-    bucket_batches: int = Field(16, ge=1)
+    batch_size: int = Field(4, ge=1)
+    context: int = Field(1024, ge=0)
     lr: float = Field(3e-3, gt=0)
     warmup_steps: int = Field(100, ge=0)
     weight_decay: float = Field(0.01, ge=0)
@@ -684,7 +686,8 @@ class SFTConfig(_Section):
     first distinct train questions (null = all): a small set, as in a DeepSeek-R1 cold start
     (format and a rough strategy from few demonstrations, the rest from reward);
     ``steps``/``batch_size``/``lr``/``warmup_steps``/``weight_decay``/``grad_clip``
-    (0 = off): AdamW on the action-token NLL, from the base policy ``pretrain.out_dir``;
+    (0 = off): AdamW on the NLL of ``loss_on`` (``actions``: the policy's tokens; ``response``:
+    every response token, observations included), from the base policy ``pretrain.out_dir``;
     ``out_dir``: the cold-start checkpoint; ``num_threads``: torch CPU threads for the stage
     (null = torch's default). The default 2 fits the embedded 2-core machine, where ``dvc
     repro`` runs one stage at a time: SFT steps 1.6x and greedy evaluation 1.5x faster than with
@@ -693,6 +696,7 @@ class SFTConfig(_Section):
     is. ``copy_gate``: :class:`CopyGateConfig`."""
 
     enabled: bool = True
+    loss_on: Literal["actions", "response"] = "actions"
     copy_gate: CopyGateConfig = CopyGateConfig()
     oracle_noise: Share | dict[Literal["wrong_query", "redundant_query", "early_answer"], Share] = 0.2
     oracle_lead_space: bool = True

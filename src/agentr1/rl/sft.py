@@ -9,7 +9,10 @@ padding), the token at position ``t`` is predicted from the prefix ``x_<t``::
 i.e. the mean negative log-likelihood over every action token of the batch (a token-level mean,
 so long episodes weigh more than short ones, as in the policy loss). Observation tokens are
 context only: they are never targets, so changing one changes the loss only through the context
-of later action tokens.
+of later action tokens. With ``loss_on: response`` the targets are every response token instead
+(``a_t`` = 1 on the policy's turns and on the observations): the demonstrations read as text,
+whose copies (a query into the observation's title, a name from it into the next call) are
+dense targets in the agent's own format.
 
 Optimisation (``cfg.sft``): AdamW (betas 0.9/0.95; weight decay on matrices only, not on norms
 and biases), learning rate warmed up linearly over ``warmup_steps`` then cosine-decayed to
@@ -121,8 +124,18 @@ def action_logprobs(model, batch: dict[str, torch.Tensor], share_prefix: bool = 
     return logp, mask
 
 
-def sft_loss(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
-    """Mean NLL over the action tokens of ``batch`` (module docstring) and their count."""
+def response_mask(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """1 on every response token (the policy's turns and the observations), 0 on prompt and padding."""
+    pos = torch.arange(batch["input_ids"].shape[1]).unsqueeze(0)
+    start, length = batch["response_start"].unsqueeze(1), batch["response_length"].unsqueeze(1)
+    return ((pos >= start) & (pos < start + length)).long()
+
+
+def sft_loss(model, batch: dict[str, torch.Tensor], loss_on: str = "actions") -> tuple[torch.Tensor, int]:
+    """Mean NLL over the target tokens of ``batch`` (module docstring) and their count: the action
+    tokens (``loss_on: actions``) or every response token (``response``)."""
+    if loss_on == "response":
+        batch = {**batch, "action_mask": response_mask(batch)}
     logp, mask = action_logprobs(model, batch)
     n = int(mask.sum())
     if n == 0:
@@ -173,7 +186,7 @@ def train_sft(
         lr = sched.get_last_lr()[0]
         batch = collate([trajectories[i] for i in next(draws)], pad_id)
         batch = {k: v.to(device) for k, v in batch.items()}
-        loss, n_action = sft_loss(model, batch)
+        loss, n_action = sft_loss(model, batch, getattr(sft_cfg, "loss_on", "actions"))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         max_norm = sft_cfg.grad_clip if sft_cfg.grad_clip > 0 else float("inf")

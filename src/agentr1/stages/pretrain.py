@@ -30,11 +30,13 @@ The nano default's base takes about an hour on two cores, so its output is commi
 DVC output with ``cache: false``, as a user starts from a downloaded model): ``dvc repro``
 skips the stage while its lock matches, ``dvc repro -f pretrain`` rebuilds it bit for bit.
 MLflow: one run ``pretrain`` with the loss and lr per step, the gate curve and the gate
-(``summary/*``).
+(``summary/*``); :func:`log_outputs` logs it from the outputs (the curves replayed from the CSVs
+for a run reconstructed from ``dvc.lock``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
@@ -59,6 +61,12 @@ log = logging.getLogger(__name__)
 LOSS_FIELDS = ("step", "loss", "lr", "grad_norm", "tokens", "targets")
 GATE_FIELDS = ("step", "one_hop", "multi")
 KINDS = ("one_hop", "multi")
+LOSS_METRICS = {"loss": "pretrain/loss", "lr": "pretrain/lr"}  # loss.csv column -> the step metric (live and replayed)
+
+
+def gate_metrics(cfg) -> dict[str, str]:
+    """gate.csv column -> the step metric of the gate curve (on the first gate split)."""
+    return {k: f"gate/{cfg.pretrain.gate.splits[0]}.{k}" for k in KINDS}
 
 
 def scratch_policy(cfg, taken: set[str]):
@@ -112,22 +120,21 @@ def run(ctx: StageContext, args: Any = None) -> dict:
         first = gate.splits[0]
 
         def on_step(row: dict) -> None:
-            ctx.run.logger.log({"pretrain/loss": row["loss"], "pretrain/lr": row["lr"]}, step=int(row["step"]))
+            ctx.run.logger.log({m: row[k] for k, m in LOSS_METRICS.items()}, step=int(row["step"]))
             if gate.every and (row["step"] % gate.every == 0 or row["step"] == pcfg.steps):
                 point = {"step": row["step"]}
                 for kind in KINDS:
                     hits = reading_accuracy(model, tokenizer, drills[(first, kind)])
                     point[kind] = sum(hits) / len(hits)
                 curve.append(point)
-                ctx.run.logger.log({f"gate/{first}.{k}": point[k] for k in KINDS}, step=int(row["step"]))
+                ctx.run.logger.log({m: point[k] for k, m in gate_metrics(cfg).items()}, step=int(row["step"]))
                 log.info("pretrain: step %d gate on %s: one-hop %.3f, multi-passage %.3f", row["step"], first,
                          point["one_hop"], point["multi"])
 
         with phase("pretrain"):
             docs = pretraining_docs(taken, cfg.seed, pcfg.world_families, pcfg.docs_per_world,
                                     syn.distractor_sentences, pcfg.passages, pcfg.questions, pcfg.question_first)
-            history = pretrain_reader(model, tokenizer, docs, pcfg, on_step=on_step, log_every=pcfg.log_every,
-                                      seed=cfg.seed)
+            history = pretrain_reader(model, tokenizer, docs, pcfg, on_step=on_step, log_every=pcfg.log_every)
     with phase("gate"):
         result = gate_report(model, tokenizer, drills, gate.one_hop, gate.multi)
     log.info("pretrain: gate %s (%s)", "passed" if result["passed"] else "not passed",
@@ -137,7 +144,6 @@ def run(ctx: StageContext, args: Any = None) -> dict:
         "gate": result,
         "pretrain": {
             "steps": len(history),
-            "documents": len(history) * pcfg.batch_size,
             "tokens": sum(r["tokens"] for r in history),
             "targets": sum(r["targets"] for r in history),
             "first_loss": history[0]["loss"] if history else None,
@@ -160,6 +166,18 @@ def run(ctx: StageContext, args: Any = None) -> dict:
             ctx.times["total"] = round(elapsed, 2)
             tokens_per_s = metrics["pretrain"]["tokens"] / ctx.times["pretrain"] if history else None
             write_json_atomic(rtmp / "timing.json", {"time_s": dict(ctx.times), "tokens_per_s": tokens_per_s})
-    ctx.run.log_metrics(summary_metrics(metrics))
-    ctx.run.log_artifacts([report / "metrics.json", report / "gate.csv"], artifact_path="pretrain")
+    log_outputs(ctx)
     return metrics
+
+
+def log_outputs(ctx: StageContext, args: Any = None, replay: bool = False) -> None:
+    """The stage's MLflow run from its outputs in ``pretrain.report_dir``: ``metrics.json``
+    (``summary/*``) and the gate curve as artifacts; with ``replay`` (a run reconstructed from
+    ``dvc.lock``) also the step curves a live run logs while it trains (``loss.csv``,
+    ``gate.csv``)."""
+    report = Path(ctx.cfg.pretrain.report_dir)
+    ctx.run.log_metrics(summary_metrics(json.loads((report / "metrics.json").read_text())))
+    ctx.run.log_artifacts([report / "metrics.json", report / "gate.csv"], artifact_path="pretrain")
+    if replay:
+        ctx.run.log_curve(report / "loss.csv", LOSS_METRICS)
+        ctx.run.log_curve(report / "gate.csv", gate_metrics(ctx.cfg))
