@@ -45,6 +45,7 @@ PARAMS = deep_merge(TINY_PARAMS, {
     "tracking": {"trace_sample": 2},
 })
 PARAMS["runs"] = RUNS
+REPRO_TIMEOUT_S = 2400  # 12 stage processes: ~4 min on 2 idle cores, far more when they are shared
 # what a reconstructed run cannot have: wall times no output keeps, the trainer's live metrics beyond curve.csv
 LIVE_ONLY = {"prepare": {"prepare/build_s", "prepare/total_s"}, "validate": {"validate/seconds"}}
 
@@ -57,6 +58,16 @@ def tiny_dvc_yaml() -> dict:
         body = stage.get("do", stage)
         body["deps"] = [d for d in body.get("deps", []) if not str(d).startswith("src/")]
     return stages
+
+
+def lock_keys(stages: dict) -> list[str]:
+    """The ``dvc.lock`` keys ``dvc repro`` of ``stages`` writes (a foreach stage: one per key)."""
+    keys = []
+    for name, stage in stages.items():
+        items = stage.get("foreach")
+        items = RUNS if items == "${runs}" else items
+        keys += [f"{name}@{k}" for k in items] if items else [name]
+    return keys
 
 
 def store(root: Path, name: str) -> dict[str, str]:
@@ -101,7 +112,7 @@ def traces_of(env: dict[str, str], run_id: str) -> list[tuple[str, str]]:
 
 
 def agentr1(project: Path, env: dict[str, str], *args: str, check: bool = True):
-    return sh(["agentr1", *args], project, extra_env=env, check=check)
+    return sh(["agentr1", *args], project, extra_env=env, check=check, timeout=REPRO_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
@@ -109,15 +120,17 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     """The tiny pipeline reproduced by ``dvc repro`` in a git + DVC project, its stages logging
     live to store ``live``; returns ``(root, live store env, dvc.lock keys)``."""
     base = tmp_path_factory.mktemp("track")
-    root = make_project(base / "proj", params=PARAMS, extra_stages=tiny_dvc_yaml())
+    stages = tiny_dvc_yaml()
+    root = make_project(base / "proj", params=PARAMS, extra_stages=stages)
     (root / ".gitignore").write_text("timing.json\n")  # wall times, as in the repository
     sh(["git", "add", ".gitignore"], root)
     sh(["git", "commit", "-q", "-m", "ignore timings"], root)
     live = store(base, "live")
     env = {**live, "AGENTR1_PIPELINE_ID": ""}
-    sh(["dvc", "repro"], root, extra_env=env)
+    sh(["dvc", "repro"], root, extra_env=env, timeout=REPRO_TIMEOUT_S)
     keys = list(yaml.safe_load((root / "dvc.lock").read_text())["stages"])
-    assert len(keys) == 12 and {"train@ppo", "evaluate@grpo", "evaluate_baseline@naive_rag", "report"} <= set(keys)
+    assert sorted(keys) == sorted(lock_keys(stages)) and len(keys) >= 12  # every stage ran
+    assert {"train@ppo", "evaluate@grpo", "evaluate_baseline@naive_rag", "report"} <= set(keys)
     return root, env, keys
 
 

@@ -103,6 +103,8 @@ def resolve(key: str) -> tuple[str, argparse.Namespace]:
 
 
 def _overlap(a: str, b: str) -> bool:
+    """Whether paths ``a`` and ``b`` are the same or one lies inside the other (a stage that
+    depends on ``data/eval`` reads the outputs ``data/eval/<policy>/...``)."""
     return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
 
