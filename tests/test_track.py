@@ -45,13 +45,23 @@ def _lock(path: Path, stages: dict) -> Path:
     return path
 
 
+def test_a_users_own_stage_is_skipped(tmp_path: Path) -> None:
+    """A stage that does not run agentr1 has no run to log: skipped with the reason, the
+    agentr1 stages around it resolved as usual."""
+    lock = _lock(tmp_path / "dvc.lock", {"flaky": {"cmd": "python flaky.py", "outs": [{"path": "flaky.out", "md5": "0" * 32}]},
+                                         "report": {"cmd": "agentr1 report"}})
+    flaky, report = track.lock_entries(lock)
+    assert (flaky.key, flaky.state) == ("flaky", "skipped") and "not an agentr1 stage (cmd `python flaky.py`)" in flaky.note
+    assert (report.key, report.stage, report.state) == ("report", "report", "")
+
+
 def test_an_unknown_stage_names_the_entry_to_add(tmp_path: Path) -> None:
-    lock = _lock(tmp_path / "dvc.lock", {"pretrain": {"cmd": "agentr1 pretrain"}, "report": {"cmd": "agentr1 report"},
+    lock = _lock(tmp_path / "dvc.lock", {"distill": {"cmd": "agentr1 distill"}, "report": {"cmd": "agentr1 report"},
                                          "train": {"cmd": "agentr1 train"}})
     with pytest.raises(StageError) as err:
         track.lock_entries(lock)
     text = str(err.value)
-    assert "dvc.lock stage 'pretrain' has no entry in agentr1.stages.track.LOCK_KINDS" in text
+    assert "dvc.lock stage 'distill' has no entry in agentr1.stages.track.LOCK_KINDS" in text
     assert "log_outputs(ctx, args, replay)" in text and "Extending: a stage" in text
     assert "'train': LOCK_KINDS['train'] expects a foreach key train@<name>" in text  # train without @<run>
     with pytest.raises(StageError, match="no .*dvc.lock here: run `agentr1 track` in the project root"):

@@ -111,21 +111,27 @@ def _overlap(a: str, b: str) -> bool:
 
 def lock_entries(lock_path: str | Path = "dvc.lock") -> list[Entry]:
     """Every stage entry of ``dvc.lock``, resolved (:func:`resolve`) and in dependency order (a
-    stage after every stage whose outputs it depends on, else in the lock's order);
-    :class:`StageError` listing every unknown entry, or when there is no ``dvc.lock``."""
+    stage after every stage whose outputs it depends on, else in the lock's order); a stage whose
+    command is not ``agentr1 ...`` (a user's own) is ``skipped``: it has no agentr1 run to log.
+    :class:`StageError` listing every unknown agentr1 entry, or when there is no ``dvc.lock``."""
     lock_path = Path(lock_path)
     if not lock_path.is_file():
         raise StageError(f"no {lock_path} here: run `agentr1 track` in the project root, after `dvc repro` (or `dvc pull`)")
     entries, problems = [], []
     for key, raw in provenance.lock_stages(lock_path).items():
+        raw = raw or {}
+        outs = {o["path"]: provenance.entry_hash(o) or "" for o in raw.get("outs") or [] if isinstance(o, dict) and "path" in o}
+        deps = [d["path"] for d in raw.get("deps") or [] if isinstance(d, dict) and "path" in d]
+        cmd = str(raw.get("cmd") or "")
+        if cmd.split()[:1] != ["agentr1"]:
+            entries.append(Entry(key, "", argparse.Namespace(), outs, deps, {}, state="skipped",
+                                 note=f"not an agentr1 stage (cmd `{cmd[:80]}`): no run to log"))
+            continue
         try:
             stage, args = resolve(key)
         except StageError as exc:
             problems.append(str(exc))
             continue
-        raw = raw or {}
-        outs = {o["path"]: provenance.entry_hash(o) or "" for o in raw.get("outs") or [] if isinstance(o, dict) and "path" in o}
-        deps = [d["path"] for d in raw.get("deps") or [] if isinstance(d, dict) and "path" in d]
         entries.append(Entry(key, stage, args, outs, deps, dict(raw.get("params") or {})))
     if problems:
         raise StageError("; ".join(problems))
@@ -197,6 +203,8 @@ def plan(cfg: Config, lock_path: str | Path = "dvc.lock") -> tuple[list[Entry], 
     client, exp_id = lockruns.open_store(cfg, create=False)
     pipeline = current_pipeline_id(cfg, lock_path)
     for e in entries:
+        if e.state:  # decided by lock_entries (a user's own stage)
+            continue
         missing = [p for p in [*e.outs, *e.deps] if not (root / p).exists()]
         if missing:
             e.state = "skipped"
