@@ -1,5 +1,5 @@
 # agentr1 — every target installs what it needs from the committed lock into .venv.
-# `make run`  : setup, then `dvc repro` of the embedded (nano) default profile.
+# `make run`  : setup, then `dvc repro` of the embedded (nano) default profile and `agentr1 track`.
 # `make test` : setup, then the test suite.
 SHELL := /bin/bash
 PYTHON ?= python3.11
@@ -39,8 +39,11 @@ $(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/uv
 
 setup: $(VENV)/.installed
 
+# `agentr1 track` after the repro: MLflow gets a run (and the registry its versions and aliases) for
+# every stage DVC skipped because its outputs were up to date (README "Runs"); it adds nothing twice.
 run: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc repro
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/agentr1 track
 	@echo "report: $(CURDIR)/reports/summary.md (tables reports/table3.md, reports/table4.md; plots reports/plots/)"
 
 test: setup

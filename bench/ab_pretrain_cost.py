@@ -2,8 +2,8 @@
 vocabulary the world needs vs the old 8k one, side by side (not a test).
 
 Four variants of the ``pretrain`` stage's step (``agentr1.rl.pretrain``), each on the same
-batches of drill documents (``pretrain.batch_size`` documents of a fresh world, the params'
-``loss_on``):
+batches the stage trains on (``pretrain.batch_size`` rows packed to ``pretrain.context`` tokens
+with drill documents of a fresh world, the params' ``loss_on``):
 
 * ``small-targets``: the stage as it runs - a BPE of ``model.scratch.vocab_size`` tokens plus one
   token per name part (about 3.6k), the output head only at the loss targets;
@@ -41,7 +41,7 @@ from agentr1.data.names import PARTS  # noqa: E402
 from agentr1.data.world import fresh_world  # noqa: E402
 from agentr1.io import write_json_atomic  # noqa: E402
 from agentr1.models import TOOL_TAGS, build_scratch_model, train_tokenizer  # noqa: E402
-from agentr1.rl.pretrain import collate_docs, encode_docs, target_logits  # noqa: E402
+from agentr1.rl.pretrain import document_batches, target_logits  # noqa: E402
 from agentr1.rl.schedule import make_optimizer  # noqa: E402
 
 
@@ -69,14 +69,14 @@ def main() -> None:
     pcfg, syn = cfg.pretrain, cfg.data.synthetic
     docs_of = stream_docs(fresh_world(pcfg.world_families, "bench"), random.Random(0), syn.distractor_sentences,
                           pcfg.passages, pcfg.questions, pcfg.question_first)
-    docs = list(islice(docs_of, pcfg.tokenizer_docs + pcfg.batch_size * a.steps))
-    sample, batches = docs[: pcfg.tokenizer_docs], docs[pcfg.tokenizer_docs :]
+    sample = list(islice(docs_of, pcfg.tokenizer_docs))
     parts = sorted({w for pool in PARTS.values() for w in pool})
     variants = {}
     for vocab_name, bpe in (("small", cfg.model.scratch.vocab_size), ("8k", 8192)):
         tok = train_tokenizer([d.text for d in sample], bpe, TOOL_TAGS, whole_words=parts)
-        enc = [collate_docs(encode_docs(tok, batches[i : i + pcfg.batch_size], pcfg.loss_on), tok.pad_token_id)
-               for i in range(0, len(batches), pcfg.batch_size)]
+        rest = stream_docs(fresh_world(pcfg.world_families, "bench/batches"), random.Random(1), syn.distractor_sentences,
+                           pcfg.passages, pcfg.questions, pcfg.question_first)
+        enc = list(islice(document_batches(tok, rest, pcfg), a.steps))
         for head, loss_fn in (("targets", head_on_targets_loss), ("full", full_head_loss)):
             model = build_scratch_model(cfg.model.scratch, tok, seed=0)
             variants[f"{vocab_name}-{head}"] = {"model": model, "opt": make_optimizer(model, pcfg.lr, pcfg.weight_decay),
@@ -108,7 +108,8 @@ def main() -> None:
         rows[name] = {"vocab": v["vocab"], "s_per_step": round(med, 4), "tokens_per_s": round(tokens / med, 1),
                       "time_ratio_to_small_targets": round(med / base, 3), "rounds": [round(t, 4) for t in v["times"]]}
         print(f"{name:<14}{v['vocab']:>7}{med:>9.3f}{tokens / med:>10.0f}{med / base:>7.2f}")
-    write_json_atomic(a.out, {"loss_on": pcfg.loss_on, "batch_size": pcfg.batch_size, "tokens_per_batch": tokens,
+    write_json_atomic(a.out, {"loss_on": pcfg.loss_on, "batch_size": pcfg.batch_size, "context": pcfg.context,
+                              "tokens_per_batch": tokens,
                               "targets_per_batch": targets, "threads": a.threads, "steps": a.steps, "variants": rows})
 
 

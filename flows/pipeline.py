@@ -1,6 +1,7 @@
-"""``pipeline`` flow: ``dvc repro`` the requested targets, optionally ``dvc push``, publish the
-results as Prefect artifacts (metrics from every DVC metrics file + links to the MLflow runs the
-stages logged), optionally sync report folders to S3.
+"""``pipeline`` flow: ``dvc repro`` the requested targets, ``agentr1 track`` (MLflow gets a run for
+every stage DVC skipped), optionally ``dvc push``, publish the results as Prefect artifacts
+(metrics from every DVC metrics file + links to the MLflow runs the stages logged), optionally
+sync report folders to S3.
 
 Run it locally::
 
@@ -67,6 +68,14 @@ def repro(project_dir: str, target: str | None, force: bool = False, timeout_s: 
     cmd = ["dvc", "repro"] + (["--force"] if force else []) + ([target] if target else [])
     res = run_command(cmd, project_dir, timeout_s=timeout_s)
     return {"target": target or "(all)", "seconds": round(res.seconds, 1)}
+
+
+@task(name="mlflow-track", retries=2, retry_delay_seconds=[30, 120], retry_condition_fn=retry_if_transient)
+def track(project_dir: str) -> str:
+    """``agentr1 track``: MLflow gets a run for every stage DVC skipped (its outputs up to date),
+    the registry its versions and aliases; adds nothing for the stages that logged live."""
+    res = run_command(["agentr1", "track"], project_dir)
+    return next((ln for ln in res.stdout.splitlines() if ln.startswith("agentr1 track:")), "tracked")
 
 
 @task(
@@ -158,6 +167,7 @@ def build_report(
     pushed: str | None = None,
     published: list[str] | None = None,
     report_md: str | None = None,
+    tracked: str | None = None,
 ) -> str:
     """The markdown artifact: status, what ran, metrics per file, MLflow links, the error."""
     lines = [
@@ -167,6 +177,8 @@ def build_report(
         f"- git: `{_git_sha(project_dir)}`",
         f"- targets: {', '.join(f'`{t}`' for t in targets) if targets else '`(all stages)`'}",
     ]
+    if tracked:
+        lines.append(f"- MLflow: {tracked}")
     if pushed:
         lines.append(f"- dvc push: {pushed}")
     if published:
@@ -211,6 +223,7 @@ def pipeline(
     publish_to: str | None = None,
     publish_paths: list[str] | None = None,
     report_file: str | None = "reports/summary.md",
+    track_mlflow: bool = True,
 ) -> dict[str, Any]:
     """Reproduce the DVC pipeline and publish its results.
 
@@ -228,6 +241,8 @@ def pipeline(
         publish_to: ``s3://bucket/prefix`` to sync ``publish_paths`` to (agentr1.tracking.storage).
         publish_paths: project-relative files/folders to publish (e.g. ``data/report``).
         report_file: a markdown report (project-relative) to embed in the artifact if it exists.
+        track_mlflow: run ``agentr1 track`` after the repro, so MLflow (runs, registry) shows
+            every stage of ``dvc.lock``, including those DVC skipped.
     """
     logger = run_logger()
     project_dir = str(Path(project_dir).resolve())
@@ -238,12 +253,15 @@ def pipeline(
     stages: list[dict[str, Any]] = []
     error: str | None = None
     pushed: str | None = None
+    tracked: str | None = None
     published: list[str] = []
     try:
         if push:
             check_push_remote(project_dir, remote)
         for target in targets or [None]:
             stages.append(repro(project_dir, target, force, stage_timeout_s))
+        if track_mlflow:
+            tracked = track(project_dir)
         if push:
             pushed = dvc_push(project_dir, targets, remote)
         if publish_to:
@@ -262,7 +280,7 @@ def pipeline(
         markdown = build_report(
             status=status, project_dir=project_dir, targets=targets, stages=stages,
             metrics=metrics, mlflow_rows=mlflow_rows, mlflow_note=mlflow_note, error=error,
-            pushed=pushed, published=published, report_md=report_md,
+            pushed=pushed, published=published, report_md=report_md, tracked=tracked,
         )
         create_markdown_artifact(markdown, key=REPORT_KEY, description=f"agentr1 pipeline {status.lower()}")
         rows = metrics_table(metrics)
@@ -270,7 +288,8 @@ def pipeline(
             create_table_artifact(rows, key=METRICS_KEY, description="every scalar in the DVC metrics files")
         logger.info("pipeline %s: %d stage task(s), %d metrics file(s), %d MLflow run(s)",
                     status.lower(), len(stages), len(metrics), len(mlflow_rows))
-    return {"stages": stages, "metrics": metrics, "mlflow_runs": mlflow_rows, "pushed": pushed, "published": published}
+    return {"stages": stages, "metrics": metrics, "mlflow_runs": mlflow_rows, "tracked": tracked, "pushed": pushed,
+            "published": published}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -281,9 +300,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--push", action="store_true", help="dvc push afterwards")
     ap.add_argument("--remote", default=None)
     ap.add_argument("--tracking-uri", default=None)
+    ap.add_argument("--no-track", action="store_true", help="skip `agentr1 track` after the repro")
     a = ap.parse_args(argv)
     pipeline(project_dir=a.project_dir, targets=a.target, force=a.force, push=a.push,
-             remote=a.remote, tracking_uri=a.tracking_uri)
+             remote=a.remote, tracking_uri=a.tracking_uri, track_mlflow=not a.no_track)
 
 
 if __name__ == "__main__":

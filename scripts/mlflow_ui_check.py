@@ -15,8 +15,9 @@ It starts ``mlflow ui`` on a free 127.0.0.1 port (or uses ``--url`` of a running
 the two newest ``train@`` runs with different ``train.estimator`` params through the REST API,
 opens their compare page in headless Chromium, clicks *Show diff only*, and fails (exit 1) unless
 the page shows the ``train.estimator`` row with both values. With ``--shots`` it saves PNGs of
-the compare view and, when they exist, of the pipeline's parent run, a registered model version
-and a trace (``compare.png``, ``parent_run.png``, ``model_version.png``, ``trace.png``).
+the compare view and, when they exist, of the pipeline's parent run with Table 3, the Models page, a
+registered model version and a trace (``compare.png``, ``parent_run.png``, ``models.png``,
+``model_version.png``, ``traces.png``, ``trace.png``).
 """
 
 from __future__ import annotations
@@ -133,9 +134,11 @@ def check_compare(driver, url: str, exp_id: str, a: dict, b: dict, shots: Path |
 
 
 def shoot_extras(driver, url: str, exp_id: str, shots: Path) -> None:
-    """The parent run, a registered version and a trace (whatever exists)."""
+    """The newest parent run with Table 3, the Models page, a registered version and a trace
+    (whatever exists)."""
     parents = api(url, "runs/search", {"experiment_ids": [exp_id], "filter": "tags.`agentr1.role` = 'pipeline'",
-                                       "max_results": 1}).get("runs", [])
+                                       "order_by": ["attributes.start_time DESC"], "max_results": 50}).get("runs", [])
+    parents = [r for r in parents if any(m["key"].startswith("table3/") for m in r["data"].get("metrics", []))]
     if parents:
         driver.get(f"{url}/#/experiments/{exp_id}/runs/{parents[0]['info']['run_id']}")
         wait_text(driver, "table3/")
@@ -147,6 +150,11 @@ def shoot_extras(driver, url: str, exp_id: str, shots: Path) -> None:
     models = api(url, "registered-models/search", query={"max_results": 10}).get("registered_models", [])
     if models:
         name = models[0]["name"]
+        driver.get(f"{url}/#/models")
+        wait_text(driver, name)
+        tidy(driver)
+        time.sleep(1.0)
+        driver.save_screenshot(str(shots / "models.png"))
         versions = api(url, "model-versions/search", query={"filter": f"name='{name}'", "max_results": 50}).get("model_versions", [])
         rl = [v for v in versions if any(t["key"] == "agentr1.train_run_id" for t in v.get("tags", []))]
         if rl:

@@ -12,7 +12,8 @@
 #   scripts/topology.sh save     mirror the local S3 bucket (DVC remote dvcstore/, MLflow artifacts
 #                                mlflow/) to .topology/s3/$S3_BUCKET/ now, one file per object
 #   scripts/topology.sh down     stop what `up` started (by the pids it recorded), saving the local
-#                                S3 bucket first; DISCARD_S3=1 stops without saving (DELETES it)
+#                                S3 bucket first; DISCARD_S3=1 stops without saving (DELETES it);
+#                                removes the DVC remote `up` set from .dvc/config.local
 #   scripts/topology.sh env      print the environment variables a client needs
 #
 # Logs and pid files: $AGENTR1_TOPOLOGY_DIR (default .prefect/topology, git-ignored). The S3
@@ -148,6 +149,7 @@ EOF
     if [[ -z "$current" || "$current" == "$DVC_REMOTE" ]]; then
       dvc remote add --local --default --force "$DVC_REMOTE" "s3://$S3_BUCKET/dvcstore"
       dvc remote modify --local "$DVC_REMOTE" endpointurl "$AWS_ENDPOINT_URL_S3"
+      echo "$DVC_REMOTE" >"$TOPO/dvc-remote"  # `down` removes it again: it points at this topology's S3 only
       echo "DVC remote $DVC_REMOTE -> s3://$S3_BUCKET/dvcstore ($AWS_ENDPOINT_URL_S3), in .dvc/config.local"
     else
       echo "DVC default remote: $current (kept)"
@@ -196,6 +198,17 @@ EOF
     elif [[ -f "$TOPO/s3.pid" ]]; then
       rm -f "$TOPO/s3.pid"
       echo "WARNING: moto_server (s3) had died: nothing to save; $S3_STORE/ keeps the last save" >&2
+    fi
+    # the DVC remote `up` set points at the S3 just stopped: left in .dvc/config.local, it would
+    # make every `dvc push/pull/status -c` of a plain shell fail (no endpoint, no credentials)
+    if [[ -f "$TOPO/dvc-remote" ]]; then
+      remote=$(cat "$TOPO/dvc-remote")
+      if dvc remote remove --local "$remote" >/dev/null 2>&1; then
+        echo "removed DVC remote $remote from .dvc/config.local (the next 'up' sets it again)"
+      else
+        echo "DVC remote $remote was no longer in .dvc/config.local"
+      fi
+      rm -f "$TOPO/dvc-remote"
     fi
     ;;
   status)

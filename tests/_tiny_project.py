@@ -75,8 +75,9 @@ def env() -> dict[str, str]:
     return e
 
 
-def sh(cmd: list[str], cwd: Path, extra_env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    res = subprocess.run(cmd, cwd=cwd, env={**env(), **(extra_env or {})}, text=True, capture_output=True, timeout=600)
+def sh(cmd: list[str], cwd: Path, extra_env: dict[str, str] | None = None, check: bool = True,
+       timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    res = subprocess.run(cmd, cwd=cwd, env={**env(), **(extra_env or {})}, text=True, capture_output=True, timeout=timeout)
     if check and res.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
     return res

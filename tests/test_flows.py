@@ -219,6 +219,9 @@ def test_pipeline_end_to_end(harness, tmp_path, monkeypatch):
     md = arts[REPORT_KEY].data
     assert "# agentr1 pipeline: Completed" in md
     assert "`index`" in md and "dvc push:" in md
+    # agentr1 track ran after the repro: the stages' live runs (first runs, no dvc.lock entry to tag
+    # their outputs with yet) are adopted, not logged twice
+    assert "- MLflow: agentr1 track: 3 stages in dvc.lock: 3 adopted" in md
     assert "### `data/validation/summary.json`" in md and "### `data/retrieval/report.json`" in md
     assert f"| n_expectations | {summary['n_expectations']} |" in md
     assert f"| n_failed | {summary['n_failed']} |" in md

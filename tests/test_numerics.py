@@ -30,13 +30,14 @@ TRAIN = textwrap.dedent(
     from agentr1.models import build_scratch_model, train_tokenizer
     from agentr1.rl.pretrain import pretrain_reader
     torch.set_num_threads(2)
-    docs = list(islice(stream_docs(fresh_world(4, 0), random.Random(0), 1), 48))
+    stream = stream_docs(fresh_world(4, 0), random.Random(0), 1)  # endless: rows are packed from it
+    docs = list(islice(stream, 48))
     tok = train_tokenizer([d.text for d in docs], 512)
     model = build_scratch_model(ScratchModelConfig(vocab_size=512, hidden_size=64, num_layers=2, num_heads=4,
                                                    num_kv_heads=4, intermediate_size=256), tok, seed=0)
     cfg = SimpleNamespace(steps=4, batch_size=8, lr=3e-3, warmup_steps=1, weight_decay=0.01, loss_on="text",
                           context=256, answer_weight=10.0)
-    pretrain_reader(model, tok, iter(docs), cfg, log_every=0)
+    pretrain_reader(model, tok, stream, cfg, log_every=0)
     h = hashlib.sha256()
     for k, v in sorted(model.state_dict().items()):
         h.update(k.encode()); h.update(v.numpy().tobytes())

@@ -451,3 +451,33 @@ def test_topology_script_guards_its_s3_mirror(tmp_path):
     r = subprocess.run(["bash", str(script), "save"], env={**env, "S3_BUCKET": "agentr1"},
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "nothing to save" in r.stderr, r.stderr
+
+
+def test_topology_down_removes_the_dvc_remote_up_set(tmp_path):
+    """`up` points the git-ignored .dvc/config.local at the topology's S3 (and records that it
+    did); `down` removes that remote again - left behind, it makes `dvc status -c` of a plain
+    shell fail on the stopped S3 - and keeps a remote of the user's own."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "scripts").mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "scripts" / "topology.sh", project / "scripts" / "topology.sh")
+    for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"], ["dvc", "config", "core.analytics", "false"],
+                ["dvc", "remote", "add", "--local", "-d", "agentr1-local", "s3://agentr1/dvcstore"],
+                ["dvc", "remote", "modify", "--local", "agentr1-local", "endpointurl", "http://127.0.0.1:9"],
+                ["dvc", "remote", "add", "--local", "mine", str(tmp_path / "my-remote")]):
+        tiny.sh(cmd, project)
+    topo = tmp_path / "topology"
+    topo.mkdir()
+    (topo / "dvc-remote").write_text("agentr1-local\n")  # what `up` records when it sets the remote
+    env = {**tiny.env(), "AGENTR1_TOPOLOGY_DIR": str(topo), "PREFECT_HOME": str(tmp_path / "prefect"),
+           "BIN": str(Path(sys.executable).parent)}
+    r = subprocess.run(["bash", "scripts/topology.sh", "down"], cwd=project, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "removed DVC remote agentr1-local from .dvc/config.local" in r.stdout
+    assert tiny.sh(["dvc", "remote", "list"], project).stdout.split() == ["mine", str(tmp_path / "my-remote")]
+    assert not (topo / "dvc-remote").exists()
+    r = subprocess.run(["bash", "scripts/topology.sh", "down"], cwd=project, env=env, capture_output=True, text=True,
+                       timeout=120)  # nothing recorded any more: the user's remote stays
+    assert r.returncode == 0 and "DVC remote" not in r.stdout, r.stdout + r.stderr
+    assert "mine" in tiny.sh(["dvc", "remote", "list"], project).stdout

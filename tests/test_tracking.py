@@ -377,3 +377,33 @@ def test_foreach_stage_finds_its_lock_entry_by_run_name(tmp_path: Path) -> None:
     tags = run_tags(cfg, "train", "sft", lock)  # stage "train", lock key = run name (like train@ppo)
     assert tags["dvc.dep.data/processed"] == "upstream123.dir" and tags["agentr1.dvc.locked"] == "true"
     assert run_tags(cfg, "train", "train@none", lock)["agentr1.dvc.locked"] == "false"
+
+
+def test_compare_draws_no_bar_for_a_missing_metric() -> None:
+    """A run without the metric gets no bar (and the words "no <metric>"), not a bar at 0."""
+    import matplotlib.pyplot as plt
+
+    from agentr1.tracking.compare import figure
+
+    rows = [{"label": "a", "metrics": {"test/em": 0.4, "test/em_ci_lower": 0.3, "test/em_ci_upper": 0.5}},
+            {"label": "b", "metrics": {"ood/em": 0.1}},
+            {"label": "c", "metrics": {"test/em": 0.0}}]
+    fig = figure(rows, "test/em")
+    ax = fig.axes[0]
+    bars = {round(p.get_x() + p.get_width() / 2): p.get_height() for p in ax.patches}
+    assert bars == {0: 0.4, 2: 0.0}  # a measured 0 is a bar; the missing one is none
+    assert [t.get_text() for t in ax.texts] == ["no test/em"] and ax.texts[0].get_position()[0] == 1
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b", "c"]
+    plt.close(fig)
+
+
+def test_no_alias_errors_say_how_to_get_a_registered_policy(tmp_path: Path) -> None:
+    from mlflow import MlflowClient
+
+    from agentr1.tracking.compare import rows_for_aliases
+    from agentr1.tracking.registry import promote
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    for call in (lambda: promote("agentr1-policy", client=client), lambda: rows_for_aliases(client, "agentr1-policy", ["champion"])):
+        with pytest.raises(StageError, match=r"run `agentr1 track` in the project root .* or `dvc repro` the evaluate@<run> stages"):
+            call()

@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("agentr1.tracking.compare:run_compare", "compare MLflow runs or registry aliases (table + PNG)"),
     "promote": ("agentr1.tracking.compare:run_promote", "move the 'champion' alias if the challenger beats it beyond the CI"),
     "profile": ("agentr1.profiles:run_profile", "merge profiles/NAME.yaml onto params.yaml, validate; --dry-run, --print-set, --write"),
+    "track": ("agentr1.stages.track:run_track",
+              "log to MLflow every dvc.lock stage it lacks, from the outputs (after dvc repro/pull/exp apply; idempotent)"),
 }
 
 
@@ -53,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "promote":
             sp.add_argument("--metric", default=None, help="gating metric (default: tracking.gate_metric)")
             sp.add_argument("--dry-run", action="store_true", help="report the decision without moving aliases")
+        if name == "track":
+            sp.add_argument("--dry-run", action="store_true", help="print what would be logged, write nothing")
         if name == "train":
             sp.add_argument("--run", "--run-name", dest="run", default=None,
                             help="named run from params `runs` (default: the train section as is); under torchrun "

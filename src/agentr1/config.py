@@ -700,11 +700,11 @@ class SFTConfig(_Section):
     copy_gate: CopyGateConfig = CopyGateConfig()
     oracle_noise: Share | dict[Literal["wrong_query", "redundant_query", "early_answer"], Share] = 0.2
     oracle_lead_space: bool = True
-    train_examples: int | None = Field(None, ge=1)
-    steps: int = Field(300, ge=0)
+    train_examples: int | None = Field(300, ge=1)
+    steps: int = Field(150, ge=0)
     batch_size: int = Field(16, ge=1)
     lr: float = Field(3e-3, gt=0)
-    warmup_steps: int = Field(30, ge=0)
+    warmup_steps: int = Field(15, ge=0)
     weight_decay: float = Field(0.01, ge=0)
     grad_clip: float = Field(1.0, ge=0)
     log_every: int = Field(10, ge=1)

@@ -103,11 +103,11 @@ def load_env(cfg: Config) -> Any:
 
 @contextlib.contextmanager
 def open_stage(cfg: Config, stage: str, run_name: str | None = None, variant: str | None = None,
-               tracked: bool = True) -> Iterator[StageContext]:
+               tracked: bool = True, extra_tags: dict[str, str] | None = None) -> Iterator[StageContext]:
     """The :class:`StageContext` of one execution of ``stage``: inside the stage's MLflow run
     (:func:`agentr1.tracking.mlflow_adapter.stage_run`, named ``run_name``, with the effective
-    config of the named run ``variant``) when ``tracked`` and ``tracking.enabled``, else with a
-    disabled run and without importing MLflow."""
+    config of the named run ``variant`` and ``extra_tags``) when ``tracked`` and
+    ``tracking.enabled``, else with a disabled run and without importing MLflow."""
     if not (tracked and cfg.tracking.enabled):
         if tracked:
             log.info("tracking disabled (tracking.enabled: false): stage %s runs without MLflow", stage)
@@ -115,5 +115,5 @@ def open_stage(cfg: Config, stage: str, run_name: str | None = None, variant: st
         return
     from agentr1.tracking.mlflow_adapter import stage_run
 
-    with stage_run(cfg, stage, run_name=run_name, variant=variant) as run:
+    with stage_run(cfg, stage, run_name=run_name, variant=variant, extra_tags=extra_tags) as run:
         yield StageContext(cfg, stage, run)

@@ -31,11 +31,13 @@ Outputs, in ``<evaluate.out_dir>/<NAME>/`` (one atomic directory; a failure leav
 MLflow (``tracking.enabled``): one run ``evaluate@<NAME>`` (``evaluate_baseline@<NAME>`` for the
 baselines, matching their ``dvc.lock`` key) with the flat metrics at step 0, a seeded sample of
 ``tracking.trace_sample`` episodes per split as traces, every episode of a split as a table
-``eval/<split>_trajectories.json``; for RL runs and the cold start with ``evaluate.register``,
-the checkpoint is logged (model ``policy-<NAME>``, the metrics logged with it, once) and
-registered as a version of ``tracking.registered_model`` with its provenance: tags
-``agentr1.train_run_id`` (the ``train@`` run whose checkpoint digest matches),
-``agentr1.checkpoint_sha256``, ``agentr1.variant`` and a description with the headline EM. An RL
+``eval/<split>_trajectories.json`` (a run that ``agentr1 track`` reconstructs from the outputs:
+the same episodes' root spans and ``eval/<split>_episodes.json``, :func:`log_outputs`); for RL
+runs and the cold start with ``evaluate.register``, the checkpoint is logged (model
+``policy-<NAME>``, the metrics logged with it, once) and registered as a version of
+``tracking.registered_model`` with its provenance: tags ``agentr1.train_run_id`` (the ``train@``
+run whose checkpoint digest matches), ``agentr1.checkpoint_sha256``, ``agentr1.variant`` and a
+description with the headline EM. An RL
 policy becomes ``challenger`` and the promotion gate (``tracking.gate_metric``) moves
 ``champion`` only when the challenger beats it beyond the CI (the first one becomes champion);
 the cold start is a baseline: alias ``cold_start``, never ``challenger``, never gated.
@@ -267,6 +269,62 @@ def _registers(cfg, policy: Policy) -> bool:
     return policy.registrable and cfg.evaluate.register_ and cfg.tracking.enabled
 
 
+def _run_tags(policy: Policy, eval_data: str) -> dict[str, str]:
+    return {"agentr1.policy": policy.name, "agentr1.policy_kind": policy.kind, "agentr1.eval_data": eval_data}
+
+
+def read_episodes(cfg, out_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """``episodes.jsonl`` of an evaluation, per split, in the order the episodes were played (the
+    questions :func:`select_questions` picks); :class:`StageError` when the file and the
+    processed data disagree on the questions."""
+    from agentr1.data.schema import read_dataset
+
+    rows = {(r["split"], r["id"]): r for r in map(json.loads, (out_dir / "episodes.jsonl").read_text().splitlines())}
+    questions = select_questions(read_dataset(cfg.data.processed_dir), cfg.evaluate.splits, cfg.evaluate.max_examples)
+    order = [(split, str(q["id"])) for split, qs in questions.items() for q in qs]
+    if sorted(order) != sorted(rows):
+        raise StageError(f"{out_dir / 'episodes.jsonl'} holds other questions than evaluate.splits/max_examples pick from "
+                         f"{cfg.data.processed_dir}: re-run the evaluation (`dvc repro`)")
+    return {split: [rows[(split, str(q["id"]))] for q in qs] for split, qs in questions.items()}
+
+
+def log_outputs(ctx: StageContext, args: Any = None, replay: bool = False,
+                trajectories: Mapping[str, Sequence[Trajectory]] | None = None,
+                out_dir: str | Path | None = None) -> dict[str, Any]:
+    """The stage's MLflow run from ``metrics.json`` and ``episodes.jsonl`` in ``out_dir``
+    (default ``<evaluate.out_dir>/<policy>``): the policy tags, the flat metrics (logged with the
+    registered model when the policy is registered, else to the run), per split a seeded sample
+    of ``tracking.trace_sample`` episodes as traces and every episode as a table, then the
+    registration and, for an RL policy, the gate (:func:`_register`). ``trajectories`` (a live
+    run's, per split) give full traces and the table ``eval/<split>_trajectories.json``; without
+    them (a run reconstructed by ``agentr1 track``) the traces are the episodes' root spans and
+    the table is ``eval/<split>_episodes.json``. Returns the registry outcome (version, train
+    run, gate decision; ``{}`` when not registered)."""
+    cfg, run = ctx.cfg, ctx.run
+    policy = resolve_policy(cfg, getattr(args, "policy", None))
+    out = Path(out_dir or Path(cfg.evaluate.out_dir) / policy.name)
+    metrics = json.loads((out / "metrics.json").read_text())
+    # the flat keys metrics.json holds: the split summaries' and, for a sampled policy, sampled EM / pass@k
+    flat = {k: v for k, v in metrics.items() if "/" in k and isinstance(v, (int, float))}
+    eval_data = metrics["eval_data"]
+    register = _registers(cfg, policy)
+    if register:
+        _check_gate_metric(cfg)
+    run.set_tags(_run_tags(policy, eval_data))
+    if not register:  # a registered model's metrics are logged with it, to this run (once)
+        run.logger.log(flat, step=0)
+    tags = {"agentr1.policy": policy.name}
+    if trajectories is not None:
+        for split, trajs in trajectories.items():
+            run.log_traces(trajs, split=split, tags=tags)
+            run.log_table(trajs, f"eval/{split}_trajectories.json")
+    else:
+        for split, rows in read_episodes(cfg, out).items():
+            run.log_episode_traces(rows, split=split, tags=tags)
+            run.log_episode_table(rows, f"eval/{split}_episodes.json")
+    return _register(cfg, run, policy, flat, eval_data) if register else {}
+
+
 def before(cfg, args: Any = None) -> None:
     """Fail before any run or work on a bad ``--policy``, a missing checkpoint or a gate metric
     this evaluation would not produce."""
@@ -304,7 +362,7 @@ def run(ctx: StageContext, args: Any = None) -> dict[str, Any]:
     log.info("evaluate@%s (%s): %s from %s, %d batch(es) of <= %d", policy.name, policy.kind,
              ", ".join(f"{s} {len(q)}" for s, q in questions.items()), policy.checkpoint, n_batches, ecfg.batch_size)
 
-    run.set_tags({"agentr1.policy": policy.name, "agentr1.policy_kind": policy.kind, "agentr1.eval_data": eval_data})
+    run.set_tags(_run_tags(policy, eval_data))
     rows: dict[str, list[dict[str, Any]]] = {}
     trajs: dict[str, list[Trajectory]] = {}
     bar, done = _progress(n_batches, f"evaluate@{policy.name}"), 0
@@ -358,13 +416,7 @@ def run(ctx: StageContext, args: Any = None) -> dict[str, Any]:
                 f.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
         write_json_atomic(tmp / "metrics.json", metrics)
         with ctx.phase("mlflow", digits=3, quiet=True):
-            if not register:  # a registered model's metrics are logged with it, to this run (once)
-                run.logger.log(flat, step=0)
-            for split in questions:
-                run.log_traces(trajs[split], split=split, tags={"agentr1.policy": policy.name})
-                run.log_table(trajs[split], f"eval/{split}_trajectories.json")
-            if register:
-                mlflow_info.update(_register(cfg, run, policy, flat, eval_data))
+            mlflow_info.update(log_outputs(ctx, args, trajectories=trajs, out_dir=tmp))
         times["total"] = round(time.perf_counter() - t_start, 3)
         write_json_atomic(tmp / "timing.json", {"time_s": times, "device": device, "mlflow": mlflow_info})
     for split, s in summaries.items():

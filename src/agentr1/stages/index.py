@@ -23,6 +23,7 @@ names cannot hold ``@``), ``index/<split>/questions``, ``index/<split>/no_suppor
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -42,13 +43,13 @@ TIMING_FILE = "timing.json"
 
 def report_metrics(report: dict[str, Any], timing: dict[str, Any]) -> dict[str, float]:
     """The key numbers of ``report.json`` and ``timing.json`` as flat MLflow metrics (per split;
-    ``recall@k`` -> ``recall_at_k``; ``None`` values are left out)."""
+    ``recall@k`` -> ``recall_at_k``; ``None`` values and timings ``timing`` lacks are left out)."""
     metrics: dict[str, Any] = {"index/passages": report["passages"], "index/index_bytes": report["index_bytes"]}
     for split, entry in report["splits"].items():
         for key, value in entry.items():
             if key != "types":
                 metrics[f"index/{split}.{key.replace('@', '_at_')}"] = value
-    metrics.update({f"index/{k}": timing[k] for k in ("build_s", "queries", "queries_per_s")})
+    metrics.update({f"index/{k}": timing.get(k) for k in ("build_s", "queries", "queries_per_s")})
     return {k: v for k, v in metrics.items() if v is not None}
 
 
@@ -81,5 +82,16 @@ def run(ctx: StageContext, args: Any = None) -> None:
     write_json_atomic(out / TIMING_FILE, timing_out)
     log.info("index: report -> %s (%s queries/s over %d questions)", out / REPORT_FILE,
              timing_out["queries_per_s"], timing["queries"])
-    ctx.run.log_metrics(report_metrics(report, timing_out))
-    ctx.run.log_artifacts([out / REPORT_FILE, out / TIMING_FILE], artifact_path="index")
+    log_outputs(ctx)
+
+
+def log_outputs(ctx: StageContext, args: Any = None, replay: bool = False) -> None:
+    """The stage's MLflow run from ``report.json`` and ``timing.json`` (not a DVC output: a run
+    reconstructed by ``agentr1 track`` where it is missing, e.g. after ``dvc pull``, has no
+    timings)."""
+    out = Path(ctx.cfg.retrieval.report_dir)
+    files = [f for f in (out / REPORT_FILE, out / TIMING_FILE) if f.is_file()]
+    report = json.loads((out / REPORT_FILE).read_text())
+    timing = json.loads((out / TIMING_FILE).read_text()) if out / TIMING_FILE in files else {}
+    ctx.run.log_metrics(report_metrics(report, timing))
+    ctx.run.log_artifacts(files, artifact_path="index")

@@ -5,13 +5,15 @@ split/type/hops, corpus size; deterministic, no timestamps; :mod:`agentr1.data.p
 inside one atomic directory swap: a failure anywhere leaves the previous output untouched and no
 temporary directory behind.
 
-Tracking: metrics ``prepare/<split>/questions``, ``prepare/questions``, ``prepare/corpus_size``,
-``prepare/build_s``, ``prepare/total_s`` and the manifest as artifact ``prepare/manifest.json``.
-Tracking never changes the files written.
+Tracking (:func:`log_outputs`): metrics ``prepare/<split>.questions``, ``prepare/questions``,
+``prepare/corpus_size``, ``prepare/build_s``, ``prepare/total_s`` (live runs only: no file keeps
+them) and the manifest as artifact ``prepare/manifest.json``. Tracking never changes the files
+written.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -50,7 +52,14 @@ def run(ctx: StageContext, args: Any = None) -> Path:
                  info["by_hops"])
     log.info("prepare: source=%s corpus=%d passages -> %s (build %.2fs, total %.2fs)", cfg.data.source,
              len(ds.corpus), out, ctx.times["build"], ctx.times["total"])
-    ctx.run.log_metrics({**manifest_metrics(manifest), "prepare/build_s": ctx.times["build"],
-                         "prepare/total_s": ctx.times["total"]})
-    ctx.run.log_artifacts([out / MANIFEST_FILE], artifact_path="prepare")
+    log_outputs(ctx)
     return out
+
+
+def log_outputs(ctx: StageContext, args: Any = None, replay: bool = False) -> None:
+    """The stage's MLflow run from its outputs (the manifest) and, in a live run, its timings;
+    the same for a run reconstructed by ``agentr1 track`` (``replay``)."""
+    manifest_path = Path(ctx.cfg.data.processed_dir) / MANIFEST_FILE
+    times = {f"prepare/{k}_s": ctx.times[k] for k in ("build", "total") if k in ctx.times}
+    ctx.run.log_metrics({**manifest_metrics(json.loads(manifest_path.read_text())), **times})
+    ctx.run.log_artifacts([manifest_path], artifact_path="prepare")

@@ -31,6 +31,7 @@ the plots) goes on the pipeline's parent run too. The params and inputs are chec
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,6 @@ from agentr1.report.tools import tools_section
 from agentr1.report.tables import (Diff, Row, ablation_pairs, breakdown, breakdown_tables, build_rows, compare,
                                    csv_text, table3, table4)
 from agentr1.stages.context import StageContext
-from agentr1.tracking.run import StageRun
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     for name, text in texts.items():
         write_text_atomic(out / name, text)
     write_json_atomic(out / "report.json", report)
-    _track(ctx.run, rows, splits, metric, out)
+    log_outputs(ctx)
 
     summary_path = out / "summary.md"
     log.info("report: %d policies (%d RL methods, %d ablations) over %s; summary in %s", len(rows),
@@ -148,23 +148,27 @@ def run(ctx: StageContext, args: Any = None) -> dict:
 HEADLINE_FILES = ("summary.md", "table3.md", "table4.md")  # the parent run's artifacts (under report/, with plots/)
 
 
-def table3_metrics(rows: list[Row], splits: list[str], metric: str) -> dict[str, float]:
+def table3_metrics(report: dict) -> dict[str, float]:
     """``{"table3/<policy>.<split|avg>.<metric>[_ci_lower|_ci_upper]": value}``: every Table 3
-    cell (mean and CI bounds), one section ``table3`` deep in MLflow's charts."""
+    cell (mean and CI bounds) of ``report.json``'s ``policies``, one section ``table3`` deep in
+    MLflow's charts."""
     flat = {}
-    for r in rows:
-        for k in [*splits, AVG]:
-            c = r.cells[k]
-            name = f"table3/{r.label}.{k}.{metric}"
-            flat.update({name: c.mean, f"{name}_ci_lower": c.ci_lower, f"{name}_ci_upper": c.ci_upper})
+    for label, cells in report["policies"].items():
+        for k in [*report["splits"], AVG]:
+            c = cells[k]
+            name = f"table3/{label}.{k}.{report['metric']}"
+            flat.update({name: c["mean"], f"{name}_ci_lower": c["ci_lower"], f"{name}_ci_upper": c["ci_upper"]})
     return flat
 
 
-def _track(run: StageRun, rows: list[Row], splits: list[str], metric: str, out: Path) -> None:
-    """When tracking is on: the Table 3 cells as metrics and the report folder as artifacts of
-    the ``report`` run, and the headline (the same metrics, ``summary.md``, the tables and the
-    plots) on the pipeline's parent run, which the experiment's runs table shows first."""
-    flat = table3_metrics(rows, splits, metric)
+def log_outputs(ctx: StageContext, args: Any = None, replay: bool = False) -> None:
+    """The stage's MLflow run from ``report.out_dir``, live or reconstructed by ``agentr1 track``:
+    the Table 3 cells of ``report.json`` as metrics and the report folder as artifacts of the
+    ``report`` run, and the headline (the same metrics, ``summary.md``, the tables and the plots)
+    on the pipeline's parent run, which the experiment's runs table shows first."""
+    out = Path(ctx.cfg.report.out_dir)
+    flat = table3_metrics(json.loads((out / "report.json").read_text()))
+    run = ctx.run
     run.log_metrics(flat)
     run.log_artifacts([out], artifact_path="report")
     parent = run.pipeline_run()

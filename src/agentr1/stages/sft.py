@@ -28,11 +28,13 @@ every run):
 The cold start and the baselines are evaluated by the ``evaluate`` stage (``agentr1 evaluate
 --policy cold_start | base_tool_call | naive_rag``). MLflow (``tracking.enabled``): one run
 ``sft`` with the loss, lr and gradient norm of every SFT step and the final metrics
-(``summary/*``, :func:`agentr1.stages.outputs.summary_metrics`).
+(``summary/*``, :func:`agentr1.stages.outputs.summary_metrics`); :func:`log_outputs` logs it
+from the outputs (the curve replayed from ``loss.csv`` for ``agentr1 track``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import Counter
@@ -55,6 +57,8 @@ from agentr1.stages.outputs import curve_csv, summary_metrics
 log = logging.getLogger(__name__)
 
 LOSS_FIELDS = ("step", "loss", "lr", "grad_norm", "action_tokens", "tokens")  # no wall times (timing.json)
+# loss-curve field -> the step metric a run logs (live, or replayed from loss.csv by log_outputs)
+SFT_METRICS = {"loss": "sft/loss", "lr": "sft/lr", "grad_norm": "sft/grad_norm", "action_tokens": "sft/action_tokens"}
 ORACLE_EXAMPLES = 20
 PROBE_EXAMPLES = 64
 
@@ -144,8 +148,7 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     log.info("sft: %d oracle episodes, oracle EM %.3f, kinds %s", len(oracle), oracle_summary["em"], oracle_summary["kinds"])
 
     def log_step(row: dict) -> None:  # live in MLflow, one point per optimizer step
-        run.logger.log({"sft/loss": row["loss"], "sft/lr": row["lr"], "sft/grad_norm": row["grad_norm"],
-                        "sft/action_tokens": row["action_tokens"]}, step=int(row["step"]))
+        run.logger.log({m: row[k] for k, m in SFT_METRICS.items()}, step=int(row["step"]))
 
     history: list[dict] = []
     with phase("train"):
@@ -179,10 +182,20 @@ def run(ctx: StageContext, args: Any = None) -> dict:
         with phase("save_checkpoint"):
             save_checkpoint(model, tokenizer, scfg.out_dir)
         write_json_atomic(Path(tmp) / "metrics.json", metrics)
-        run.log_metrics(summary_metrics(metrics))
+        log_outputs(ctx, report_dir=tmp)
         times["total"] = round(time.perf_counter() - t_start, 2)
         tokens_per_s = sum(r["tokens"] for r in history) / times["train"] if history and times["train"] else None
         write_json_atomic(Path(tmp) / "timing.json", {"time_s": dict(times), "tokens_per_s": tokens_per_s})
     log.info("sft: oracle EM %.3f, loss %s -> %s in %d steps (total %.0fs)", oracle_summary["em"],
              metrics["train"]["first_loss"], metrics["train"]["final_loss"], len(history), times["total"])
     return metrics
+
+
+def log_outputs(ctx: StageContext, args: Any = None, replay: bool = False, report_dir: str | Path | None = None) -> None:
+    """The stage's MLflow run from ``metrics.json`` (``summary/*``) in ``report_dir`` (default
+    ``sft.report_dir``); with ``replay`` (a run reconstructed by ``agentr1 track``) also the step
+    curve a live run logs while it trains, from ``loss.csv``."""
+    out = Path(report_dir or ctx.cfg.sft.report_dir)
+    ctx.run.log_metrics(summary_metrics(json.loads((out / "metrics.json").read_text())))
+    if replay:
+        ctx.run.log_curve(out / "loss.csv", SFT_METRICS)

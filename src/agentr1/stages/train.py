@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import logging
 import shutil
 import time
@@ -202,16 +203,32 @@ def run(ctx: StageContext, args: Any = None) -> dict | None:
             times = timing(history, time.perf_counter() - t_start)
             with full_params(trainer.actor):
                 save_checkpoint(trainer.policy, tokenizer, run_dir / "checkpoint")
-            ctx.run.tag_checkpoint(run_dir / "checkpoint")  # lets the registry link a version to this run
             write_text_atomic(run_dir / "curve.csv", curve_csv(history))
             write_json_atomic(run_dir / "metrics.json", metrics)
             write_json_atomic(run_dir / "timing.json", times)
-            flat = {f"summary/{k}": v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-            flat.update({f"summary/time_{k}": v for k, v in times.items() if isinstance(v, (int, float))})
-            ctx.run.log_metrics(flat)  # one section apart from the step curves
+            log_outputs(ctx, args)
             log.info("train@%s: reward %.3f -> %.3f, dev EM %s -> %s in %.0fs", run, metrics["reward_first3"] or 0,
                      metrics["reward_last3"] or 0, metrics["dev_em_start"], metrics["dev_em_final"], times["total"])
         dist.barrier()
         return metrics
     finally:
         shutdown(dist)
+
+
+def log_outputs(ctx: StageContext, args: Any = None, replay: bool = False) -> None:
+    """The stage's MLflow run from ``<train.out_dir>/<run>/``: the checkpoint's digest as tag
+    ``agentr1.checkpoint_sha256`` (so the registry links a version to this run), ``metrics.json``
+    as ``summary/*`` and ``timing.json``, when present, as ``summary/time_*`` (one section apart
+    from the step curves); with ``replay`` (a run reconstructed by ``agentr1 track``) also the
+    step curves from ``curve.csv`` (:data:`CURVE`; the trainer's other live metrics, its timings
+    per step and its sampled rollout traces are in no output)."""
+    run = _run_of(args)
+    run_dir = Path(ctx.cfg.train_for(None if run == "default" else run).out_dir) / run
+    ctx.run.tag_checkpoint(run_dir / "checkpoint")
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    times = json.loads((run_dir / "timing.json").read_text()) if (run_dir / "timing.json").is_file() else {}
+    flat = {f"summary/{k}": v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    flat.update({f"summary/time_{k}": v for k, v in times.items() if isinstance(v, (int, float))})
+    ctx.run.log_metrics(flat)
+    if replay:
+        ctx.run.log_curve(run_dir / "curve.csv", CURVE)

@@ -12,6 +12,7 @@ run that shows which expectations failed.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from pathlib import Path
@@ -57,6 +58,16 @@ def summary_metrics(summary: dict[str, Any]) -> dict[str, float]:
     return metrics
 
 
+def log_outputs(ctx: StageContext, args: Any = None, replay: bool = False) -> None:
+    """The stage's MLflow run from ``summary.json`` and ``gx_result.json`` (and, in a live run,
+    ``validate/seconds``); the same for a run reconstructed by ``agentr1 track`` (``replay``)."""
+    report_dir = Path(ctx.cfg.validate_.report_dir)
+    summary = json.loads((report_dir / SUMMARY_FILE).read_text())
+    seconds = {"validate/seconds": ctx.times["validate"]} if "validate" in ctx.times else {}
+    ctx.run.log_metrics({**summary_metrics(summary), **seconds})
+    ctx.run.log_artifacts([report_dir / SUMMARY_FILE, report_dir / GX_RESULT_FILE], artifact_path="validate")
+
+
 def before(cfg: Config, args: Any = None) -> None:
     """Delete any old success marker, before the run opens (module docstring)."""
     (Path(cfg.validate_.report_dir) / MARKER_FILE).unlink(missing_ok=True)
@@ -75,8 +86,7 @@ def run(ctx: StageContext, args: Any = None) -> ValidationReport:
         write_json_atomic(report_dir / SUMMARY_FILE, report.summary)
         write_json_atomic(report_dir / GX_RESULT_FILE, report.gx_result)
     elapsed = ctx.times["validate"]
-    ctx.run.log_metrics({**summary_metrics(report.summary), "validate/seconds": elapsed})
-    ctx.run.log_artifacts([report_dir / SUMMARY_FILE, report_dir / GX_RESULT_FILE], artifact_path="validate")
+    log_outputs(ctx)
     rows = report.summary["rows"]
     if not report.success:
         log.error("validation failed on %d questions / %d passages (%.1fs)", rows["questions"], rows["corpus"], elapsed)

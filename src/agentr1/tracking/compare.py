@@ -21,7 +21,7 @@ from mlflow.exceptions import MlflowException
 from agentr1.errors import StageError
 from agentr1.tracking.mlflow_adapter import STAGE_TAG, connect
 from agentr1.tracking.redact import redact_uri
-from agentr1.tracking.registry import promote, version_by_alias, version_metrics
+from agentr1.tracking.registry import REGISTER_HINT, promote, version_by_alias, version_metrics
 
 Row = dict[str, Any]  # {"label": str, "source": str, "metrics": {name: value}}
 
@@ -46,7 +46,7 @@ def rows_for_aliases(client: MlflowClient, name: str, aliases: Sequence[str]) ->
     for alias in aliases:
         mv = version_by_alias(client, name, alias)
         if mv is None:
-            raise StageError(f"registered model {name!r} has no alias {alias!r}: register/promote a policy first")
+            raise StageError(f"registered model {name!r} has no alias {alias!r}: {REGISTER_HINT}")
         rows.append({"label": f"{alias} (v{mv.version})", "source": f"{name} v{mv.version} run {mv.run_id}",
                      "metrics": version_metrics(client, mv)})
     return rows
@@ -70,28 +70,41 @@ def format_table(rows: Sequence[Row], metrics: Sequence[str]) -> str:
     return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, body)])
 
 
-def plot(rows: Sequence[Row], metric: str, out: str | Path) -> Path:
-    """Bar chart of ``metric`` per row with CI error bars where present (matplotlib, Agg)."""
+def figure(rows: Sequence[Row], metric: str):
+    """The bar chart of ``metric`` per row (matplotlib, Agg): a bar with its CI error bar where
+    logged; a row without the metric gets no bar, only the words "no <metric>" at its place (not
+    a bar at 0, which would read as a measured 0)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    labels = [r["label"] for r in rows]
-    values = [r["metrics"].get(metric, math.nan) for r in rows]
-    err = [[0.0] * len(rows), [0.0] * len(rows)]
-    for i, r in enumerate(rows):
-        lo, hi = r["metrics"].get(f"{metric}_ci_lower"), r["metrics"].get(f"{metric}_ci_upper")
-        if lo is not None and hi is not None and not math.isnan(values[i]):
-            err[0][i], err[1][i] = values[i] - lo, hi - values[i]
     fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(rows) + 2), 3.5))
-    ax.bar(range(len(rows)), [0 if math.isnan(v) else v for v in values], yerr=err, capsize=4, color="#4c72b0")
-    ax.set_xticks(range(len(rows)), labels, rotation=20, ha="right")
+    present = [i for i, r in enumerate(rows) if metric in r["metrics"] and not math.isnan(r["metrics"][metric])]
+    values = [rows[i]["metrics"][metric] for i in present]
+    err: list[list[float]] = [[], []]
+    for i, v in zip(present, values):
+        lo, hi = rows[i]["metrics"].get(f"{metric}_ci_lower"), rows[i]["metrics"].get(f"{metric}_ci_upper")
+        err[0].append(v - lo if lo is not None and hi is not None else 0.0)
+        err[1].append(hi - v if lo is not None and hi is not None else 0.0)
+    ax.bar(present, values, yerr=err, capsize=4, color="#4c72b0")
+    for i in sorted(set(range(len(rows))) - set(present)):
+        ax.text(i, 0, f"no {metric}", ha="center", va="bottom", rotation=90, color="#888888", fontsize=8)
+    ax.set_xlim(-0.6, len(rows) - 0.4)
+    ax.set_xticks(range(len(rows)), [r["label"] for r in rows], rotation=20, ha="right")
     ax.set_ylabel(metric)
     ax.set_title(f"{metric} (95% CI where logged)")
     fig.tight_layout()
+    return fig
+
+
+def plot(rows: Sequence[Row], metric: str, out: str | Path) -> Path:
+    """:func:`figure` saved as a PNG at ``out``."""
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig = figure(rows, metric)
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out

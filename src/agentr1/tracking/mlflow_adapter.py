@@ -48,8 +48,11 @@ log = logging.getLogger(__name__)
 ROLE_TAG = "agentr1.role"
 PIPELINE_TAG = "agentr1.pipeline_id"
 STAGE_TAG = "agentr1.stage"
+RUN_NAME_TAG = "agentr1.run_name"  # the stage's dvc.lock key (train@ppo), also the run's name
+LOGGED_FROM_TAG = "agentr1.logged_from"  # "dvc.lock" on a run reconstructed from the outputs (`agentr1 track`)
 ARTIFACT_ROOT_ENV = "AGENTR1_ARTIFACT_ROOT"  # overrides tracking.artifact_root (a sqlite store's artifacts)
-_BATCH = 100  # MLflow's MAX_PARAMS_TAGS_PER_BATCH; metrics allow 1000, 100 keeps requests small
+_BATCH = 100  # MLflow's MAX_PARAMS_TAGS_PER_BATCH
+_METRIC_BATCH = 1000  # MLflow's MAX_METRICS_PER_BATCH
 
 
 def _is_server(uri: str) -> bool:
@@ -164,11 +167,26 @@ class MLflowLogger:
                               step=step, tags=self.trace_tags)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
-        values = check_metrics(metrics, step)
+        self.log_steps([(step, metrics)])
+
+    def log_steps(self, series: Sequence[tuple[int, Mapping[str, float]]]) -> None:
+        """Every ``(step, metrics)`` of ``series`` in as few ``log_batch`` calls as MLflow allows
+        (a curve replayed from a CSV: hundreds of steps, a handful of requests)."""
         now = int(time.time() * 1000)
-        items = [Metric(k, v, now, step) for k, v in values.items()]
-        for i in range(0, len(items), _BATCH):
-            self.client.log_batch(self.run_id, metrics=items[i : i + _BATCH])
+        items = [Metric(k, v, now, step) for step, metrics in series for k, v in check_metrics(metrics, step).items()]
+        for i in range(0, len(items), _METRIC_BATCH):
+            self.client.log_batch(self.run_id, metrics=items[i : i + _METRIC_BATCH])
+
+
+def _git_state(lock_path: str | Path) -> tuple[str, bool | None]:
+    # the stage runs in the project root, next to dvc.lock (whose paths are relative to it)
+    return provenance.git_state(exclude=provenance.pipeline_outputs(lock_path))
+
+
+def current_pipeline_id(cfg: "Config", lock_path: str | Path = "dvc.lock") -> str:
+    """The pipeline id a stage run started now would get (:func:`provenance.pipeline_id` of
+    this checkout's commit and ``cfg``'s params)."""
+    return provenance.pipeline_id(cfg.section_hash(), _git_state(lock_path)[0])
 
 
 def run_tags(cfg: "Config", stage: str, run_name: str, lock_path: str | Path) -> dict[str, str]:
@@ -177,8 +195,7 @@ def run_tags(cfg: "Config", stage: str, run_name: str, lock_path: str | Path) ->
     own outputs and ``dvc.lock``, which every ``dvc repro`` rewrites), the params hash, the
     pipeline id and one ``dvc.dep.<path>`` tag per dependency hash; the output hashes
     (``dvc.out.<path>``) are tagged when the stage ends (:func:`output_tags`)."""
-    # the stage runs in the project root, next to dvc.lock (whose paths are relative to it)
-    sha, dirty = provenance.git_state(exclude=provenance.pipeline_outputs(lock_path))
+    sha, dirty = _git_state(lock_path)
     params_hash = cfg.section_hash()
     # the dvc.lock key is the stage name, or the run name for foreach stages (train@<run>)
     deps = provenance.dvc_dep_hashes(stage, lock_path) or provenance.dvc_dep_hashes(run_name, lock_path)
@@ -191,7 +208,7 @@ def run_tags(cfg: "Config", stage: str, run_name: str, lock_path: str | Path) ->
         "agentr1.params_hash": params_hash,
         "agentr1.profile": cfg.profile,
         "agentr1.seed": str(cfg.seed),
-        "agentr1.run_name": run_name,
+        RUN_NAME_TAG: run_name,
         "agentr1.dvc.locked": str(bool(deps)).lower(),
         "mlflow.source.git.commit": sha,
     }
@@ -218,6 +235,11 @@ def _parent_run(client: MlflowClient, exp_id: str, tags: Mapping[str, str]) -> s
     return client.create_run(exp_id, tags=parent_tags, run_name=f"pipeline {pid}").info.run_id
 
 
+def out_tag(path: str) -> str:
+    """The tag holding the hash of output ``path`` (``dvc.out.<path>``, clipped to MLflow's 250)."""
+    return f"dvc.out.{path}"[:250]
+
+
 def output_tags(stage_key: str, lock_path: str | Path) -> dict[str, str]:
     """``{"dvc.out.<path>": hash}`` for the outputs of ``stage_key``'s ``dvc.lock`` entry that
     exist, hashed the way DVC will lock them (:func:`provenance.dvc_hash`)."""
@@ -226,7 +248,7 @@ def output_tags(stage_key: str, lock_path: str | Path) -> dict[str, str]:
     for path in provenance.stage_outputs(stage_key, lock_path):
         digest = provenance.dvc_hash(root / path)
         if digest is not None:
-            tags[f"dvc.out.{path}"[:250]] = digest
+            tags[out_tag(path)] = digest
     return tags
 
 
@@ -249,7 +271,7 @@ def variant_tags(cfg: "Config", variant: str) -> dict[str, str]:
 
 @contextlib.contextmanager
 def stage_run(cfg: "Config", stage: str, run_name: str | None = None, lock_path: str | Path = "dvc.lock",
-              variant: str | None = None) -> Iterator[StageRun]:
+              variant: str | None = None, extra_tags: Mapping[str, str] | None = None) -> Iterator[StageRun]:
     """One MLflow run for one execution of ``stage`` (the active run inside the block).
 
     Logs the config as flat params (and ``config.json``), tags it with provenance and the
@@ -258,8 +280,9 @@ def stage_run(cfg: "Config", stage: str, run_name: str | None = None, lock_path:
     ``runs``: ``train@ppo``, ``evaluate@ppo``) the params are the run's *effective* config
     (:meth:`Config.for_run`: its ``train`` overrides and seed merged in) and :func:`variant_tags`
     are added, so MLflow's compare view and group-by show what differs between runs; the
-    provenance (params hash, pipeline id) stays that of the whole params file. Raises
-    :class:`StageError` naming the URI before any work when the store is unreachable."""
+    provenance (params hash, pipeline id) stays that of the whole params file. ``extra_tags`` go on
+    the run from its start (``agentr1.logged_from`` for a run reconstructed by ``agentr1 track``).
+    Raises :class:`StageError` naming the URI before any work when the store is unreachable."""
     name = run_name or stage
     if not cfg.tracking.enabled:
         log.info("tracking disabled (tracking.enabled: false): stage %s runs without MLflow", stage)
@@ -271,6 +294,7 @@ def stage_run(cfg: "Config", stage: str, run_name: str | None = None, lock_path:
     if variant is not None:
         logged = cfg.for_run(variant)
         tags.update(variant_tags(logged, variant))
+    tags.update(extra_tags or {})
     try:
         parent = _parent_run(client, exp_id, tags) if cfg.tracking.parent_run else None
         active = mlflow.start_run(experiment_id=exp_id, run_name=name, parent_run_id=parent, tags=tags)

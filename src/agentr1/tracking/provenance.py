@@ -74,7 +74,8 @@ def _md5_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _entry_hash(item: Mapping[str, Any]) -> str | None:
+def entry_hash(item: Mapping[str, Any]) -> str | None:
+    """The hash a ``dvc.lock`` dep/out item records (``md5``, else ``etag`` or ``checksum``)."""
     for key in ("md5", "etag", "checksum"):
         if item.get(key):
             return str(item[key])
@@ -84,8 +85,10 @@ def _entry_hash(item: Mapping[str, Any]) -> str | None:
 _LOCKS: dict[tuple[str, int, int], dict[str, Any]] = {}
 
 
-def _lock_stages(lock_path: Path) -> dict[str, Any]:
-    """The ``stages`` of a ``dvc.lock``, parsed once per (path, size, mtime)."""
+def lock_stages(lock_path: str | Path) -> dict[str, Any]:
+    """The ``stages`` of a ``dvc.lock`` (key -> entry, in the lock's order), parsed once per
+    (path, size, mtime)."""
+    lock_path = Path(lock_path)
     st = lock_path.stat()
     key = (str(lock_path.resolve()), st.st_size, st.st_mtime_ns)
     if key not in _LOCKS:
@@ -103,12 +106,12 @@ def dvc_dep_hashes(stage: str, lock_path: str | Path = "dvc.lock", root: str | P
     root = Path(root) if root is not None else lock_path.parent
     if not lock_path.is_file():
         return {}
-    stages = _lock_stages(lock_path)
+    stages = lock_stages(lock_path)
     entry = stages.get(stage)
     if not entry:
         return {}
     produced = {
-        out["path"]: _entry_hash(out)
+        out["path"]: entry_hash(out)
         for name, other in stages.items()
         if name != stage
         for out in (other or {}).get("outs") or []
@@ -124,7 +127,7 @@ def dvc_dep_hashes(stage: str, lock_path: str | Path = "dvc.lock", root: str | P
         elif (root / path).is_file():
             result[path] = {"hash": _md5_file(root / path), "source": "file"}
         else:
-            result[path] = {"hash": _entry_hash(dep) or "", "source": "locked"}
+            result[path] = {"hash": entry_hash(dep) or "", "source": "locked"}
     return result
 
 
@@ -134,7 +137,7 @@ def pipeline_outputs(lock_path: str | Path = "dvc.lock") -> list[str]:
     lock_path = Path(lock_path)
     if not lock_path.is_file():
         return []
-    paths = {out["path"] for entry in _lock_stages(lock_path).values()
+    paths = {out["path"] for entry in lock_stages(lock_path).values()
              for out in (entry or {}).get("outs") or [] if isinstance(out, dict) and out.get("path")}
     return [lock_path.name, *sorted(paths)]
 
@@ -144,7 +147,7 @@ def stage_outputs(stage: str, lock_path: str | Path = "dvc.lock") -> list[str]:
     lock_path = Path(lock_path)
     if not lock_path.is_file():
         return []
-    entry = _lock_stages(lock_path).get(stage) or {}
+    entry = lock_stages(lock_path).get(stage) or {}
     return [out["path"] for out in entry.get("outs") or [] if isinstance(out, dict) and out.get("path")]
 
 

@@ -50,6 +50,10 @@ from agentr1.tracking.run import CHECKPOINT_TAG
 log = logging.getLogger(__name__)
 
 CHALLENGER, CHAMPION = "challenger", "champion"
+# how a store gets its registered policies, for every "no such alias" error
+REGISTER_HINT = ("the evaluate stages register the policies they evaluate: run `agentr1 track` in the project root "
+                 "(it registers those of the evaluations DVC skipped or restored, e.g. after a fresh clone's `dvc repro` "
+                 "or `dvc pull`), or `dvc repro` the evaluate@<run> stages; `agentr1 promote` then moves champion")
 EVAL_DATA_TAG = "agentr1.eval_data"
 ARTIFACT_TAG = "agentr1.artifact_sha256"
 DOWNLOAD_WRITTEN = frozenset({"registered_model_meta"})
@@ -181,7 +185,7 @@ def load_policy_model(
     client = client or MlflowClient()
     mv = client.get_model_version(registered_name, version) if version else version_by_alias(client, registered_name, alias)
     if mv is None:
-        raise StageError(f"{registered_name} has no '{alias}' alias: register and promote a policy first, or pass version=")
+        raise StageError(f"{registered_name} has no '{alias}' alias: {REGISTER_HINT} (or pass version=)")
     expected = mv.tags.get(ARTIFACT_TAG)
     if not expected:
         raise StageError(f"{registered_name} version {mv.version} has no {ARTIFACT_TAG} tag, so its files cannot be "
@@ -262,7 +266,7 @@ def promote(
     client = client or MlflowClient()
     challenger = version_by_alias(client, registered_name, CHALLENGER)
     if challenger is None:
-        raise StageError(f"{registered_name} has no '{CHALLENGER}' alias: log and register a trained policy first")
+        raise StageError(f"{registered_name} has no '{CHALLENGER}' alias: {REGISTER_HINT}")
     champion = version_by_alias(client, registered_name, CHAMPION)
     decision, reason = gate(
         gate_stats(client, challenger, metric), gate_stats(client, champion, metric) if champion else None

@@ -10,6 +10,7 @@ tracking off (``tracking.enabled: false``, or a non-zero rank of a distributed j
 
 from __future__ import annotations
 
+import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -64,6 +65,24 @@ class StageRun:
             else:
                 mlflow.log_artifact(str(path), artifact_path=artifact_path, run_id=self.run_id)
 
+    def log_curve(self, csv_path: str | Path, columns: Mapping[str, str], step_column: str = "step") -> int:
+        """Replay a curve a stage wrote (one CSV row per step) as step metrics: column ``c`` of
+        each row becomes metric ``columns[c]`` at the row's ``step_column``; empty cells (a value
+        not measured at that step) are left out. What a live run logged step by step, for a run
+        reconstructed from the outputs; returns the number of rows read."""
+        with open(csv_path, newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+        series = [(int(row[step_column]), {name: float(row[col]) for col, name in columns.items() if row.get(col) not in ("", None)})
+                  for row in rows]
+        series = [(step, metrics) for step, metrics in series if metrics]
+        log_steps = getattr(self.logger, "log_steps", None)
+        if log_steps is not None:
+            log_steps(series)
+        else:
+            for step, metrics in series:
+                self.logger.log(metrics, step=step)
+        return len(rows)
+
     def set_tags(self, tags: Mapping[str, str]) -> None:
         """Tags on this run."""
         if self.enabled:
@@ -81,6 +100,26 @@ class StageRun:
         n = self.cfg.tracking.trace_sample if sample_n is None else sample_n
         kw["tags"] = {**self.trace_tags, **kw.get("tags", {})}
         return log_trajectory_traces(trajectories, n, run_id=self.run_id, seed=self.cfg.seed, **kw)
+
+    def log_episode_traces(self, rows: Sequence[Mapping[str, Any]], split: str, sample_n: int | None = None,
+                           tags: Mapping[str, str] | None = None) -> list[str]:
+        """:func:`agentr1.tracking.traces.log_episode_traces` of scored episode rows (an
+        evaluation's ``episodes.jsonl``, in question order) into this run: the same seeded sample
+        and tags as :meth:`log_traces` of the episodes' trajectories."""
+        if not self.enabled:
+            return []
+        from agentr1.tracking.traces import log_episode_traces
+
+        n = self.cfg.tracking.trace_sample if sample_n is None else sample_n
+        return log_episode_traces(rows, n, run_id=self.run_id, seed=self.cfg.seed, split=split,
+                                  tags={**self.trace_tags, **(tags or {})})
+
+    def log_episode_table(self, rows: Sequence[Mapping[str, Any]], artifact_file: str) -> None:
+        """:func:`agentr1.tracking.traces.log_episode_table` into this run."""
+        if self.enabled:
+            from agentr1.tracking.traces import log_episode_table
+
+            log_episode_table(rows, artifact_file, run_id=self.run_id)
 
     def pipeline_run(self) -> "StageRun":
         """The pipeline's parent run (where the report's headline results go), or a disabled run

@@ -21,12 +21,18 @@ experiment's Traces view filters by policy). Traces are attached to the run give
 Timings: the episodes are *replayed* from finished trajectories (a rollout records no times), so
 span times are the logging time, not the generation's; every span says so with the attribute
 ``agentr1.replayed = True``.
+
+Reconstructed runs (``agentr1 track``): an evaluation's ``episodes.jsonl`` keeps each episode's
+scores, not its turns, so :func:`log_episode_traces` writes the same sample of episodes with the
+same root span, attributes and tags, without the LLM/tool children.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import random
-from typing import Any, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import mlflow
 from mlflow.entities import SpanType
@@ -69,11 +75,48 @@ def _tool_span_kind(outcomes: Sequence[CallOutcome]) -> tuple[str, str]:
     return ("+".join(names), SpanType.RETRIEVER if all_search else SpanType.TOOL)
 
 
+def _episode_meta(qid: str, golds: Sequence[str], em: float, f1: float, turns: int, reason: str, sample_index: int,
+                  reward: float | None, tags: dict[str, str] | None, split: str | None,
+                  step: int | None) -> tuple[dict[str, Any], dict[str, str]]:
+    """The root span's attributes and the trace's tags of one episode (module docstring)."""
+    attrs: dict[str, Any] = {
+        "agentr1.qid": qid,
+        "agentr1.em": em,
+        "agentr1.turns": turns,
+        "agentr1.reason": reason,
+        "agentr1.sample_index": sample_index,
+        "agentr1.f1": f1,
+        "agentr1.golds": list(golds),
+        **(tags or {}),
+    }
+    if reward is not None:
+        attrs["agentr1.reward"] = float(reward)
+    trace_tags = {**(tags or {}), "agentr1.qid": qid, "agentr1.em": str(em)}
+    if split is not None:
+        attrs["agentr1.split"] = trace_tags["agentr1.split"] = split
+    if step is not None:
+        attrs["agentr1.step"] = step
+        trace_tags["agentr1.step"] = str(step)
+    return attrs, trace_tags
+
+
+@contextlib.contextmanager
+def _episode_span(qid: str, question: str, answer: str | None, golds: Sequence[str], reason: str, run_id: str | None,
+                  attrs: dict[str, Any], tags: dict[str, str]) -> Iterator[Any]:
+    """The AGENT root span of one episode's trace (the turns go inside the block); its outputs
+    and the trace's tags are set when the block ends."""
+    with mlflow.start_span(f"episode {qid}", span_type=SpanType.AGENT, run_id=run_id) as root:
+        root.set_inputs({"qid": qid, "question": question})
+        root.set_attributes({**attrs, REPLAYED: True})
+        yield root
+        root.set_outputs({"answer": answer, "golds": list(golds), "em": attrs["agentr1.em"], "f1": attrs["agentr1.f1"],
+                          "reason": reason})
+        mlflow.update_current_trace(tags=tags)
+
+
 def _trace_episode(t: Trajectory, run_id: str | None, tags: dict[str, str], attrs: dict[str, Any]) -> str:
     """Write one episode as a trace; returns its trace id."""
-    with mlflow.start_span(f"episode {t.qid}", span_type=SpanType.AGENT, run_id=run_id) as root:
-        root.set_inputs({"qid": t.qid, "question": t.question})
-        root.set_attributes({**attrs, REPLAYED: True})
+    with _episode_span(t.qid, t.question, t.answer, t.golds, t.reason, run_id, attrs, tags) as root:
         context = t.prompt_text
         for k, turn in enumerate(t.turn_texts):
             with mlflow.start_span(f"policy turn {k}", span_type=SpanType.LLM) as llm:
@@ -98,10 +141,7 @@ def _trace_episode(t: Trajectory, run_id: str | None, tags: dict[str, str], attr
                         }
                     )
             context += turn + observation
-        root.set_outputs({"answer": t.answer, "golds": list(t.golds), "em": attrs["agentr1.em"],
-                          "f1": attrs["agentr1.f1"], "reason": t.reason})
-        mlflow.update_current_trace(tags=tags)
-        return root.trace_id
+    return root.trace_id
 
 
 def log_trajectory_traces(
@@ -123,26 +163,38 @@ def log_trajectory_traces(
     for i in sample_indices(len(trajectories), sample_n, seed):
         t = trajectories[i]
         scores = answer_scores(t.answer, t.golds)
-        em = scores["em"]
-        attrs: dict[str, Any] = {
-            "agentr1.qid": t.qid,
-            "agentr1.em": em,
-            "agentr1.turns": t.num_turns,
-            "agentr1.reason": t.reason,
-            "agentr1.sample_index": t.sample_index,
-            "agentr1.f1": scores["f1"],
-            "agentr1.golds": list(t.golds),
-            **(tags or {}),
-        }
-        if t.outcome_reward is not None:
-            attrs["agentr1.reward"] = float(t.outcome_reward)
-        trace_tags = {**(tags or {}), "agentr1.qid": t.qid, "agentr1.em": str(em)}
-        if split is not None:
-            attrs["agentr1.split"] = trace_tags["agentr1.split"] = split
-        if step is not None:
-            attrs["agentr1.step"] = step
-            trace_tags["agentr1.step"] = str(step)
+        attrs, trace_tags = _episode_meta(t.qid, t.golds, scores["em"], scores["f1"], t.num_turns, t.reason,
+                                          t.sample_index, t.outcome_reward, tags, split, step)
         ids.append(_trace_episode(t, run_id, trace_tags, attrs))
+    mlflow.flush_trace_async_logging()
+    return ids
+
+
+def log_episode_traces(
+    rows: Sequence[Mapping[str, Any]],
+    sample_n: int,
+    *,
+    run_id: str | None = None,
+    seed: int = 0,
+    split: str | None = None,
+    tags: dict[str, str] | None = None,
+) -> list[str]:
+    """The traces :func:`log_trajectory_traces` writes for the same episodes (same seeded sample,
+    attributes, tags and root span), from scored episode rows (an evaluation's
+    ``episodes.jsonl``: ``id``, ``question``, ``golds``, ``answer``, ``em``, ``f1``, ``turns``,
+    ``reason``, ``reward``) in the order the episodes were played. A row keeps the scores, not
+    the turns, so each trace is the episode's AGENT span alone (no LLM/tool children): what a
+    run reconstructed from the outputs (``agentr1 track``) can show. Returns the trace ids."""
+    ids = []
+    for i in sample_indices(len(rows), sample_n, seed):
+        r = rows[i]
+        qid, golds = str(r["id"]), [str(g) for g in r["golds"]]
+        attrs, trace_tags = _episode_meta(qid, golds, float(r["em"]), float(r["f1"]), int(r["turns"]), str(r["reason"]),
+                                          0, r.get("reward"), tags, split, None)
+        with _episode_span(qid, str(r["question"]), r.get("answer"), golds, str(r["reason"]), run_id, attrs,
+                           trace_tags) as root:
+            pass
+        ids.append(root.trace_id)
     mlflow.flush_trace_async_logging()
     return ids
 
@@ -178,3 +230,20 @@ def log_trajectory_table(trajectories: Sequence[Trajectory], artifact_file: str,
     if not artifact_file.endswith(".json"):
         raise ValueError(f"artifact_file must end with .json, got {artifact_file!r}")
     mlflow.log_table(trajectory_rows(trajectories), artifact_file, run_id=run_id)
+
+
+def log_episode_table(rows: Sequence[Mapping[str, Any]], artifact_file: str, *, run_id: str | None = None) -> None:
+    """Scored episode rows (``episodes.jsonl``) as one MLflow table, one column per field (gold
+    answers joined with `` | `` as in :func:`trajectory_rows`; a nested field as JSON text);
+    ``artifact_file`` ends in ``.json``."""
+    if not artifact_file.endswith(".json"):
+        raise ValueError(f"artifact_file must end with .json, got {artifact_file!r}")
+    columns: dict[str, list[Any]] = {}
+    for key in dict.fromkeys(k for r in rows for k in r):
+        values = [r.get(key) for r in rows]
+        if key == "golds":
+            values = [" | ".join(map(str, v or [])) for v in values]
+        elif any(isinstance(v, (dict, list)) for v in values):
+            values = [json.dumps(v, sort_keys=True) for v in values]
+        columns[key] = values
+    mlflow.log_table(columns, artifact_file, run_id=run_id)
