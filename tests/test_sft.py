@@ -309,3 +309,27 @@ def test_shared_prefix_never_covers_an_action_token():
     assert shared_prefix_length(batch, min_length=1) == 2  # position 2 predicts the first action token
     assert shared_prefix_length(batch, min_length=3) == 0
     assert shared_prefix_length({k: v[:1] for k, v in batch.items()}, min_length=1) == 0
+
+
+def test_critic_shares_the_prefix_and_gives_the_same_values_where_they_are_used(world):
+    from agentr1.rl.critic import ValueModel
+
+    *_, tok, trajs = world
+    batch = collate(trajs[:4], tok.pad_token_id)
+    ids, attn, mask = batch["input_ids"], batch["attention_mask"], batch["action_mask"]
+    assert shared_prefix_length(batch) > 16
+    weights = torch.randn(ids.shape, generator=torch.Generator().manual_seed(0))
+    outs = []
+    for share in (True, False):
+        model = tw.model(tok)
+        critic = ValueModel(model.base_model, model.config.hidden_size, share_prefix=share)
+        torch.nn.init.normal_(critic.value_head.weight, generator=torch.Generator().manual_seed(1))
+        v = critic(ids, attn, mask)
+        (v * weights * mask).sum().backward()
+        outs.append((v.detach(), [p.grad.clone() for p in critic.parameters()]))
+    (v1, g1), (v0, g0) = outs
+    used = mask.bool()
+    assert torch.allclose(v1[used], v0[used], atol=1e-5)
+    assert (v1[:, : shared_prefix_length(batch) + 1] == 0).all()  # inside the shared prefix: not computed
+    for a, b in zip(g1, g0):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4)

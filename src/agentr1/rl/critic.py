@@ -70,27 +70,40 @@ class PolicyLogProbs(nn.Module):
 
 
 class ValueModel(nn.Module):
-    """A scalar value head on a transformer backbone: ``forward(input_ids, attention_mask) ->
-    values [B, L]`` (module docstring). The head starts at zero (V = 0 everywhere), so the first
-    advantages are the plain returns."""
+    """A scalar value head on a transformer backbone: ``forward(input_ids, attention_mask,
+    value_mask=None) -> values [B, L]`` (module docstring). The head starts at zero (V = 0
+    everywhere), so the first advantages are the plain returns.
 
-    def __init__(self, backbone: nn.Module, hidden_size: int):
+    With ``value_mask`` (the positions whose values are used: the advantage mask) and
+    ``share_prefix``, the prefix every row shares, capped before the first masked position, runs
+    once as in :class:`PolicyLogProbs`; values inside it are 0 (none is used). Without the mask
+    every position gets its value (the full forward). The saving is the policy's: the system
+    prompt is most of a nano episode's tokens, and the critic ran it for every row."""
+
+    def __init__(self, backbone: nn.Module, hidden_size: int, share_prefix: bool = True):
         super().__init__()
         self.backbone = backbone
         self.value_head = nn.Linear(hidden_size, 1)
+        self.share_prefix = share_prefix
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
 
-    def forward(self, input_ids, attention_mask):
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    def forward(self, input_ids, attention_mask, value_mask=None):
+        prefix = 0
+        if self.share_prefix and value_mask is not None:
+            prefix = shared_prefix_length({"input_ids": input_ids, "attention_mask": attention_mask,
+                                           "action_mask": value_mask})
+        hidden = _hidden_states(self.backbone, input_ids, attention_mask, prefix)
         v = self.value_head(hidden[:, :-1].to(self.value_head.weight.dtype)).squeeze(-1).float()
-        return F.pad(v, (1, 0))
+        return F.pad(v, (prefix + 1, 0))
 
 
-def build_critic(policy: nn.Module, critic_cfg, dtype: torch.dtype = torch.float32) -> ValueModel:
+def build_critic(policy: nn.Module, critic_cfg, dtype: torch.dtype = torch.float32,
+                 share_prefix: bool = True) -> ValueModel:
     """The critic of ``train.critic``: ``model: policy`` = a deep copy of the policy's backbone
     (same weights, trained separately); otherwise ``model`` is a checkpoint directory / hub id
-    whose backbone (``AutoModel``) is used - it must share the policy's tokenizer."""
+    whose backbone (``AutoModel``) is used - it must share the policy's tokenizer.
+    ``share_prefix``: as :class:`ValueModel` (off under FSDP, as for the actor)."""
     if critic_cfg.model == "policy":
         backbone = copy.deepcopy(policy.base_model)
     else:
@@ -102,4 +115,4 @@ def build_critic(policy: nn.Module, critic_cfg, dtype: torch.dtype = torch.float
                 f"critic model {critic_cfg.model!r} has a vocabulary of {backbone.config.vocab_size} < the "
                 f"policy's {policy.config.vocab_size}: it must share the policy's tokenizer"
             )
-    return ValueModel(backbone, backbone.config.hidden_size).to(dtype)
+    return ValueModel(backbone, backbone.config.hidden_size, share_prefix).to(dtype)

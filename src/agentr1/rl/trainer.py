@@ -207,7 +207,7 @@ class Trainer:
         self.critic = None
         self.critic_opt = None
         if ESTIMATORS.spec(tcfg.estimator).meta.get("needs_values"):
-            self.critic = wrap(build_critic(self.policy, tcfg.critic, next(policy.parameters()).dtype).to(device), self.dist)
+            self.critic = wrap(build_critic(self.policy, tcfg.critic, next(policy.parameters()).dtype, share_prefix).to(device), self.dist)
             self.critic_opt = make_optimizer(self.critic, tcfg.critic.lr, tcfg.weight_decay)
         self.opt = make_optimizer(self.actor, tcfg.lr, tcfg.weight_decay)
 
@@ -340,7 +340,7 @@ class Trainer:
         if self.critic is not None:
             critic = forward_module(self.critic, self.dist)
             critic.eval()
-            values = self._row_forward(lambda i, a, m: critic(i, a), batch, "adv_mask")
+            values = self._row_forward(lambda i, a, m: critic(i, a, m), batch, "adv_mask")
             values = torch.where(as_bool(adv_mask), values, torch.zeros(()))
             batch["values"] = values
         index = [b // t.group_size for b in range(B)]
@@ -511,7 +511,7 @@ class Trainer:
 
     def _value_loss(self, mb: dict, denom: float, norm_const: float):
         t = self.tcfg
-        v = self.critic(mb["input_ids"], mb["attention_mask"])
+        v = self.critic(mb["input_ids"], mb["attention_mask"], mb["adv_mask"])
         return value_loss(v, mb["values"], mb["returns"], mb["adv_mask"], clip_range=t.critic.value_clip,
                           agg_mode=t.agg_mode, denom=denom, norm_const=norm_const)
 
