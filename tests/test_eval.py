@@ -14,12 +14,15 @@ import torch
 import tiny_world as tw
 import yaml
 
-from agentr1.config import ConfigError, config_from_dict
+from agentr1.config import ConfigError, RewardConfig, RolloutConfig, config_from_dict
 from agentr1.errors import StageError
 from agentr1 import stages
 from agentr1.stages import evaluate as eval_stage
 from agentr1.eval.metrics import bootstrap_ci, paired_bootstrap_diff, summarize_split
+from agentr1.eval.quick import episode_metrics
+from agentr1.eval.support import early_answer, recording
 from agentr1.env.rewards import answer_scores
+from agentr1.rollout.trajectory import Trajectory
 
 torch.set_num_threads(1)
 
@@ -113,7 +116,8 @@ def test_paired_diff_hand_cases():
 
 def _row(em, f1, type_, hops, reason="answer"):
     return {"em": em, "f1": f1, "subem": em, "format_ok": 1.0, "answered": 1.0, "tool_calls": float(hops),
-            "turns": float(hops + 1), "reward": em, "type": type_, "hops": hops, "reason": reason}
+            "turns": float(hops + 1), "reward": em, "type": type_, "hops": hops, "reason": reason,
+            "early_answer": float(hops == 3)}
 
 
 def test_summarize_split_by_hand():
@@ -122,6 +126,7 @@ def test_summarize_split_by_hand():
     s = summarize_split(rows, {"samples": 500, "ci": 0.95}, seed=0)
     assert s["n"] == 4 and s["em"] == 0.75 and s["f1"] == 0.875 and s["subem"] == 0.75
     assert s["tool_calls"] == 2.0 and s["turns"] == 3.0 and s["reward"] == 0.75 and s["format_ok"] == 1.0
+    assert s["early_answer"] == 0.25  # a mean over all episodes
     assert s["em_ci_lower"] <= 0.75 <= s["em_ci_upper"] and s["em_ci_upper"] == 1.0
     assert s["reasons"] == {"answer": 3, "max_turns": 1}
     assert s["by_type"]["bridge"] == {"n": 2, "em": 0.5, "em_ci_lower": 0.0, "em_ci_upper": 1.0, "f1": 0.75, "subem": 0.5}
@@ -157,6 +162,127 @@ def test_summarize_split_by_hand():
 def test_answer_scores_normalization_cases(answer, golds, em, subem, f1):
     got = answer_scores(answer, golds)
     assert got["em"] == em and got["subem"] == subem and got["f1"] == pytest.approx(f1)
+
+
+# ------------------------------------------------------------------------------- early answer
+B0, S0 = tw.questions("test")[:2]  # B0: 2 hops, support f0 (the film) + c0 (its company); S0: 1 hop, c0
+FILM, COMPANY = "Drozis Letters", "Pusesu Labs"  # BM25 top 2 in the tiny world: FILM -> [f0], COMPANY -> [c0, f0]
+
+
+def _play(env, q, turns):
+    """One episode driven by hand in ``env``: each scripted turn is a step -> its Trajectory."""
+    t = Trajectory(qid=q["id"], question=q["question"], golds=list(q["answers"]), prompt_ids=[1])
+    for k, text in enumerate(turns):
+        res = env.step_batch([text], [k], [q["supporting_ids"]])[0]
+        t.outcomes.append(list(res.outcomes))
+        t.turn_spans.append((0, 1))
+        t.answer = res.answer if res.answer is not None else t.answer
+        if res.done:
+            break
+    return t
+
+
+def test_early_answer_definition():
+    two = {"hops": 2, "supporting_ids": ["a", "b"]}
+    assert early_answer(two, True, ["a"]) == 1.0 and early_answer(two, True, []) == 1.0
+    assert early_answer(two, True, ["b", "x", "a"]) == 0.0
+    assert early_answer(two, False, ["a"]) == 0.0  # no answer: never early
+    assert early_answer({"hops": 1, "supporting_ids": ["a"]}, True, []) == 0.0  # single hop: never early
+    assert early_answer({"hops": 2, "supporting_ids": []}, True, []) == 0.0  # nothing to retrieve
+    assert early_answer({"hops": 0}, True, []) == 0.0 and early_answer({"hops": None, "supporting_ids": ["a"]}, True, []) == 0.0
+
+
+def test_early_answer_of_hand_played_episodes():
+    env = tw.env("tags")
+    search, tools = (lambda x: env.fmt.render_call("search", {"query": x})), env.tools
+    answer = env.fmt.render_answer(B0["answers"][0])
+    with recording(env) as log:
+        cases = [  # (question, turns, early_answer, retrieved)
+            (B0, [search(FILM), answer], 1.0, {"f0"}),  # answered after the first hop only
+            (B0, [search(FILM), search(FILM), answer], 1.0, {"f0"}),  # two searches found support, one passage
+            (B0, [search(FILM), search(COMPANY), answer], 0.0, {"f0", "c0"}),  # after both supports
+            (B0, [search(COMPANY), answer], 0.0, {"c0", "f0"}),  # one search brought both
+            (B0, [answer], 1.0, set()),  # no search at all
+            (B0, [search(FILM), "I do not know"], 0.0, {"f0"}),  # no answer: not early
+            (S0, [answer], 0.0, set()),  # single hop: never early
+        ]
+        for q, turns, want, ids in cases:
+            t = _play(log.env, q, turns)
+            assert log.retrieved(t) == ids, turns
+            assert early_answer(q, t.answer is not None, log.retrieved(t)) == want, turns
+        # the trajectory's own record cannot tell: two searches found support, as many as the hops
+        twice = _play(log.env, B0, cases[1][1])
+        assert episode_metrics(twice, RewardConfig())["searches_found_support"] == 2.0 == B0["hops"]
+        with pytest.raises(RuntimeError, match="did not record"):  # played outside the log's env
+            log.retrieved(_play(tw.env("tags"), B0, [search(FILM), answer]))
+    assert env.tools is tools  # the tools are back as they were
+
+
+def test_retrieval_log_pairs_each_call_with_its_episode_in_a_batch():
+    from agentr1.env import ToolEnv
+    from agentr1.env.tools import make_tool
+
+    env = ToolEnv([make_tool("search", retriever=tw.retriever(), topk=2), make_tool("calculator")], "tags",
+                  multi_call="all", max_turns=4)
+    search = lambda x: env.fmt.render_call("search", {"query": x})
+    calc = env.fmt.render_call("calculator", {"expression": "1 + 2"})
+    turns = [search(FILM) + calc, calc + search(COMPANY) + search(FILM), search(COMPANY) + env.fmt.render_answer("x"),
+             search("")]
+    with recording(env) as log:
+        results = log.env.step_batch(turns, [0] * 4, [["f0", "c0"]] * 4)
+        trajs = [Trajectory(qid=str(i), question="q", golds=["x"], prompt_ids=[1], outcomes=[list(r.outcomes)])
+                 for i, r in enumerate(results)]
+        assert [log.retrieved(t) for t in trajs] == [{"f0"}, {"c0", "f0"}, set(), set()]
+        assert [len(r.outcomes) for r in results] == [2, 3, 1, 1]  # the answer's call and the blank query not executed
+        # a tool that fails as a whole: the env fails its calls, which retrieved nothing
+        env.tools["search"]._tool.execute_batch = lambda batch: 1 / 0
+        failed = log.env.step_batch([search(FILM)], [0], [["f0"]])
+        assert not failed[0].outcomes[0].success
+        assert log.retrieved(Trajectory(qid="f", question="q", golds=[], prompt_ids=[1],
+                                        outcomes=[list(failed[0].outcomes)])) == set()
+
+
+@pytest.fixture(scope="module")
+def scripted():
+    """The tiny world's env, a tokenizer for it and a backend whose every turn is a given text."""
+    from agentr1.rollout import Generation
+    from agentr1.rollout.engine import encode
+
+    env = tw.env("tags")
+    tok = tw.tokenizer([env.fmt.render_answer(q["answers"][0]) for q in tw.questions("test")])
+
+    class Scripted:
+        def __init__(self, text):
+            self.ids = encode(tok, text)
+
+        def generate(self, prompts, max_new_tokens, stop_strings, temperature, top_p, seed):
+            return [Generation(self.ids[:max_new_tokens], [0.0] * len(self.ids[:max_new_tokens]), "stop") for _ in prompts]
+
+    return env, tok, Scripted
+
+
+def test_stage_rows_carry_early_answer_for_agents_and_naive_rag(scripted):
+    env, tok, Scripted = scripted
+    rollout, reward = RolloutConfig(max_turn_tokens=32, max_total_tokens=1024, batch_size=4), RewardConfig()
+    qs = tw.questions("test")[:4]  # b0 (2 hops), s0 (1 hop), b1, s1
+    # an agent that answers at once: the multi-hop questions are answered early, the single-hop ones never
+    rows, _ = eval_stage._tool_policy_batch(Scripted(" <answer>Derlin Brisarn</answer>"), tok, env, rollout, reward, qs,
+                                            "test", 0)
+    assert [r["early_answer"] for r in rows] == [1.0, 0.0, 1.0, 0.0] and all(r["tool_calls"] == 0.0 for r in rows)
+    assert list(rows[0])[-1] == "early_answer" and list(rows[0])[:-1] == list(eval_stage.EPISODE_FIELDS)[:-1]
+    # one search for the film, then (the same turn text again) the turn limit: never answered, never early
+    rows, _ = eval_stage._tool_policy_batch(Scripted(f" <search>{FILM}</search>"), tok, env, rollout, reward, qs[:1],
+                                            "test", 0)
+    assert rows[0]["answered"] == 0.0 and rows[0]["early_answer"] == 0.0
+    # naive RAG makes no call: its retrieved passages are its one retrieval's (the question as the query,
+    # BM25 top 2): both supports of b0 ([f0, c0]) but not both of b1, nor the founder's passage p0
+    deeper = {**qs[0], "id": "test-b0-deeper", "supporting_ids": ["f0", "c0", "p0"], "hops": 3}
+    rows, _ = eval_stage._naive_rag_batch(Scripted(" Derlin Brisarn</answer>"), tok, env, rollout, reward,
+                                          [*qs, deeper], "test", 0)
+    for q, r in zip([*qs, deeper], rows):
+        got = set(env.tools["search"].execute_batch([{"query": q["question"]}])[0].metadata["ids"])
+        assert r["answered"] == 1.0 and r["early_answer"] == float(q["hops"] >= 2 and not set(q["supporting_ids"]) <= got)
+    assert [r["early_answer"] for r in rows] == [0.0, 0.0, 1.0, 0.0, 1.0]
 
 
 # ------------------------------------------------------------------------------------- config
@@ -259,6 +385,10 @@ def test_outputs_per_policy(project, name):
         for group in (*s["by_type"].values(), *s["by_hops"].values()):
             assert group["em_ci_lower"] <= group["em"] <= group["em_ci_upper"]
         assert sum(g["n"] for g in s["by_hops"].values()) == n
+        # early_answer: 0/1 per episode, 0 for a single-hop one; the split's is the mean over all episodes
+        assert all(r["early_answer"] in (0.0, 1.0) and (r["hops"] >= 2 or r["early_answer"] == 0.0) for r in rows)
+        assert metrics[f"{split}/early_answer"] == s["early_answer"] == pytest.approx(
+            sum(r["early_answer"] for r in rows) / n, abs=1e-6)
     assert metrics["splits"]["test"]["by_hops"].keys() == {"1", "2"}
     assert [(r["split"], r["id"]) for r in episodes] == sorted((r["split"], r["id"]) for r in episodes)
     assert all(list(r) == sorted(eval_stage.EPISODE_FIELDS) for r in episodes)  # written with sorted keys

@@ -123,6 +123,11 @@ RUNS = {
     "grpo_no_loss_mask": {"estimator": "grpo", "loss_mask": False},
 }
 BASELINE_KINDS = {"base_tool_call", "naive_rag", "cold_start"}
+# behaviour: tool calls per episode c (2c on comparison questions), the first k multi-hop questions of
+# each split answered early; Base Tool Call never answers (nor has a valid format), naive RAG never calls
+CALLS = {"cold_start": 3, "naive_rag": 0, "grpo": 1, "grpo_s1": 2, "grpo_s2": 0}
+EARLY = {"cold_start": (5, 0), "naive_rag": (16, 12), "base_tool_call": (0, 0), "grpo": (10, 6), "grpo_s1": (12, 3),
+         "grpo_s2": (14, 0)}
 
 
 def em_vector(policy: str, split: str) -> list[float]:
@@ -132,9 +137,16 @@ def em_vector(policy: str, split: str) -> list[float]:
 
 
 def question(split: str, i: int) -> dict:
-    if split == "test":
-        return {"id": f"t{i:02d}", "type": TYPES[i % 2], "hops": 2}
+    if split == "test":  # 16 two-hop questions, then 4 single-hop ones
+        return {"id": f"t{i:02d}", "type": TYPES[i % 2], "hops": 2 if i < 16 else 1}
     return {"id": f"o{i:02d}", "type": "chain", "hops": 3 if i < 6 else 4}
+
+
+def behaviour_fields(policy: str, split: str, i: int, q: dict) -> dict:
+    answered = float(policy != "base_tool_call")
+    early = float(i < EARLY.get(policy, (2, 1))[split != "test"] and q["hops"] >= 2 and answered == 1.0)
+    calls = CALLS.get(policy, 2) * (2 if q["type"] == "comparison" else 1)
+    return {"tool_calls": float(calls), "answered": answered, "format_ok": answered, "early_answer": early}
 
 
 def write_eval(eval_dir: Path, policy: str) -> None:
@@ -143,8 +155,8 @@ def write_eval(eval_dir: Path, policy: str) -> None:
         ems = em_vector(policy, split)
         for i, em in enumerate(ems):
             q = question(split, i)
-            rows.append({**q, "split": split, "em": em, "f1": em, "subem": em, "format_ok": 1.0, "answered": 1.0,
-                         "tool_calls": 2, "turns": 3, "reward": em, "answer": "x", "golds": ["x"], "reason": "answer"})
+            rows.append({**q, "split": split, "em": em, "f1": em, "subem": em, **behaviour_fields(policy, split, i, q),
+                         "turns": 3, "reward": em, "answer": "x", "golds": ["x"], "reason": "answer"})
         lo, hi = bootstrap_ci(ems, 1000, 0.95, 0)
         splits[split] = {"n": len(ems), "em": sum(ems) / len(ems), "em_ci_lower": lo, "em_ci_upper": hi}
     kind = policy if policy in BASELINE_KINDS else "rl"
@@ -159,8 +171,8 @@ def write_eval(eval_dir: Path, policy: str) -> None:
 def write_curve(runs_dir: Path, run: str, offset: float) -> None:
     d = runs_dir / run
     d.mkdir(parents=True, exist_ok=True)
-    lines = ["step,reward,em,dev_em", "0,,,0.0"] + [f"{s},{offset + 0.1 * s:.3f},0.0," + ("0.5" if s == 3 else "")
-                                                    for s in range(1, 4)]
+    lines = ["step,reward,em,tool_calls,dev_em", "0,,,,0.0"] + [
+        f"{s},{offset + 0.1 * s:.3f},0.0,{1 + s / 2}," + ("0.5" if s == 3 else "") for s in range(1, 4)]
     (d / "curve.csv").write_text("\n".join(lines) + "\n")
 
 
@@ -330,6 +342,94 @@ def test_report_json_breakdown_and_vs_baselines(report):
     assert "## test EM (in-domain) by question type" in md and "bridge (n=10)" in md and "4 (n=6)" in md
 
 
+def test_behaviour_table_numbers(report):
+    rows = {(r["split"], r["by"], r["group"], r["policy"]): r for r in read_csv(report.out / "behaviour.csv")}
+    assert list(next(iter(rows.values()))) == ["split", "by", "group", "policy", "name", "kind", "runs", "n", "n_multihop",
+                                               "em", "tool_calls", "early_answer", "format_ok", "answered"]
+
+    def num(split, by, group, policy, field):
+        v = rows[(split, by, group, policy)][field]
+        return None if v == "" else float(v)
+
+    g = rows[("test", "all", "all", "grpo")]
+    assert (g["runs"], g["n"], g["n_multihop"]) == ("grpo;grpo_s1;grpo_s2", "20", "16")
+    # seeds: calls 1, 2, 0 on bridge questions and twice that on comparison ones -> 1.5, 3, 0 -> 1.5
+    assert num("test", "all", "all", "grpo", "tool_calls") == pytest.approx(1.5)
+    assert num("test", "all", "all", "cold_start", "tool_calls") == pytest.approx(4.5)
+    assert num("ood", "all", "all", "grpo", "tool_calls") == pytest.approx(1.0)
+    # the early-answer share is over the multi-hop episodes only: 10, 12, 14 of 16 -> 0.75 (not 36 / 60)
+    assert num("test", "all", "all", "grpo", "early_answer") == pytest.approx(0.75)
+    assert num("test", "all", "all", "cold_start", "early_answer") == pytest.approx(5 / 16)
+    assert num("ood", "all", "all", "grpo", "early_answer") == pytest.approx((6 + 3 + 0) / 36)
+    assert num("test", "all", "all", "grpo", "em") == pytest.approx(0.75)
+    # per type (bridge = the even questions: 8 of them multi-hop; the cold start's first 5 hold 0, 2, 4)
+    assert num("test", "type", "bridge", "cold_start", "early_answer") == pytest.approx(3 / 8)
+    assert num("test", "type", "comparison", "cold_start", "early_answer") == pytest.approx(2 / 8)
+    assert num("test", "type", "comparison", "cold_start", "tool_calls") == 6.0
+    # per hops: single-hop questions have no share; ood 3 hops = the first 6: 6, 3, 0 of 6 early
+    assert num("test", "hops", "1", "grpo", "early_answer") is None and rows[("test", "hops", "1", "grpo")]["n_multihop"] == "0"
+    assert num("test", "hops", "1", "cold_start", "tool_calls") == 4.5
+    assert num("ood", "hops", "3", "grpo", "early_answer") == pytest.approx(0.5)
+    assert num("ood", "hops", "4", "grpo", "early_answer") == 0.0
+    # format / answered: Base Tool Call never answers, so it is never early either
+    assert num("test", "all", "all", "base_tool_call", "answered") == 0.0 == num("test", "all", "all", "base_tool_call",
+                                                                                  "early_answer")
+    assert num("test", "all", "all", "naive_rag", "tool_calls") == 0.0 and num("test", "all", "all", "naive_rag",
+                                                                               "early_answer") == 1.0
+    assert ("test", "all", "all", "grpo_no_loss_mask") in rows  # ablations are policies too
+    assert report.data["behaviour"]["splits"]["test"]["all"]["all"]["grpo"]["tool_calls"] == pytest.approx(1.5)
+
+    md = (report.out / "behaviour.md").read_text()
+    assert "## test EM (in-domain): 20 questions, 16 multi-hop" in md
+    assert "| GRPO | grpo, grpo_s1, grpo_s2 | 0.750 | 1.50 | 0.750 | 1.000 | 1.000 |" in md
+    assert "| Naive RAG * | naive_rag | 0.200 | 0.00 | 1.000 | 1.000 | 1.000 |" in md
+    assert "| Base Tool Call | base_tool_call | 0.100 | 3.00 | 0.000 | 0.000 | 0.000 |" in md
+    calls_table, early_table = md.split("### test: tool calls")[1].split("### test: early-answer")
+    assert "| Method | bridge (n=10) | comparison (n=10) | 1 hop (n=4) | 2 hops (n=16) |" in calls_table
+    assert "| Method | bridge (n=8) | comparison (n=8) | 2 hops (n=16) |" in early_table.split("## ood")[0]
+
+    # the summary states how GRPO's behaviour differs from the cold start's, from these numbers
+    f = report.data["behaviour"]["grpo_vs_cold_start"]
+    assert f["splits"]["test"]["tool_calls"] == {"cold_start": 4.5, "grpo": 1.5, "diff": -3.0}
+    assert f["splits"]["ood"]["early_answer"]["diff"] == pytest.approx(0.25)
+    text = (report.out / "summary.md").read_text()
+    assert "## What RL changed besides the score" in text
+    assert (f"- GRPO against Cold start SFT: fewer tool calls per episode (test 4.50 → 1.50, -3.00; ood 3.00 → 1.00, "
+            f"-2.00) and a larger early-answer share (test {5 / 16:.3f} → 0.750, {0.75 - 5 / 16:+.3f}; ood 0.000 → 0.250, "
+            "+0.250), the share of multi-hop episodes answered before all their supporting passages were retrieved."
+            ) in text
+    assert "| GRPO | 1.50 | 0.750 | 1.00 | 0.250 |" in text and text.index("besides the score") < text.index("starts from")
+
+
+def test_behaviour_of_evaluations_without_early_answer(tmp_path):
+    cfg = make_cfg(tmp_path, runs={"grpo": {"estimator": "grpo"}})
+    for ep in Path(cfg.evaluate.out_dir).glob("*/episodes.jsonl"):  # evaluations that predate the field
+        rows = [json.loads(line) for line in ep.read_text().splitlines()]
+        ep.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "early_answer"}) + "\n" for r in rows))
+    data = stages.run("report", cfg, SimpleNamespace())
+    out = tmp_path / "reports"
+    assert data["behaviour"]["splits"]["test"]["all"]["all"]["grpo"]["early_answer"] is None
+    assert "| GRPO | grpo | 0.800 | 1.50 | — | 1.000 | 1.000 |" in (out / "behaviour.md").read_text()
+    text = (out / "summary.md").read_text()
+    assert "fewer tool calls per episode (test 4.50 → 1.50, -3.00" in text
+    assert "the early-answer share is not recorded in these evaluations" in text
+
+
+def test_smoothed_tool_calls_and_deterministic_learning_curves(tmp_path):
+    from agentr1.report.inputs import Curve
+    from agentr1.report.plots import learning_curves, smoothed
+
+    assert smoothed([0, 1, 2, 3, 4], [None, 1.0, 2.0, 3.0, 6.0], window=3) == [(1, 1.0), (2, 1.5), (3, 2.0), (4, 11 / 3)]
+    assert smoothed([0], [None]) == []
+    curves = [Curve("grpo", [0, 1, 2], [None, 0.1, 0.2], [0.0, None, 0.5], [None, 2.0, 1.0]),
+              Curve("grpo_s1", [0, 1, 2], [None, 0.0, 0.3], [0.0, None, 0.25], [None, 3.0, 2.0])]
+    for name in ("a.png", "b.png"):
+        learning_curves(curves, {"grpo": "grpo", "grpo_s1": "grpo"}, tmp_path / name)
+    assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
+    w, h = _png_size(tmp_path / "a.png")
+    assert w > 100 and h > 100
+
+
 def _png_size(path: Path) -> tuple[int, int]:
     raw = path.read_bytes()
     assert raw[:8] == b"\x89PNG\r\n\x1a\n" and raw[12:16] == b"IHDR", f"{path} is not a PNG"
@@ -341,12 +441,13 @@ def test_plots_and_curves(report):
         w, h = _png_size(report.out / "plots" / name)
         assert w > 100 and h > 100
     rows = read_csv(report.out / "curves.csv")
-    assert list(rows[0]) == ["run", "method", "step", "reward", "dev_em"]
+    assert list(rows[0]) == ["run", "method", "step", "reward", "dev_em", "tool_calls"]
     assert {(r["run"], r["method"]) for r in rows} == {
         ("ppo", "ppo"), ("grpo", "grpo"), ("grpo_s1", "grpo"), ("grpo_s2", "grpo"), ("rloo", "rloo"),
         ("ppo_no_adv_mask", "ppo_no_adv_mask"), ("grpo_no_loss_mask", "grpo_no_loss_mask")}
     s1 = [r for r in rows if r["run"] == "grpo_s1"]
     assert [r["step"] for r in s1] == ["0", "1", "2", "3"] and s1[0]["reward"] == "" and s1[0]["dev_em"] == "0.0"
+    assert [r["tool_calls"] for r in s1] == ["", "1.5", "2.0", "2.5"]
 
 
 def test_missing_evaluations_name_the_stage_to_run(tmp_path):

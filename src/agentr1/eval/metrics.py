@@ -24,7 +24,9 @@ import numpy as np
 from scipy import stats
 
 SCORES = ("em", "f1", "subem")  # the answer metrics that get confidence intervals
-MEANS = ("em", "f1", "subem", "format_ok", "answered", "tool_calls", "turns", "reward")
+# averaged over a split's episodes; early_answer (agentr1.eval.support) is a mean over ALL episodes
+# (single-hop and unanswered ones count 0): the report's early-answer share is over multi-hop ones
+MEANS = ("em", "f1", "subem", "format_ok", "answered", "tool_calls", "turns", "reward", "early_answer")
 DIGITS = 6  # summaries are rounded (monotone, so lo <= mean <= hi survives the rounding)
 _CHUNK = 4_000_000  # resampled entries drawn at once (bounds memory for large splits)
 
@@ -190,7 +192,7 @@ def tool_usage(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float |
 
 def summarize_split(rows: Sequence[Mapping[str, Any]], bootstrap_cfg: Any, seed: int = 0) -> dict[str, Any]:
     """Summary of one split's per-question rows (keys ``em f1 subem format_ok answered
-    tool_calls turns reward type hops reason``; see ``agentr1.stages.evaluate``).
+    tool_calls turns reward early_answer type hops reason``; see ``agentr1.stages.evaluate``).
 
     Returns ``n``; the mean of each of :data:`MEANS`; ``<m>_ci_lower`` / ``<m>_ci_upper`` for
     m in em, f1, subem (:func:`bootstrap_ci`, ``bootstrap_cfg.samples`` / ``.ci``, ``seed``);

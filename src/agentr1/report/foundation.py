@@ -39,6 +39,22 @@ def _gate_lines(gate: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _demonstrator(sft: dict[str, Any]) -> str:
+    """The cold start's demonstrations in one sentence: how many, what the demonstrator (the oracle
+    of :mod:`agentr1.rollout.oracle`) did wrong and how often, its own EM, and the epochs of SFT."""
+    train, oracle = sft.get("train", {}), sft.get("oracle", {})
+    n = train.get("examples")
+    kinds = oracle.get("kinds", {})
+    flaws = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(kinds.items()) if k != "clean" and v)
+    text = f"Demonstrations: {n} oracle episodes"
+    if kinds and n:
+        text += (f" ({sum(v for k, v in kinds.items() if k != 'clean') / n:.0%} imperfect: {flaws or 'none'}; "
+                 f"the demonstrator's own EM {oracle.get('em', float('nan')):.3f})")
+    if train.get("epochs"):
+        text += f", {train['epochs']:.1f} epochs of SFT (final loss {train.get('final_loss', float('nan')):.3f})"
+    return text + "."
+
+
 def foundation(pretrain_dir: Path, sft_dir: Path, eval_dir: Path, splits: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
     """``(numbers, markdown lines)`` of the module docstring."""
     out: dict[str, Any] = {}
@@ -58,7 +74,7 @@ def foundation(pretrain_dir: Path, sft_dir: Path, eval_dir: Path, splits: Sequen
                   f"{cs['continue']['top1']:.3f} (>= {need.get('continue', 0):.2f}): "
                   f"**{'passed' if gate.get('passed') else 'not passed'}**; the base policy before SFT: "
                   f"{copy['base']['start']['top1']:.3f} / {copy['base']['continue']['top1']:.3f}. "
-                  f"Demonstrations: {sft.get('train', {}).get('examples')}.", ""]
+                  f"{_demonstrator(sft)}", ""]
     cold = _read(eval_dir / "cold_start" / "metrics.json")
     sampling = (cold or {}).get("sampling")
     if sampling:

@@ -1,10 +1,11 @@
 """Reading what the evaluate and train stages wrote, with errors that name the stage to run.
 
 * ``<evaluate.out_dir>/<policy>/metrics.json`` and ``episodes.jsonl`` (one row per question:
-  ``id``, ``split``, ``type``, ``hops`` and the per-question scores) for every named run and for
-  the baselines ``base_tool_call``, ``naive_rag``, ``cold_start``;
+  ``id``, ``split``, ``type``, ``hops``, the per-question scores and the behaviour fields
+  :data:`BEHAVIOUR`) for every named run and for the baselines ``base_tool_call``, ``naive_rag``,
+  ``cold_start``;
 * ``<train.out_dir>/<run>/curve.csv`` (one row per RL step: ``step``, ``reward``, ...,
-  ``dev_em`` where evaluated).
+  ``tool_calls`` per rollout episode, ``dev_em`` where evaluated).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ EPISODES_FILE = "episodes.jsonl"
 CURVE_FILE = "curve.csv"
 # |mean over episodes.jsonl - metrics.json| above this is reported as a stale evaluation
 CONSISTENCY_TOL = 5e-4
+# per-episode fields the behaviour table reads (None where a row lacks one: an evaluation that predates it)
+BEHAVIOUR = ("tool_calls", "early_answer", "format_ok", "answered")
 
 
 @dataclass
@@ -35,6 +38,7 @@ class Question:
     type: str
     hops: int | None
     score: float
+    values: dict[str, float | None] = field(default_factory=dict)  # the row's BEHAVIOUR fields
 
 
 @dataclass
@@ -54,6 +58,11 @@ class Curve:
     steps: list[int]
     reward: list[float | None]
     dev_em: list[float | None]
+    tool_calls: list[float | None] = field(default_factory=list)  # per rollout episode, per step
+
+    def __post_init__(self) -> None:
+        if not self.tool_calls:  # a curve without the column: no value at any step
+            self.tool_calls = [None] * len(self.steps)
 
 
 def eval_stage(policy: str, baselines: Iterable[str]) -> str:
@@ -99,7 +108,9 @@ def load_evaluation(eval_dir: Path, policy: str, splits: Sequence[str], metric: 
                     continue
                 score = float(row[metric])
                 hops = row.get("hops")
-                q = Question(split, qid, str(row.get("type") or "unknown"), None if hops is None else int(hops), score)
+                values = {k: None if row.get(k) is None else float(row[k]) for k in BEHAVIOUR}
+                q = Question(split, qid, str(row.get("type") or "unknown"), None if hops is None else int(hops), score,
+                             values)
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
                 raise StageError(f"{epath}:{lineno}: bad episode row ({type(exc).__name__}: {exc}): {fix}") from None
             if qid in ev.questions.setdefault(split, {}):
@@ -123,9 +134,10 @@ def _opt_float(text: str | None) -> float | None:
 
 
 def load_curve(runs_dir: Path, run: str) -> Curve:
-    """A run's curve.csv (``step``, ``reward``, ``dev_em``; empty cells -> ``None``)."""
+    """A run's curve.csv (``step``, ``reward``, ``dev_em``, ``tool_calls``; empty cells and a
+    missing column -> ``None``)."""
     path = runs_dir / run / CURVE_FILE
-    steps, reward, dev = [], [], []
+    steps, reward, dev, calls = [], [], [], []
     with path.open(newline="") as fh:
         reader = csv.DictReader(fh)
         if reader.fieldnames is None or "step" not in reader.fieldnames or "reward" not in reader.fieldnames:
@@ -135,6 +147,7 @@ def load_curve(runs_dir: Path, run: str) -> Curve:
                 steps.append(int(row["step"]))
                 reward.append(_opt_float(row.get("reward")))
                 dev.append(_opt_float(row.get("dev_em")))
+                calls.append(_opt_float(row.get("tool_calls")))
             except ValueError as exc:
                 raise StageError(f"{path}: bad row {row} ({exc}): re-run `dvc repro train@{run}`") from None
-    return Curve(run, steps, reward, dev)
+    return Curve(run, steps, reward, dev, calls)

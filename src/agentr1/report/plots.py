@@ -1,8 +1,9 @@
 """The report's PNGs (matplotlib, Agg backend; imported inside the functions).
 
 * ``learning_curves.png``: reward per RL step of every run (seeds of one method share a colour,
-  one line style per seed, one marker per run, so runs whose lines coincide stay visible) and,
-  below, the dev EM where it was evaluated;
+  one line style per seed, one marker per run, so runs whose lines coincide stay visible), below
+  it the dev EM where it was evaluated, and at the bottom the tool calls per episode of the
+  training rollouts, smoothed by a trailing mean over :data:`SMOOTH` logged steps (:func:`smoothed`);
 * ``em_bars.png``: the Table 3 score per policy with its bootstrap CI as error bars, one panel per
   split and one for the average;
 * ``ablations.png``: each ablation next to its full-mask method with CIs, one panel per split.
@@ -23,6 +24,7 @@ from agentr1.report.tables import Row, ablation_pairs, table3_rows
 
 LINESTYLES = ["-", "--", ":", "-."]
 MARKERS = ["o", "s", "^", "v", "D", "P", "X", "*", "<", ">"]
+SMOOTH = 5  # logged RL steps in the trailing mean of the tool-calls panel
 
 
 def _plt():
@@ -39,15 +41,24 @@ def _save(fig, path: Path) -> None:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
 
 
+def smoothed(steps: Sequence[int], values: Sequence[float | None], window: int = SMOOTH) -> list[tuple[int, float]]:
+    """``(step, mean of the value at this step and the window - 1 logged steps before it)`` for every
+    step with a value (steps without one, e.g. the step-0 dev evaluation, are skipped)."""
+    pts = [(s, v) for s, v in zip(steps, values) if v is not None]
+    return [(s, sum(v for _, v in pts[max(0, i - window + 1) : i + 1]) / len(pts[max(0, i - window + 1) : i + 1]))
+            for i, (s, _) in enumerate(pts)]
+
+
 def learning_curves(curves: Sequence[Curve], method_of: Mapping[str, str], path: Path) -> None:
     plt = _plt()
     methods = list(dict.fromkeys(method_of[c.run] for c in curves))
     cmap = plt.get_cmap("tab10")
     colour = {m: cmap(i % 10) for i, m in enumerate(methods)}
     seed_idx: dict[str, int] = {}
-    fig, (ax_r, ax_d) = plt.subplots(2, 1, figsize=(8, 7), sharex=True, height_ratios=[2, 1])
+    fig, (ax_r, ax_d, ax_t) = plt.subplots(3, 1, figsize=(8, 9.5), sharex=True, height_ratios=[2, 1, 1])
     rewards: list[float] = []
     devs: list[float] = []
+    calls: list[float] = []
     for i, c in enumerate(curves):
         m = method_of[c.run]
         k = seed_idx.get(m, 0)
@@ -62,16 +73,23 @@ def learning_curves(curves: Sequence[Curve], method_of: Mapping[str, str], path:
         if dev:
             ax_d.plot(*zip(*dev), **style)
             devs += [d for _, d in dev]
+        tc = smoothed(c.steps, c.tool_calls)
+        if tc:
+            ax_t.plot(*zip(*tc), **style)
+            calls += [t for _, t in tc]
     _note_if_flat(ax_r, rewards, "no rollout rewards logged")
     _note_if_flat(ax_d, devs, "no dev evaluations")
+    _note_if_flat(ax_t, calls, "no tool calls logged")
     ax_r.set_ylabel("rollout reward")
     ax_r.set_title("Learning curves (colour = method, line style = seed, marker = run)")
     ax_r.grid(alpha=0.3)
     if rewards:
         ax_r.legend(fontsize=7, ncol=2)
-    ax_d.set_xlabel("RL step")
     ax_d.set_ylabel("dev EM")
     ax_d.grid(alpha=0.3)
+    ax_t.set_xlabel("RL step")
+    ax_t.set_ylabel(f"tool calls / episode\n(rollouts, mean of\nlast {SMOOTH} steps)")
+    ax_t.grid(alpha=0.3)
     _save(fig, path)
     plt.close(fig)
 

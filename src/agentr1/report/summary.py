@@ -5,6 +5,9 @@
 * which RL methods beat both Base Tool Call and Naive RAG beyond noise (paired bootstrap vs
   each), and which beat the cold start;
 * which ablation differences exceed the noise.
+
+(How GRPO's tool calls and early-answer share differ from the cold start's is the section of
+:func:`agentr1.report.behaviour.behaviour_summary`.)
 """
 
 from __future__ import annotations
@@ -133,8 +136,8 @@ def summary_markdown(facts: Mapping, rows: Sequence[Row], metric: str, splits: S
     head = [f"# Agent-R1 reproduction: summary ({m})", "",
             f"Splits: {', '.join(splits)}; {len(t3)} policies in Table 3 "
             f"({sum(r.kind == 'rl' for r in t3)} RL methods, {sum(r.n_seeds for r in t3 if r.kind == 'rl')} runs), "
-            f"{sum(r.kind == 'ablation' for r in rows)} ablation(s). Tables: table3.md, table4.md, breakdown.md; "
-            "plots: plots/.", ""]
+            f"{sum(r.kind == 'ablation' for r in rows)} ablation(s). Tables: table3.md, table4.md, breakdown.md, "
+            "behaviour.md; plots: plots/.", ""]
     table = ["| Method | " + " | ".join(splits) + " | avg |", "|---|" + "---|" * (len(splits) + 1)]
     table += [f"| {r.display} | " + " | ".join(fmt(r.cells[k].mean) for k in [*splits, AVG]) + " |" for r in t3]
     return "\n".join([*head, *facts["lines"], "", *table, ""])

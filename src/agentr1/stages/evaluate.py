@@ -14,8 +14,11 @@
 For each split, the first ``evaluate.max_examples`` questions (all when null) are rolled out
 greedily (:func:`agentr1.eval.quick.evaluate_tool_policy`), ``evaluate.batch_size`` questions per
 engine call (also the most prompts per backend call), and scored per question
-(:func:`agentr1.eval.quick.episode_metrics`); :func:`agentr1.eval.metrics.summarize_split` adds the
-bootstrap CIs and the breakdowns by question type and hop count.
+(:func:`agentr1.eval.quick.episode_metrics`, plus ``early_answer``: a multi-hop question answered
+before the episode's retrievals had returned all its supporting passages,
+:mod:`agentr1.eval.support`, whose log records the ids every call returned while the policy runs);
+:func:`agentr1.eval.metrics.summarize_split` adds the bootstrap CIs and the breakdowns by question
+type and hop count.
 
 Outputs, in ``<evaluate.out_dir>/<NAME>/`` (one atomic directory; a failure leaves the old one):
 
@@ -61,6 +64,7 @@ from agentr1.errors import StageError
 from agentr1.eval.baselines import naive_rag
 from agentr1.eval.metrics import MEANS, SCORES, summarize_split
 from agentr1.eval.quick import calls_by_tool, episode_metrics, evaluate_tool_policy, sample_policy, sampling_summary
+from agentr1.eval.support import early_answer, recording
 from agentr1.io import atomic_dir, tree_digest, write_json_atomic
 from agentr1.models import is_checkpoint, load_checkpoint, resolve_checkpoint
 from agentr1.rollout import make_backend
@@ -72,8 +76,10 @@ from agentr1.tracking.run import CHECKPOINT_TAG
 log = logging.getLogger(__name__)
 
 BASELINES = ("cold_start", "base_tool_call", "naive_rag")
+# early_answer (appended last): 1.0 for a multi-hop question answered before its supporting passages
+# were all retrieved, 0.0 otherwise (single-hop or unanswered: 0.0); agentr1.eval.support
 EPISODE_FIELDS = ("id", "split", "question", "type", "hops", "em", "f1", "subem", "format_ok", "answered",
-                  "tool_calls", "turns", "reward", "answer", "golds", "reason")
+                  "tool_calls", "turns", "reward", "answer", "golds", "reason", "early_answer")
 FLAT_KEYS = ("n", *MEANS, *(f"{m}_ci_{side}" for m in SCORES for side in ("lower", "upper")))
 
 
@@ -175,11 +181,14 @@ def per_tool_names(env) -> list[str]:
 
 
 def _tool_policy_batch(backend, tokenizer, env, rollout_cfg, reward_cfg, questions, split, seed):
-    """Greedy agent rollouts in the ToolEnv -> (rows, trajectories with their outcome reward)."""
-    _, trajs = evaluate_tool_policy(backend, tokenizer, env, rollout_cfg, questions, reward_cfg, seed=seed)
+    """Greedy agent rollouts in the ToolEnv -> (rows, trajectories with their outcome reward); the
+    passage ids the calls returned are recorded for ``early_answer`` (:mod:`agentr1.eval.support`)."""
+    with recording(env) as log:
+        _, trajs = evaluate_tool_policy(backend, tokenizer, log.env, rollout_cfg, questions, reward_cfg, seed=seed)
     rows, tools = [], per_tool_names(env)
     for q, t in zip(questions, trajs):
         scores = episode_metrics(t, reward_cfg)
+        scores["early_answer"] = early_answer(q, bool(scores["answered"]), log.retrieved(t))
         t.outcome_reward = float(scores["reward"])
         rows.append(episode_row(q, split, scores, t.answer))
         if tools:
@@ -204,13 +213,18 @@ def sampled(backend, tokenizer, env, cfg, questions: Mapping[str, Sequence[dict]
 
 def _naive_rag_batch(backend, tokenizer, env, rollout_cfg, reward_cfg, questions, split, seed):
     """Naive RAG -> (rows, one-turn trajectories: the prompt holds the retrieved passages and the
-    ``<answer>`` tag, the response is exactly the generated tokens)."""
+    ``<answer>`` tag, the response is exactly the generated tokens). It makes no call: for
+    ``early_answer`` its retrieved passages are those of its one retrieval, in the prompt."""
     rec = _RecordingBackend(backend)
-    _, records = naive_rag(rec, tokenizer, env, rollout_cfg, questions, reward_cfg, seed=seed)
-    if len(rec.calls) != len(records):
-        raise RuntimeError(f"naive_rag made {len(rec.calls)} generations for {len(records)} questions")
+    with recording(env) as log:
+        _, records = naive_rag(rec, tokenizer, env, rollout_cfg, questions, reward_cfg, seed=seed)
+        retrieved = log.take("search")
+    if len(rec.calls) != len(records) or len(retrieved) != len(records):
+        raise RuntimeError(f"naive_rag made {len(rec.calls)} generations and {len(retrieved)} retrievals for "
+                           f"{len(records)} questions")
     rows, trajs = [], []
-    for q, r, (prompt_ids, gen) in zip(questions, records, rec.calls):
+    for q, r, (prompt_ids, gen), passages in zip(questions, records, rec.calls, retrieved):
+        r = {**r, "early_answer": early_answer(q, r["answer"] is not None, passages)}
         ids = list(gen.token_ids)
         text = decode(tokenizer, ids)
         t = Trajectory(

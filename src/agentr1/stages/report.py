@@ -10,18 +10,26 @@ that writes it. Runs are grouped into methods (seeds) and ablations by
 * ``table3.md`` / ``table3.csv`` - baselines and full-mask RL methods per split and averaged;
 * ``table4.md`` / ``table4.csv`` - mask ablations vs their full-mask method, paired bootstrap;
 * ``breakdown.md`` / ``breakdown.csv`` - per question type and per number of hops;
-* ``summary.md`` - computed statements (best method, GRPO vs baselines, beyond-noise results) and
-  what RL starts from (the base's reading gate, the cold start's copy probe and its headroom:
+* ``behaviour.md`` / ``behaviour.csv`` - what the policies do besides scoring, per split, question
+  type and hops: tool calls per episode, the early-answer share (multi-hop episodes answered
+  before all their supporting passages were retrieved), format-valid and answered rates
+  (:mod:`agentr1.report.behaviour`; ``report.json`` ``behaviour``);
+* ``summary.md`` - computed statements (best method, GRPO vs baselines, beyond-noise results),
+  how GRPO's tool calls and early-answer share differ from the cold start's, and what RL starts
+  from (the base's reading gate, the cold start's copy probe and its headroom:
   greedy EM against sampled EM and pass@k; :mod:`agentr1.report.foundation`);
 * ``report.json`` - every number above (DVC metric): ``policies.<label>.<split|avg>`` (mean, std,
   CI, n, per-seed values), ``ablations.<ablation>.<split|avg>`` (a = the ablation, b = its
   full-mask method), ``vs_baselines.<policy>.<baseline>.<split|avg>`` (a = the policy), each
-  difference with its CI, paired p-value and ``beyond_noise``; ``breakdown``; ``summary``;
+  difference with its CI, paired p-value and ``beyond_noise``; ``breakdown``; ``behaviour``
+  (``splits``: the behaviour table's numbers, ``grpo_vs_cold_start``: the summary's); ``summary``;
 * ``tools.md`` (+ ``report.json`` ``tools``) - only when the splits hold calculator questions
   (``data.task: tools``, GSM8K): per question type the metric with CIs, calls and success rate
   per tool, and each RL method vs the cold start (:mod:`agentr1.report.tools`);
-* ``curves.csv`` - long-format learning curves (run, method, step, reward, dev_em; DVC plots);
-* ``plots/learning_curves.png``, ``plots/em_bars.png``, ``plots/ablations.png``.
+* ``curves.csv`` - long-format learning curves (run, method, step, reward, dev_em, tool_calls; DVC
+  plots);
+* ``plots/learning_curves.png`` (rollout reward, dev EM and tool calls per rollout episode over RL
+  steps), ``plots/em_bars.png``, ``plots/ablations.png``.
 
 All numbers are computed before anything is written; each file is written atomically. With
 ``tracking.enabled`` the Table 3 numbers are logged to the stage's MLflow run ``report`` and the
@@ -39,6 +47,7 @@ from typing import Any
 from agentr1.errors import StageError
 from agentr1.io import write_json_atomic, write_text_atomic
 from agentr1.report import plots
+from agentr1.report.behaviour import behaviour, behaviour_summary, behaviour_tables
 from agentr1.report.foundation import foundation
 from agentr1.report.inputs import check_inputs, load_curve, load_evaluation
 from agentr1.report.methods import BASELINES, group_methods
@@ -109,9 +118,12 @@ def run(ctx: StageContext, args: Any = None) -> dict:
                     for r in rows if r.kind != "baseline"}
     bd = breakdown(rows, splits)
     facts = summarize(rows, vs_baselines, ablation_diffs, splits, metric, ci)
+    bh = behaviour(rows, evals, splits)
+    bh_facts, bh_md_section = behaviour_summary(rows, bh, splits)
     method_of = {run: m.label for m in methods for run in m.runs}
     curves = [load_curve(runs_dir, run) for m in methods for run in m.runs]
     report = _report_json(cfg, rows, ablation_diffs, vs_baselines, bd, facts)
+    report["behaviour"] = {"splits": bh, "grpo_vs_cold_start": bh_facts}
     tools = tools_section(rows, evals, splits, metric, samples, ci, seed)
     if tools is not None:
         report["tools"] = tools[0]
@@ -121,12 +133,14 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     t3_md, t3_csv = table3(rows, splits, metric, ci)
     t4_md, t4_csv = table4(rows, ablation_diffs, splits, metric, ci)
     bd_md, bd_csv = breakdown_tables(rows, bd, splits, metric)
-    curve_rows = [[c.run, method_of[c.run], s, rw, dv] for c in curves for s, rw, dv in zip(c.steps, c.reward, c.dev_em)]
+    bh_md, bh_csv = behaviour_tables(rows, bh, splits, metric)
+    curve_rows = [[c.run, method_of[c.run], s, rw, dv, tc] for c in curves
+                  for s, rw, dv, tc in zip(c.steps, c.reward, c.dev_em, c.tool_calls)]
     texts = {
         "table3.md": t3_md, "table3.csv": t3_csv, "table4.md": t4_md, "table4.csv": t4_csv,
-        "breakdown.md": bd_md, "breakdown.csv": bd_csv,
-        "summary.md": summary_markdown(facts, rows, metric, splits) + "\n".join(["", *foundation_md]),
-        "curves.csv": csv_text(["run", "method", "step", "reward", "dev_em"], curve_rows),
+        "breakdown.md": bd_md, "breakdown.csv": bd_csv, "behaviour.md": bh_md, "behaviour.csv": bh_csv,
+        "summary.md": summary_markdown(facts, rows, metric, splits) + "\n".join(["", *bh_md_section, *foundation_md]),
+        "curves.csv": csv_text(["run", "method", "step", "reward", "dev_em", "tool_calls"], curve_rows),
         **({"tools.md": tools[1]} if tools is not None else {}),
     }
     plot_dir = out / "plots"
