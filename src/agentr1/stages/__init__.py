@@ -33,7 +33,7 @@ STAGES: dict[str, tuple[str, str]] = {
     "validate": ("agentr1.stages.validate", "validate the dataset with Great Expectations"),
     "index": ("agentr1.stages.index", "build the retrieval index and its recall report"),
     "pretrain": ("agentr1.stages.pretrain", "the base policy: a reader pretrained on drills over fresh worlds, and its reading gate"),
-    "sft": ("agentr1.stages.sft", "a small SFT cold start from the base policy on oracle demonstrations"),
+    "sft": ("agentr1.stages.sft", "the SFT cold start from the base policy on oracle demonstrations"),
     "train": ("agentr1.stages.train", "RL from the cold start with a named run (--run NAME; torchrun for data parallel)"),
     "evaluate": ("agentr1.stages.evaluate", "greedy EM/F1 with bootstrap CIs of one policy on evaluate.splits (--policy NAME)"),
     "report": ("agentr1.stages.report", "Table 3/4 analogues, breakdowns, plots and summary.md from the evaluations"),

@@ -170,6 +170,8 @@ def run(ctx: StageContext, args: Any = None) -> dict:
             "enabled": scfg.enabled,
             "examples": len(oracle),
             "steps": len(history),
+            "batch_size": scfg.batch_size,
+            "epochs": len(history) * scfg.batch_size / len(oracle) if oracle else None,
             "first_loss": history[0]["loss"] if history else None,
             "final_loss": sum(r["loss"] for r in tail) / len(tail) if tail else None,
         },
