@@ -190,7 +190,7 @@ def test_params_file_that_is_not_utf8_or_a_directory(tmp_path: Path, capsys) -> 
 
 
 @pytest.mark.parametrize("setting, message", [
-    ("train.steps.x=1", r"--set train\.steps\.x=1: train\.steps is 30, not a mapping"),
+    ("train.steps.x=1", r"--set train\.steps\.x=1: train\.steps is 40, not a mapping"),
     ("env.tools.x=1", r"--set env\.tools\.x=1: env\.tools is a list, not a mapping"),
     ("train..lr=1", r"--set train\.\.lr=1: empty key"),
     ("train.lr=[1", r"--set train\.lr=\[1: the value is not valid YAML"),

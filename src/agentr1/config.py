@@ -683,8 +683,9 @@ class SFTConfig(_Section):
     ``oracle_lead_space``: write queries and answers with a space before the name (``<search>
     Ada Vell</search>``) so a name is tokenized exactly as in passage text, which makes copying
     it from an observation easier; ``train_examples``: the demonstrations, oracle episodes of the
-    first distinct train questions (null = all): a small set, as in a DeepSeek-R1 cold start
-    (format and a rough strategy from few demonstrations, the rest from reward);
+    first distinct train questions (null = all, the default: a few hundred are memorized by a
+    model without instruction tuning and do not carry its reading into the agent's format;
+    bench/RESULTS.md section 12);
     ``steps``/``batch_size``/``lr``/``warmup_steps``/``weight_decay``/``grad_clip``
     (0 = off): AdamW on the NLL of ``loss_on`` (``actions``: the policy's tokens; ``response``:
     every response token, observations included), from the base policy ``pretrain.out_dir``;
@@ -700,8 +701,8 @@ class SFTConfig(_Section):
     copy_gate: CopyGateConfig = CopyGateConfig()
     oracle_noise: Share | dict[Literal["wrong_query", "redundant_query", "early_answer"], Share] = 0.2
     oracle_lead_space: bool = True
-    train_examples: int | None = Field(300, ge=1)
-    steps: int = Field(150, ge=0)
+    train_examples: int | None = Field(None, ge=1)
+    steps: int = Field(300, ge=0)
     batch_size: int = Field(16, ge=1)
     lr: float = Field(3e-3, gt=0)
     warmup_steps: int = Field(15, ge=0)
@@ -750,15 +751,15 @@ class DevEvalConfig(_Section):
     """Greedy dev EM during training every ``every`` steps (0 = off; always after the last step
     when on) on the first ``examples`` dev questions."""
 
-    every: int = Field(10, ge=0)
-    examples: int = Field(64, ge=1)
+    every: int = Field(20, ge=0)
+    examples: int = Field(128, ge=1)
 
 
 class CheckpointConfig(_Section):
     """Resumable training state (policy, critic, optimizers, schedulers, RNG, step, metrics) under
     ``<out_dir>/<run>/state`` every ``every`` steps (0 = only the start state for roll-backs)."""
 
-    every: int = Field(10, ge=0)
+    every: int = Field(20, ge=0)
 
 
 class CollapseConfig(_Section):
@@ -810,8 +811,8 @@ class TrainConfig(_Section):
     sampling (:class:`FilterGroupsConfig`). Named runs (``runs`` at the top level) override these
     keys."""
 
-    steps: int = Field(30, ge=0)
-    batch_questions: int = Field(4, ge=1)
+    steps: int = Field(40, ge=0)
+    batch_questions: int = Field(8, ge=1)
     group_size: int = Field(4, ge=1)
     estimator: EstimatorName = "grpo"
     policy_loss: PolicyLossName = "ppo_clip"
