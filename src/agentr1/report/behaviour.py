@@ -30,7 +30,7 @@ from typing import Any
 from agentr1.eval.support import MULTI_HOP
 from agentr1.report.inputs import Evaluation, Question
 from agentr1.report.summary import COLD_START, grpo_row
-from agentr1.report.tables import Row, _md_table, csv_text, fmt, split_header
+from agentr1.report.tables import Row, _hops_key, _md_table, csv_text, fmt, split_header
 
 FIELDS = ("score", "tool_calls", "early_answer", "format_ok", "answered")
 BY = ("all", "type", "hops")
@@ -58,7 +58,7 @@ def _stats(qs: Sequence[Question]) -> dict[str, Any]:
 
 
 def _group(q: Question, by: str) -> str:
-    return "all" if by == "all" else q.type if by == "type" else "unknown" if q.hops is None else str(q.hops)
+    return "all" if by == "all" else q.type if by == "type" else _hops_key(q.hops)
 
 
 def _order(group: str) -> tuple:
