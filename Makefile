@@ -40,7 +40,7 @@ $(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/uv
 setup: $(VENV)/.installed
 
 # `agentr1 track` after the repro: MLflow gets a run (and the registry its versions and aliases) for
-# every stage DVC skipped because its outputs were up to date (README "Runs"); it adds nothing twice.
+# every stage DVC skipped because its outputs were up to date (docs/PIPELINE.md, "Runs"); it adds nothing twice.
 run: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc repro
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/agentr1 track
@@ -49,7 +49,7 @@ run: setup
 test: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# Profiles (README "Profiles"): `make profile PROFILE=smol|paper` shows the resolved config and every
+# Profiles (docs/PIPELINE.md "Profiles"): `make profile PROFILE=smol|paper` shows the resolved config and every
 # stage's command, then writes the merged, validated params over params.yaml (then `make run`);
 # `git checkout params.yaml` returns to nano. Without touching params.yaml, as a DVC experiment:
 #   eval "dvc exp run -n smol $$(agentr1 profile smol --print-set)"
@@ -79,7 +79,7 @@ lock: | $(BIN)/uv
 clean-venv:
 	rm -rf $(VENV)
 
-# ---- Orchestration: the local topology (README "Orchestration and production topology") ----
+# ---- Orchestration: the local topology (docs/OPERATIONS.md) ----
 # Every server binds 127.0.0.1. `topology-up` starts S3 (moto, dev only), MLflow (SQLite backend,
 # S3 artifacts), the Prefect server, the `agentr1-process` work pool + a worker, and deploys
 # prefect.yaml; `topology-down` stops them. The single-server targets run in the foreground.

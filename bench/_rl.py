@@ -20,7 +20,7 @@ would halve it). ``T_head`` is the number of action (loss-mask) tokens: those ar
 positions whose log-probs the loss needs, and agentr1 projects only them (TRL projects every
 completion token; its extra head FLOPs are not counted as useful work). Padding FLOPs are not
 counted either: they are overhead. The trainer runs the prompt prefix that a micro-batch's rows
-share once (``agentr1.rl.critic.PolicyLogProbs``), so the FLOP/s and MFU of its passes are
+share once (``agentr1.models.forward.PolicyLogProbs``), so the FLOP/s and MFU of its passes are
 computed from the FLOPs it executes (:func:`executed_forward_flops`), never from the larger
 count of the unshared computation.
 """
@@ -153,11 +153,12 @@ def bench_train_cfg(cfg, run: str = "grpo", **overrides):
 
 
 def make_trainer(model, tok, world: World, tcfg, rollout_cfg, seed: int | None = None):
+    from agentr1.rl.sampling import Episodes
     from agentr1.rl.trainer import Trainer
     from agentr1.tracking.logger import NullLogger
 
-    return Trainer(model, tok, tcfg, rollout_cfg, world.cfg.reward, env=world.env, train_questions=world.train_q,
-                   dev_questions=world.dev_q, logger=NullLogger(), seed=world.cfg.seed if seed is None else seed)
+    return Trainer(model, tok, tcfg, rollout_cfg, world.cfg.reward, episodes=Episodes(world.env, world.train_q, world.dev_q),
+                   logger=NullLogger(), seed=world.cfg.seed if seed is None else seed)
 
 
 # ----------------------------------------------------------------------------- FLOPs
@@ -189,7 +190,7 @@ def flop_counts(dims: Dims, seq_lens: list[int], head_tokens: int) -> dict[str, 
 
 def executed_forward_flops(dims: Dims, batch: dict, groups: list[list[int]]) -> dict[str, float]:
     """Forward FLOPs the trainer's micro-batches (``groups`` of rows) really execute: the prefix
-    ``P`` that a micro-batch's rows share (``agentr1.rl.sft.shared_prefix_length`` over its loss
+    ``P`` that a micro-batch's rows share (``agentr1.models.forward.shared_prefix_length`` over its loss
     mask, as ``PolicyLogProbs`` computes it) runs once, so per micro-batch of rows ``b`` with
     lengths ``S_b``::
 
@@ -198,7 +199,7 @@ def executed_forward_flops(dims: Dims, batch: dict, groups: list[list[int]]) -> 
 
     and the forward is ``2 N_body T_exec + 2 d V T_head + 4 L d sq_exec`` (module docstring; with
     ``P = 0`` this is :func:`flop_counts`)."""
-    from agentr1.rl.sft import shared_prefix_length
+    from agentr1.models.forward import shared_prefix_length
 
     lens = batch["attention_mask"].sum(-1)
     T = sq = head = 0.0

@@ -35,7 +35,7 @@ import torch  # noqa: E402
 
 from agentr1.config import load_config  # noqa: E402
 from agentr1.data.schema import read_dataset  # noqa: E402
-from agentr1.stages.context import load_env as _load_env  # noqa: E402
+from agentr1.env.load import load_env as _load_env  # noqa: E402
 from agentr1.io import write_json_atomic  # noqa: E402
 from agentr1.models import load_checkpoint  # noqa: E402
 from agentr1.rollout import RolloutEngine  # noqa: E402

@@ -1,7 +1,7 @@
 """What one pretraining step costs: the output head everywhere vs only on targets, and the
 vocabulary the world needs vs the old 8k one, side by side (not a test).
 
-Four variants of the ``pretrain`` stage's step (``agentr1.rl.pretrain``), each on the same
+Four variants of the ``pretrain`` stage's step (``agentr1.lm.pretrain``), each on the same
 batches the stage trains on (``pretrain.batch_size`` rows packed to ``pretrain.context`` tokens
 with drill documents of a fresh world, the params' ``loss_on``):
 
@@ -41,8 +41,8 @@ from agentr1.data.names import PARTS  # noqa: E402
 from agentr1.data.world import fresh_world  # noqa: E402
 from agentr1.io import write_json_atomic  # noqa: E402
 from agentr1.models import TOOL_TAGS, build_scratch_model, train_tokenizer  # noqa: E402
-from agentr1.rl.pretrain import document_batches, target_logits  # noqa: E402
-from agentr1.rl.schedule import make_optimizer  # noqa: E402
+from agentr1.lm.pretrain import document_batches, target_logits  # noqa: E402
+from agentr1.lm.schedule import make_optimizer  # noqa: E402
 
 
 def full_head_loss(model, batch):

@@ -5,9 +5,9 @@ Not a test. Run from the repository root:
     python bench/ab_shared_prefix.py            # nano, ~1.5 min
     python bench/ab_shared_prefix.py --model smol --rounds 2   # slow
 
-``agentr1.rl.sft`` already computes the prefix that every row of an SFT batch shares (the system
+``agentr1.lm.sft`` already computes the prefix that every row of an SFT batch shares (the system
 prompt and chat header) once and repeats its KV cache for the rows (``shared_prefix_length`` +
-``_hidden_states``); the RL trainer's :class:`agentr1.rl.critic.PolicyLogProbs` does not, so the
+``hidden_states``); the RL trainer's :class:`agentr1.models.forward.PolicyLogProbs` does not, so the
 old-log-prob, reference and update passes recompute it for every episode. This script takes a
 real batch (one nano RL step of bench/rl_step.py's trainer), and on the same micro-batches as the
 trainer (``micro_batch_size`` rows, columns trimmed to the longest row) times, alternating
@@ -16,7 +16,7 @@ trainer (``micro_batch_size`` rows, columns trimmed to the longest row) times, a
 * A = ``PolicyLogProbs.forward`` as in src/ (no grad: old/ref passes; with grad: forward +
   backward of ``sum(logp * w)`` with fixed random per-token weights ``w``, as in the update);
 * B = the same log-probs with the shared prefix computed once per micro-batch
-  (``_hidden_states(model, ids, attn, shared_prefix_length(mb))``), head on the loss-mask tokens.
+  (``hidden_states(model, ids, attn, shared_prefix_length(mb))``), head on the loss-mask tokens.
 
 It checks that B's log-probs (and gradients) match A's, and reports the time ratio B/A.
 Results: a table on stdout and ``bench/results/ab_shared_prefix.json``.
@@ -41,18 +41,17 @@ import torch  # noqa: E402
 
 def prefix_logprobs(model, ids, attn, target_mask, temperature: float = 1.0):
     """``PolicyLogProbs.forward``'s logp with the shared prefix run once (variant B)."""
-    from agentr1.rl.critic import _scatter
-    from agentr1.rl.sft import _hidden_states, shared_prefix_length
+    from agentr1.models.forward import hidden_states, scatter_targets, shared_prefix_length
 
     P = shared_prefix_length({"input_ids": ids, "attention_mask": attn, "action_mask": target_mask})
     targets, sel = ids[:, 1:], target_mask[:, 1:].bool()
-    hidden = _hidden_states(model, ids, attn, P)  # positions P .. L-1
+    hidden = hidden_states(model, ids, attn, P)  # positions P .. L-1
     # position t's token is predicted from hidden at t-1: rows of sel at columns >= P - 1 ... only
     # columns >= P are available (P <= first action position - 1 guarantees no target needs t-1 < P)
     h = hidden[:, :-1]
     logits = model.get_output_embeddings()(h[sel[:, P:]]).float() / temperature
     picked = torch.log_softmax(logits, -1).gather(-1, targets[sel].unsqueeze(-1)).squeeze(-1)
-    return _scatter(picked, sel), P
+    return scatter_targets(picked, sel), P
 
 
 def main(argv: list[str] | None = None) -> dict:

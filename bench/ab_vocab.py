@@ -31,8 +31,7 @@ import torch  # noqa: E402
 from agentr1.data.schema import read_dataset  # noqa: E402
 from agentr1.io import write_json_atomic  # noqa: E402
 from agentr1.models.vocab import restrict_vocabulary  # noqa: E402
-from agentr1.stages.sft import world_texts  # noqa: E402
-from agentr1.rollout.oracle import corpus_titles, plan_all, unique_questions  # noqa: E402
+from agentr1.rollout.oracle import corpus_titles, plan_all, unique_questions, world_texts  # noqa: E402
 
 PHASES = ("rollout_s", "prepare_s", "update_s", "step_s")
 

@@ -7,7 +7,7 @@ split, the index and the env of ``--params``):
     python bench/copy_probe.py --params params.yaml --examples 64 DIR [DIR ...]
 
 For each checkpoint: clean oracle episodes of the first ``--examples`` dev questions (unseen
-entities), tokenized with that checkpoint's tokenizer, and :func:`agentr1.rl.sft.copy_probe`:
+entities), tokenized with that checkpoint's tokenizer, and :func:`agentr1.lm.sft.copy_probe`:
 teacher-forced top-1 accuracy and NLL on the action tokens only the context supplies, split into
 ``start`` (which name) and ``continue`` (the rest of a name begun). Each checkpoint needs the
 retriever its episodes were made with: ``--params`` of its profile.
@@ -32,10 +32,9 @@ from agentr1.config import load_config  # noqa: E402
 from agentr1.data.schema import read_dataset  # noqa: E402
 from agentr1.io import write_json_atomic  # noqa: E402
 from agentr1.models import load_checkpoint  # noqa: E402
-from agentr1.rl.sft import copy_probe  # noqa: E402
-from agentr1.stages.context import load_env as _load_env  # noqa: E402
-from agentr1.stages.sft import probe_episodes  # noqa: E402
-from agentr1.rollout.oracle import corpus_titles  # noqa: E402
+from agentr1.lm.sft import copy_probe  # noqa: E402
+from agentr1.env.load import load_env as _load_env  # noqa: E402
+from agentr1.rollout.oracle import corpus_titles, probe_episodes  # noqa: E402
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
 Builds the scratch tokenizer and model, pretrains on reading drills over a stream of fresh
 worlds (``agentr1.data.drills.stream_docs`` over ``agentr1.data.world.fresh_world``, no dataset
-entity) with ``agentr1.rl.pretrain.pretrain_reader``, and every ``--eval-every`` steps measures
+entity) with ``agentr1.lm.pretrain.pretrain_reader``, and every ``--eval-every`` steps measures
 the reading gate on the dataset's dev entities (never trained on): one-hop (the asked entity's
 passage alone) and multi-passage (3 passages), greedy, per relation. One JSON line per run is
 appended to ``--out``; ``--save`` keeps the model.
@@ -33,7 +33,7 @@ from agentr1.data.drills import gate_drills, pretraining_docs, stream_docs  # no
 from agentr1.data.names import PARTS  # noqa: E402
 from agentr1.data.world import build_world, corpus_rows, fresh_world  # noqa: E402
 from agentr1.models import TOOL_TAGS, build_scratch_model, train_tokenizer  # noqa: E402
-from agentr1.rl.pretrain import pretrain_reader, reading_accuracy  # noqa: E402
+from agentr1.lm.pretrain import pretrain_reader, reading_accuracy  # noqa: E402
 
 
 def gate(model, tok, docs):
@@ -86,7 +86,7 @@ def main() -> None:
     after = None
     if a.prefix_test:  # the same one-hop drills after the agent's system prompt (what SFT must read through)
         from agentr1.data.drills import Doc
-        from agentr1.stages.context import load_env
+        from agentr1.env.load import load_env
 
         sp = load_env(cfg).system_prompt() + "\n"
         after = [Doc(sp + d.text, targets=[(x + len(sp), y + len(sp)) for x, y in d.targets], facts=d.facts,

@@ -42,7 +42,7 @@ HOT = [
     ("rollout: BM25 search", "bm25.py", "search"),
     ("rollout: tokenizer decode", "tokenization_utils_base.py", "decode"),
     ("prepare: Trainer.prepare (old+ref log-probs, adv.)", "trainer.py", "prepare"),
-    ("prepare+update: PolicyLogProbs.forward", "critic.py", "forward"),
+    ("prepare+update: PolicyLogProbs.forward", "models/forward.py", "forward"),
     ("update: Trainer.update", "trainer.py", "update"),
     ("update: loss.backward", "torch/_tensor.py", "backward"),
     ("update: AdamW step", "optim/adamw.py", "step"),

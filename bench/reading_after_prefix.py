@@ -3,7 +3,7 @@
 A base that learned to read only at the start of a document can pass the gate (drills at
 position 0) and still fail as an agent, whose passages come after a system prompt, the question
 and earlier turns. For a saved base (``--model``), greedy reading accuracy
-(:func:`agentr1.rl.pretrain.reading_accuracy`, the gate's measure) on the same one-hop drills over
+(:func:`agentr1.lm.pretrain.reading_accuracy`, the gate's measure) on the same one-hop drills over
 dev entities, three ways:
 
 * ``none``: the drill alone (what the gate measures);
@@ -33,8 +33,8 @@ from agentr1.config import load_config  # noqa: E402
 from agentr1.data.drills import Doc, gate_drills  # noqa: E402
 from agentr1.data.world import build_world, corpus_rows  # noqa: E402
 from agentr1.models import load_checkpoint  # noqa: E402
-from agentr1.rl.pretrain import reading_accuracy  # noqa: E402
-from agentr1.stages.context import load_env  # noqa: E402
+from agentr1.lm.pretrain import reading_accuracy  # noqa: E402
+from agentr1.env.load import load_env  # noqa: E402
 
 
 def shifted(docs: list[Doc], prefix: str) -> list[Doc]:

@@ -27,7 +27,7 @@ from agentr1.config import load_config  # noqa: E402
 from agentr1.data.drills import gate_drills  # noqa: E402
 from agentr1.data.world import build_world, corpus_rows  # noqa: E402
 from agentr1.models import load_checkpoint  # noqa: E402
-from agentr1.rl.pretrain import reading_accuracy  # noqa: E402
+from agentr1.lm.pretrain import reading_accuracy  # noqa: E402
 
 
 def main() -> None:

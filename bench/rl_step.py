@@ -59,7 +59,7 @@ PHASES = ("rollout", "old_logp", "ref_logp", "update")
 
 def _update_groups(trainer, batch: dict, step: int) -> list[list[int]]:
     """The update's micro-batches (its row permutation re-derived from the seed)."""
-    from agentr1.rl.trainer import _key
+    from agentr1.rl.sampling import seed_key as _key
 
     t = trainer.tcfg
     B = batch["input_ids"].shape[0]

@@ -94,8 +94,9 @@ def main(argv: list[str] | None = None) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from agentr1.rl.trainer import _key, score_episode
-    from agentr1.rl.schedule import BETAS
+    from agentr1.env.rewards import score_episode
+    from agentr1.rl.sampling import seed_key as _key
+    from agentr1.lm.schedule import BETAS
     from agentr1.rollout import RolloutEngine
     from agentr1.rollout.hf import HFBackend
 

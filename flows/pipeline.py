@@ -134,7 +134,7 @@ def check_push_remote(project_dir: str, remote: str | None) -> str:
             f"push=true, but {project_dir} has no default DVC remote (.dvc/config tracks none): "
             "for the local topology run `scripts/topology.sh up` (it sets one in the git-ignored "
             ".dvc/config.local); otherwise `dvc remote add --local -d <name> s3://<bucket>/dvcstore` "
-            "(README \"DVC remote and MLflow artifacts on S3\"), pass remote=<name>, or push=false"
+            "(docs/OPERATIONS.md, \"DVC remote and MLflow artifacts on S3\"), pass remote=<name>, or push=false"
         )
     return default
 

@@ -242,6 +242,7 @@ def train_phase(args, cfg, env, model, tok, train_q, dev_q, device) -> dict[str,
     import torch
 
     from agentr1.rl.distributed import Dist
+    from agentr1.rl.sampling import Episodes
     from agentr1.rl.trainer import Trainer
 
     tcfg = cfg.train_for("grpo" if "grpo" in cfg.runs else None).model_copy(update={
@@ -255,7 +256,7 @@ def train_phase(args, cfg, env, model, tok, train_q, dev_q, device) -> dict[str,
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    trainer = Trainer(model, tok, tcfg, rcfg, cfg.reward, env=env, train_questions=train_q, dev_questions=dev_q,
+    trainer = Trainer(model, tok, tcfg, rcfg, cfg.reward, episodes=Episodes(env, train_q, dev_q),
                       seed=cfg.seed, dist=Dist(device=device))
     t0 = time.perf_counter()
     history = trainer.train()

@@ -20,7 +20,7 @@
 # mirror is always .topology/s3/<bucket>/ in this checkout (git-ignored), next to the mlflow/mlflow.db
 # whose runs point at its artifacts; nothing from outside chooses where it writes.
 # For a production topology, skip this script: point the variables printed by `env` at your
-# servers (README "Orchestration and production topology").
+# servers (docs/OPERATIONS.md).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."

@@ -11,6 +11,7 @@ from agentr1.config import RewardConfig, RolloutConfig
 from agentr1.env.base import CallOutcome
 from agentr1.eval.baselines import base_tool_call, naive_rag, naive_rag_prompt, retrieve_observation
 from agentr1.eval.quick import episode_metrics, greedy, summarize
+from agentr1.eval.setup import EvalSetup
 from agentr1.rollout import Generation, RolloutEngine, Trajectory
 from agentr1.rollout.engine import decode, encode
 from agentr1.rollout.oracle import OracleBackend, corpus_titles, oracle_texts, plan_all, unique_questions
@@ -59,7 +60,7 @@ def test_naive_rag_parses_the_answer_and_scores_it(world):
     env, qs, _, tok = world
     q = qs[0]
     backend = ScriptedAnswer(tok, f" {q['answers'][0]}</answer>")
-    summary, records = naive_rag(backend, tok, env, ROLLOUT, qs[:3], REWARD)
+    summary, records = naive_rag(EvalSetup(backend, tok, env, ROLLOUT, REWARD), qs[:3])
     assert records[0]["answer"] == q["answers"][0] and records[0]["em"] == 1.0
     assert records[0]["turn_text"] == f"<answer> {q['answers'][0]}</answer>"
     assert summary["n"] == 3 and summary["answered"] == 1.0 and summary["format_ok"] == 1.0
@@ -71,7 +72,7 @@ def test_naive_rag_parses_the_answer_and_scores_it(world):
 
 def test_naive_rag_without_an_answer_scores_zero(world):
     env, qs, _, tok = world
-    summary, records = naive_rag(ScriptedAnswer(tok, " I am not sure"), tok, env, ROLLOUT, qs[:2], REWARD)
+    summary, records = naive_rag(EvalSetup(ScriptedAnswer(tok, " I am not sure"), tok, env, ROLLOUT, REWARD), qs[:2])
     assert records[0]["answer"] is None
     assert summary["em"] == 0.0 and summary["answered"] == 0.0 and summary["format_ok"] == 0.0
     assert summary["reward"] == -0.5  # format score 0.5 (no call attempts, no answer) -> 0.5 - 1
@@ -86,7 +87,7 @@ def test_base_tool_call_runs_the_policy_greedily_in_the_env(world):
     seen = []
     inner = oracle.generate
     oracle.generate = lambda *a: (seen.append(a[3]), inner(*a))[1]
-    summary, trajs = base_tool_call(oracle, tok, env, ROLLOUT, qs, REWARD)
+    summary, trajs = base_tool_call(EvalSetup(oracle, tok, env, ROLLOUT, REWARD), qs)
     assert set(seen) == {0.0}  # greedy whatever the rollout temperature
     assert summary["n"] == len(qs) and summary["em"] == 1.0 and summary["format_ok"] == 1.0
     assert summary["tool_calls"] == pytest.approx(sum(q["hops"] for q in qs) / len(qs))

@@ -17,7 +17,7 @@ def test_repo_params_load_and_match_defaults(repo_root: Path) -> None:
     cfg = load_config(repo_root / "params.yaml")
     assert isinstance(cfg, Config)
     assert cfg.profile == "nano"
-    # params.yaml states the defaults explicitly: it must not drift from config.py.
+    # params.yaml states the defaults explicitly: it must not drift from agentr1.config.
     assert cfg.model_dump(exclude={"runs"}) == Config().model_dump(exclude={"runs"})
     # ... except the named runs, which live in params.yaml only
     assert Config().runs == {} and cfg.train_for("ppo").estimator == "gae" and len(cfg.runs) == 10
@@ -44,8 +44,8 @@ def test_negative_size_names_bound() -> None:
 
 def test_literal_lists_allowed_values() -> None:
     with pytest.raises(ConfigError) as exc:
-        config_from_dict({"retrieval": {"backend": "elastic"}})
-    assert "retrieval.backend" in str(exc.value) and "'bm25'" in str(exc.value)
+        config_from_dict({"rollout": {"observation_wrap": "xml"}})
+    assert "rollout.observation_wrap" in str(exc.value) and "'inline'" in str(exc.value)
 
 
 @pytest.mark.parametrize(
@@ -58,6 +58,8 @@ def test_literal_lists_allowed_values() -> None:
         ({"env": {"tools": ["search", "calc"]}}, "env.tools.1", "calculator, search"),
         ({"reward": {"metric": "bleu"}}, "reward.metric", "em, f1, subem"),
         ({"runs": {"x": {"estimator": "ppo"}}}, "runs.x.estimator", "gae, grpo"),
+        ({"retrieval": {"backend": "elastic"}}, "retrieval.backend", "bm25, dense"),
+        ({"rollout": {"backend": "sglang"}}, "rollout.backend", "hf, vllm"),
     ],
 )
 def test_registry_names_are_checked(section: dict, path: str, choices: str) -> None:

@@ -17,9 +17,10 @@ import yaml
 from agentr1.config import ConfigError, RewardConfig, RolloutConfig, config_from_dict
 from agentr1.errors import StageError
 from agentr1 import stages
-from agentr1.stages import evaluate as eval_stage
+from agentr1.eval.episodes import EPISODE_FIELDS, naive_rag_batch, tool_policy_batch
 from agentr1.eval.metrics import bootstrap_ci, paired_bootstrap_diff, summarize_split
 from agentr1.eval.quick import episode_metrics
+from agentr1.eval.setup import EvalSetup
 from agentr1.eval.support import early_answer, recording
 from agentr1.env.rewards import answer_scores
 from agentr1.rollout.trajectory import Trajectory
@@ -266,19 +267,19 @@ def test_stage_rows_carry_early_answer_for_agents_and_naive_rag(scripted):
     rollout, reward = RolloutConfig(max_turn_tokens=32, max_total_tokens=1024, batch_size=4), RewardConfig()
     qs = tw.questions("test")[:4]  # b0 (2 hops), s0 (1 hop), b1, s1
     # an agent that answers at once: the multi-hop questions are answered early, the single-hop ones never
-    rows, _ = eval_stage._tool_policy_batch(Scripted(" <answer>Derlin Brisarn</answer>"), tok, env, rollout, reward, qs,
-                                            "test", 0)
+    rows, _ = tool_policy_batch(EvalSetup(Scripted(" <answer>Derlin Brisarn</answer>"), tok, env, rollout, reward), qs,
+                                "test")
     assert [r["early_answer"] for r in rows] == [1.0, 0.0, 1.0, 0.0] and all(r["tool_calls"] == 0.0 for r in rows)
-    assert list(rows[0])[-1] == "early_answer" and list(rows[0])[:-1] == list(eval_stage.EPISODE_FIELDS)[:-1]
+    assert list(rows[0])[-1] == "early_answer" and list(rows[0])[:-1] == list(EPISODE_FIELDS)[:-1]
     # one search for the film, then (the same turn text again) the turn limit: never answered, never early
-    rows, _ = eval_stage._tool_policy_batch(Scripted(f" <search>{FILM}</search>"), tok, env, rollout, reward, qs[:1],
-                                            "test", 0)
+    rows, _ = tool_policy_batch(EvalSetup(Scripted(f" <search>{FILM}</search>"), tok, env, rollout, reward), qs[:1],
+                                "test")
     assert rows[0]["answered"] == 0.0 and rows[0]["early_answer"] == 0.0
     # naive RAG makes no call: its retrieved passages are its one retrieval's (the question as the query,
     # BM25 top 2): both supports of b0 ([f0, c0]) but not both of b1, nor the founder's passage p0
     deeper = {**qs[0], "id": "test-b0-deeper", "supporting_ids": ["f0", "c0", "p0"], "hops": 3}
-    rows, _ = eval_stage._naive_rag_batch(Scripted(" Derlin Brisarn</answer>"), tok, env, rollout, reward,
-                                          [*qs, deeper], "test", 0)
+    rows, _ = naive_rag_batch(EvalSetup(Scripted(" Derlin Brisarn</answer>"), tok, env, rollout, reward),
+                              [*qs, deeper], "test")
     for q, r in zip([*qs, deeper], rows):
         got = set(env.tools["search"].execute_batch([{"query": q["question"]}])[0].metadata["ids"])
         assert r["answered"] == 1.0 and r["early_answer"] == float(q["hops"] >= 2 and not set(q["supporting_ids"]) <= got)
@@ -391,7 +392,7 @@ def test_outputs_per_policy(project, name):
             sum(r["early_answer"] for r in rows) / n, abs=1e-6)
     assert metrics["splits"]["test"]["by_hops"].keys() == {"1", "2"}
     assert [(r["split"], r["id"]) for r in episodes] == sorted((r["split"], r["id"]) for r in episodes)
-    assert all(list(r) == sorted(eval_stage.EPISODE_FIELDS) for r in episodes)  # written with sorted keys
+    assert all(list(r) == sorted(EPISODE_FIELDS) for r in episodes)  # written with sorted keys
     assert {r["type"] for r in episodes} == {"bridge"} and {r["hops"] for r in episodes} == {1, 2}
     if name == "naive_rag":
         assert all(r["tool_calls"] == 0.0 and r["turns"] == 1.0 for r in episodes)

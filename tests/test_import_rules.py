@@ -27,12 +27,13 @@ LAYERS: list[set[str]] = [
     {"env"},
     {"rollout"},
     {"eval"},
-    {"rl"},
+    {"lm"},  # language-model training (pretraining, SFT, the lr schedule): models, rollout's collate
+    {"rl"},  # uses lm's optimizer and schedule
     {"report"},
     {"tracking"},  # MLflow and S3 at the edge
     {"stages", "profiles", "cli"},  # the DVC stages and the commands
 ]
-DOMAIN = {"data", "retrieval", "models", "env", "rollout", "eval", "rl", "report"}
+DOMAIN = {"data", "retrieval", "models", "env", "rollout", "eval", "lm", "rl", "report"}
 EDGE_ONLY = {"mlflow", "prefect"}  # only tracking/stages (and flows/) may import these
 
 

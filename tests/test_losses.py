@@ -16,13 +16,13 @@ from agentr1.rl.losses import (
     apply_kl_penalty,
     compute_policy_loss,
     entropy_bonus,
-    entropy_from_logits,
     kl_estimate,
     kl_loss,
     ppo_clip,
     reinforce,
     value_loss,
 )
+from agentr1.models.forward import entropy_from_logits
 
 ATOL = 1e-5
 LN2 = math.log(2.0)

@@ -28,7 +28,7 @@ TRAIN = textwrap.dedent(
     from agentr1.data.drills import stream_docs
     from agentr1.data.world import fresh_world
     from agentr1.models import build_scratch_model, train_tokenizer
-    from agentr1.rl.pretrain import pretrain_reader
+    from agentr1.lm.pretrain import pretrain_reader
     torch.set_num_threads(2)
     stream = stream_docs(fresh_world(4, 0), random.Random(0), 1)  # endless: rows are packed from it
     docs = list(islice(stream, 48))

@@ -19,7 +19,7 @@ from agentr1.data.drills import gate_drills, stream_docs
 from agentr1.data.world import build_world, corpus_rows, fresh_world
 from agentr1.errors import StageError
 from agentr1.models import build_scratch_model, is_checkpoint, load_checkpoint, resolve_checkpoint, train_tokenizer
-from agentr1.rl.pretrain import (collate_docs, document_batches, encode_docs, gate_report, packed_rows,
+from agentr1.lm.pretrain import (collate_docs, document_batches, encode_docs, gate_report, packed_rows,
                                  pretrain_reader, reading_accuracy, target_logits, weighted_loss)
 
 torch.set_num_threads(1)

@@ -25,7 +25,9 @@ from agentr1.io import atomic_dir
 from agentr1.models import save_checkpoint
 from agentr1.rl import checkpoint as ckpt
 from agentr1 import stages
-from agentr1.rl.trainer import Trainer, deterministic_metrics
+from agentr1.rl.sampling import Episodes
+from agentr1.rl.stats import deterministic_metrics
+from agentr1.rl.trainer import Trainer
 
 torch.set_num_threads(1)
 
@@ -40,8 +42,8 @@ def tok():
 def make(tok, state_dir, **kw):
     cfg = R.train_cfg(steps=STEPS, estimator="gae", lr=0.02, checkpoint={"every": 2},
                       dev={"every": 2, "examples": 4}, **kw)
-    return Trainer(R.tiny_policy(tok), tok, cfg, R.rollout_cfg(), R.reward_cfg(), env=R.ToyEnv(),
-                   train_questions=R.QUESTIONS, dev_questions=R.QUESTIONS, state_dir=state_dir)
+    return Trainer(R.tiny_policy(tok), tok, cfg, R.rollout_cfg(), R.reward_cfg(),
+                   episodes=Episodes(R.ToyEnv(), R.QUESTIONS, R.QUESTIONS), state_dir=state_dir)
 
 
 class Killed(Exception):

@@ -128,7 +128,7 @@ def _hashes(root: Path) -> dict[str, str]:
 def test_dvc_push_pull_round_trip(s3, tmp_path):
     project = tiny.make_project(tmp_path / "proj")
     creds = s3["creds"]
-    # The commands of the README section (remote URL + endpoint tracked; keys in config.local)
+    # The commands of docs/OPERATIONS.md, section "DVC remote and MLflow artifacts on S3" (remote URL + endpoint tracked; keys in config.local)
     tiny.sh(["dvc", "remote", "add", "-d", "s3remote", f"s3://{BUCKET}/dvcstore"], project)
     tiny.sh(["dvc", "remote", "modify", "s3remote", "endpointurl", s3["endpoint"]], project)
     tiny.sh(["dvc", "remote", "modify", "--local", "s3remote", "access_key_id", creds["AWS_ACCESS_KEY_ID"]], project)

@@ -1,4 +1,4 @@
-"""The one lr schedule (agentr1.rl.schedule): the same floats as the two hand-written schedules it
+"""The one lr schedule (agentr1.lm.schedule): the same floats as the two hand-written schedules it
 replaced, applied by torch's LambdaLR at every optimizer step, and resumable from a step count."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from agentr1.rl.schedule import lr_at, lr_lambda, scheduler
+from agentr1.lm.schedule import lr_at, lr_lambda, scheduler
 
 # (base lr, warmup steps, total steps): the committed configs (sft 3e-3/30/300, pretrain 3e-3/20/600,
 # smol sft 5e-5/3/30) and the tests' ones
@@ -17,7 +17,7 @@ CONFIGS = [(0.003, 30, 300), (0.003, 20, 600), (5e-5, 3, 30), (1e-2, 3, 30), (1e
 
 
 def sft_lr_at_before(step, lr, warmup_steps, total_steps):
-    """agentr1.rl.sft.lr_at as it was (commit 071983a)."""
+    """agentr1.lm.sft.lr_at as it was (commit 071983a)."""
     if warmup_steps > 0 and step < warmup_steps:
         return lr * (step + 1) / warmup_steps
     span = max(total_steps - warmup_steps, 1)

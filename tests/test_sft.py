@@ -17,7 +17,7 @@ from agentr1.errors import StageError
 from agentr1.models import build_scratch_model, load_checkpoint
 from agentr1 import stages
 from agentr1.stages import sft as sft_stage
-from agentr1.rl.sft import (
+from agentr1.lm.sft import (
     action_logprobs,
     batch_indices,
     common_prefix_length,
@@ -25,10 +25,10 @@ from agentr1.rl.sft import (
     copyable_positions,
     mean_action_nll,
     sft_loss,
-    shared_prefix_length,
     train_sft,
 )
-from agentr1.rl.schedule import lr_at
+from agentr1.models.forward import shared_prefix_length
+from agentr1.lm.schedule import lr_at
 from agentr1.rollout import collate
 from agentr1.rollout.hf import HFBackend
 from agentr1.rollout.oracle import corpus_titles, oracle_rollout, oracle_texts, plan_all, unique_questions
@@ -283,7 +283,7 @@ def test_shared_prefix_gives_the_same_loss_and_gradients(world):
 
 
 def test_trainer_logprob_pass_shares_the_prefix_without_changing_anything(world):
-    from agentr1.rl.critic import PolicyLogProbs
+    from agentr1.models.forward import PolicyLogProbs
 
     *_, tok, trajs = world
     batch = collate(trajs[:4], tok.pad_token_id)

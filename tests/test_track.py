@@ -21,7 +21,7 @@ from agentr1.tracking.run import StageRun
 
 def test_every_stage_of_the_repository_lock_resolves_in_dependency_order(repo_root: Path) -> None:
     """Each entry of the committed dvc.lock maps to a stage module with log_outputs (a new DVC
-    stage without its LOCK_KINDS entry fails here), upstream stages first."""
+    stage whose SPEC lacks its dvc.lock key fails here), upstream stages first."""
     entries = track.lock_entries(repo_root / "dvc.lock")
     keys = [e.key for e in entries]
     lock = yaml.safe_load((repo_root / "dvc.lock").read_text())["stages"]
@@ -62,7 +62,8 @@ def test_an_unknown_stage_names_the_entry_to_add(tmp_path: Path) -> None:
         track.lock_entries(lock)
     text = str(err.value)
     assert "dvc.lock stage 'distill' has no entry in agentr1.stages.track.LOCK_KINDS" in text
-    assert "log_outputs(ctx, args, replay)" in text and "Extending: a stage" in text
+    assert "to the lock of the SPEC of its stage module" in text
+    assert "log_outputs(ctx, args, replay)" in text and "docs/EXTENDING.md" in text
     assert "'train': LOCK_KINDS['train'] expects a foreach key train@<name>" in text  # train without @<run>
     with pytest.raises(StageError, match="no .*dvc.lock here: run `agentr1 track` in the project root"):
         track.lock_entries(tmp_path / "nowhere" / "dvc.lock")
@@ -169,7 +170,7 @@ def test_episode_rows_are_read_in_the_order_they_were_played(tmp_path: Path) -> 
     import tiny_world as tw
 
     from agentr1.data.schema import Dataset, write_dataset
-    from agentr1.stages.evaluate import read_episodes
+    from agentr1.eval.episodes import episodes_of
 
     questions = {"test": tw.questions("test"), "ood": tw.questions("ood")}
     write_dataset(Dataset(questions=questions, corpus=tw.corpus()), tmp_path / "processed")
@@ -181,8 +182,8 @@ def test_episode_rows_are_read_in_the_order_they_were_played(tmp_path: Path) -> 
     out = tmp_path / "eval"
     out.mkdir()
     (out / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sorted(rows, key=lambda r: (r["split"], r["id"]))))
-    got = read_episodes(cfg, out)
+    got = episodes_of(cfg, out)
     assert {s: [r["id"] for r in rs] for s, rs in got.items()} == picked
     cfg.evaluate.max_examples = 4
     with pytest.raises(StageError, match="holds other questions than evaluate.splits/max_examples pick"):
-        read_episodes(cfg, out)
+        episodes_of(cfg, out)

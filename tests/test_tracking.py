@@ -335,7 +335,7 @@ def test_registered_versions_carry_their_provenance(sqlite_store, checkpoint: Pa
     each metric is logged once."""
     from mlflow import MlflowClient
 
-    from agentr1.stages.evaluate import Policy, _register
+    from agentr1.tracking.registry import register_evaluation
     from agentr1.io import tree_digest
     from agentr1.tracking import stage_run
 
@@ -348,7 +348,8 @@ def test_registered_versions_carry_their_provenance(sqlite_store, checkpoint: Pa
     with stage_run(cfg, "train", run_name="train@ppo", variant="ppo") as train:
         assert train.tag_checkpoint(checkpoint) == tree_digest(checkpoint)
     with stage_run(cfg, "evaluate", run_name="evaluate@ppo", variant="ppo") as ev:
-        info = _register(cfg, ev, Policy("ppo", "rl", checkpoint, True, "evaluate@ppo", "-"), flat, "test:abc")
+        info = register_evaluation(ev, checkpoint, "ppo", "rl", flat, "test:abc", cfg.tracking.registered_model,
+                                   cfg.tracking.gate_metric)
     assert info["train_run_id"] == train.run_id and info["promotion"]["decision"] == "promote"
     mv = client.get_model_version("provenance-policy", info["version"])
     assert mv.tags["agentr1.train_run_id"] == train.run_id and mv.tags["agentr1.variant"] == "ppo"
@@ -360,7 +361,8 @@ def test_registered_versions_carry_their_provenance(sqlite_store, checkpoint: Pa
     assert client.get_logged_model(mv.model_id or mv.source.split("/")[-1]).name == "policy-ppo"
 
     with stage_run(cfg, "evaluate", run_name="evaluate_baseline@cold_start") as base:
-        info = _register(cfg, base, Policy("cold_start", "cold_start", checkpoint, True, "-", "-"), flat, "test:abc")
+        info = register_evaluation(base, checkpoint, "cold_start", "cold_start", flat, "test:abc", cfg.tracking.registered_model,
+                                   cfg.tracking.gate_metric)
     assert "promotion" not in info and info["train_run_id"] is None
     aliases = {a: str(client.get_model_version_by_alias("provenance-policy", a).version)
                for a in ("challenger", "champion", "cold_start")}

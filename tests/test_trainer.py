@@ -14,9 +14,11 @@ from agentr1.config import Config, ConfigError, config_from_dict, load_config
 from agentr1.errors import StageError
 from agentr1.rl import trainer as trainer_mod
 from agentr1.env.rewards import score_episode
-from agentr1.rl import collapse, weight_sync
-from agentr1.rl.schedule import lr_at
-from agentr1.rl.trainer import Trainer, deterministic_metrics
+from agentr1.rl import collapse, sampling, weight_sync
+from agentr1.lm.schedule import lr_at
+from agentr1.rl.sampling import Episodes
+from agentr1.rl.stats import deterministic_metrics
+from agentr1.rl.trainer import Trainer
 from agentr1.tracking.logger import InMemoryLogger
 
 torch.set_num_threads(1)
@@ -32,7 +34,7 @@ def make(tok, seed=0, **kw):
     wcfg = kw.pop("reward", {})
     logger = InMemoryLogger()
     tr = Trainer(R.tiny_policy(tok), tok, R.train_cfg(**kw), R.rollout_cfg(**rcfg), R.reward_cfg(**wcfg),
-                 env=R.ToyEnv(), train_questions=R.QUESTIONS, dev_questions=R.QUESTIONS, logger=logger, seed=seed)
+                 episodes=Episodes(R.ToyEnv(), R.QUESTIONS, R.QUESTIONS), logger=logger, seed=seed)
     return tr, logger
 
 
@@ -76,7 +78,7 @@ def test_metrics_logged_with_namespaces(tok):
 def test_group_signal_counts_groups_whose_rewards_differ():
     from types import SimpleNamespace as NS
 
-    from agentr1.rl.trainer import group_signal
+    from agentr1.rl.sampling import group_signal
 
     scores = [NS(reward=r, em=e) for r, e in [(1, 1), (0, 0), (0, 0), (0, 0), (1, 1), (1, 1), (0.5, 0), (0.5, 0)]]
     assert group_signal(scores, 2) == ([True, False, False, False], [True, False, True, False])
@@ -87,7 +89,7 @@ def test_dynamic_sampling_refills_the_batch_with_informative_groups(tok):
     them; the first round's rollout metrics are unchanged; the batch size never changes."""
     plain, _ = make(tok, batch_questions=4, group_size=4)
     trajs, scores, metrics = plain.collect_batch(1)
-    informative, _ = trainer_mod.group_signal(scores, 4)
+    informative, _ = sampling.group_signal(scores, 4)
     assert metrics["rollout/informative_groups"] == sum(informative) / 4 and "rollout/filter_rounds" not in metrics
     assert not all(informative)  # the tiny policy leaves some groups without signal
     dyn, _ = make(tok, batch_questions=4, group_size=4, filter_groups={"enabled": True, "max_rounds": 8})
@@ -95,7 +97,7 @@ def test_dynamic_sampling_refills_the_batch_with_informative_groups(tok):
     assert len(trajs2) == len(scores2) == 16
     assert {k: v for k, v in metrics2.items() if k in metrics} == metrics  # the first round is the same rollout
     assert metrics2["rollout/filter_rounds"] >= 1
-    kept, _ = trainer_mod.group_signal(scores2, 4)
+    kept, _ = sampling.group_signal(scores2, 4)
     assert metrics2["rollout/batch_informative_groups"] == sum(kept) / 4 > metrics["rollout/informative_groups"]
     assert kept == sorted(kept, reverse=True)  # informative groups first, dropped ones only to top up
     for i in range(0, 16, 4):  # groups stay whole: one question per group
@@ -352,8 +354,8 @@ def test_vllm_backend_gets_the_policy_weights_before_every_rollout(tok, monkeypa
     monkeypatch.setattr(weight_sync, "make_backend", fake_make_backend)
     logger = InMemoryLogger()
     tr = Trainer(R.tiny_policy(tok), tok, R.train_cfg(steps=2, dev={"every": 1, "examples": 4}),
-                 R.rollout_cfg(backend="vllm"), R.reward_cfg(), env=R.ToyEnv(), train_questions=R.QUESTIONS,
-                 dev_questions=R.QUESTIONS, logger=logger, seed=0, model_path="ckpt/sft")
+                 R.rollout_cfg(backend="vllm"), R.reward_cfg(), episodes=Episodes(R.ToyEnv(), R.QUESTIONS, R.QUESTIONS),
+                 logger=logger, seed=0, model_path="ckpt/sft")
     sync_points = []
     orig = tr.weight_sync.synced
     tr.weight_sync.synced = lambda cfg, policy: (sync_points.append(R.params_of(tr.policy)), orig(cfg, policy))[1]
@@ -374,7 +376,7 @@ def test_vllm_backend_gets_the_policy_weights_before_every_rollout(tok, monkeypa
 def test_vllm_backend_needs_the_start_checkpoint(tok):
     with pytest.raises(StageError, match="model_path"):
         Trainer(R.tiny_policy(tok), tok, R.train_cfg(), R.rollout_cfg(backend="vllm"), R.reward_cfg(),
-                env=R.ToyEnv(), train_questions=R.QUESTIONS)
+                episodes=Episodes(R.ToyEnv(), R.QUESTIONS))
 
 
 def test_rollouts_are_traced_every_n_steps(tok):

@@ -23,7 +23,9 @@ import _rl_tiny as R
 from agentr1.models import load_checkpoint, save_checkpoint
 from agentr1.rl.distributed import init_distributed, shutdown, unwrap
 from agentr1.env.rewards import score_episode
-from agentr1.rl.trainer import Trainer, deterministic_metrics
+from agentr1.rl.sampling import Episodes
+from agentr1.rl.stats import deterministic_metrics
+from agentr1.rl.trainer import Trainer
 from agentr1.rollout import load_trajectories, save_trajectories
 
 WORLD = 2
@@ -39,7 +41,7 @@ def _free_port() -> int:
 def _trainer(ckpt_dir, dist=None, **kw):
     model, tok = load_checkpoint(ckpt_dir)
     cfg = R.train_cfg(estimator="gae", lr=0.01, micro_batch_size=2, **kw)
-    return Trainer(model, tok, cfg, R.rollout_cfg(), R.reward_cfg(), env=R.ToyEnv(), train_questions=R.QUESTIONS,
+    return Trainer(model, tok, cfg, R.rollout_cfg(), R.reward_cfg(), episodes=Episodes(R.ToyEnv(), R.QUESTIONS),
                    dist=dist)
 
 

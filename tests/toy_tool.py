@@ -1,4 +1,4 @@
-"""A toy third tool, complete in this one file (README "Add a tool"; tests/test_calculator.py uses it).
+"""A toy third tool, complete in this one file (docs/EXTENDING.md "Add a tool"; tests/test_calculator.py uses it).
 
 Together with the config lines ``env.tools: [search, calculator, word_count]``,
 ``env.word_count: {max_words: 50}`` and, for a process reward, ``reward.process.

@@ -208,7 +208,8 @@ def check_tampered_model_is_refused(client, name: str) -> None:
     import pytest
 
     from agentr1.errors import StageError
-    from agentr1.tracking.registry import ARTIFACT_TAG, load_policy_model, model_id_of, tree_digest
+    from agentr1.tracking.registry import load_policy_model, model_id_of, tree_digest
+    from agentr1.tracking.tags import ARTIFACT_TAG
 
     champion = client.get_model_version_by_alias(name, "champion")
     stored = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{champion.version}",

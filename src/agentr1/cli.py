@@ -1,8 +1,10 @@
 """Command line: one subcommand per DVC stage (``agentr1 <stage> [--params params.yaml]``, run by
 :func:`agentr1.stages.run` inside its stage context) and the commands around them.
 
-Stage implementations are imported lazily so that ``agentr1 --help`` and light stages never pay
-for torch, great_expectations or mlflow imports they do not use.
+The subcommands, their help lines and arguments come from the stages' declarations
+(:data:`agentr1.stages.STAGES`: each stage module's ``SPEC``, read without importing it) and
+from :data:`COMMANDS`. Stage implementations are imported lazily so that ``agentr1 --help`` and
+light stages never pay for torch, great_expectations or mlflow imports they do not use.
 """
 
 from __future__ import annotations
@@ -11,22 +13,60 @@ import argparse
 import importlib
 import logging
 import sys
+from dataclasses import dataclass
 
 from agentr1.config import ConfigError, load_config, parse_sets
 from agentr1.errors import StageError
 from agentr1.numerics import pin_cpu_numerics
 from agentr1.stages import STAGES
 from agentr1.stages import run as run_stage
+from agentr1.stages.spec import Arg, add_arguments
 
-# the commands that are no DVC stage: subcommand -> ("module:function", help); each function
-# takes (cfg, args). The DVC stages are agentr1.stages.STAGES, each run by agentr1.stages.run.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "serve-retriever": ("agentr1.retrieval.server:run_server", "serve the index over HTTP (POST /retrieve)"),
-    "compare": ("agentr1.tracking.compare:run_compare", "compare MLflow runs or registry aliases (table + PNG)"),
-    "promote": ("agentr1.tracking.compare:run_promote", "move the 'champion' alias if the challenger beats it beyond the CI"),
-    "profile": ("agentr1.profiles:run_profile", "merge profiles/NAME.yaml onto params.yaml, validate; --dry-run, --print-set, --write"),
-    "track": ("agentr1.stages.track:run_track",
-              "log to MLflow every dvc.lock stage it lacks, from the outputs (after dvc repro/pull/exp apply; idempotent)"),
+
+@dataclass(frozen=True)
+class Command:
+    """A command that is no DVC stage: ``target`` is ``"module:function"``, called with
+    ``(cfg, args)``; ``help`` its help line; ``args`` its arguments. The DVC stages declare
+    themselves (``SPEC`` of their module, :data:`agentr1.stages.STAGES`), each run by
+    :func:`agentr1.stages.run`."""
+
+    target: str
+    help: str
+    args: tuple[Arg, ...] = ()
+
+
+_MODEL = Arg("--model", default=None, help="registered model (default: tracking.registered_model)")
+COMMANDS: dict[str, Command] = {
+    "serve-retriever": Command(
+        "agentr1.retrieval.server:run_server", "serve the index over HTTP (POST /retrieve)",
+        (Arg("--host", default=None, help="bind address (default from params: 127.0.0.1)"),
+         Arg("--port", type=int, default=None))),
+    "compare": Command(
+        "agentr1.tracking.compare:run_compare", "compare MLflow runs or registry aliases (table + PNG)",
+        (_MODEL,
+         Arg("--runs", group="pick", nargs="+", metavar="RUN_ID", help="MLflow run ids to compare"),
+         Arg("--aliases", group="pick", nargs="+", default=["champion", "challenger"],
+             help="registry aliases (default: champion challenger)"),
+         Arg("--metric", action="append", default=None, help="metric column, repeatable (default: tracking.gate_metric)"),
+         Arg("--out", default="mlflow/compare.png", help="PNG of the first metric (default: mlflow/compare.png)"))),
+    "promote": Command(
+        "agentr1.tracking.compare:run_promote", "move the 'champion' alias if the challenger beats it beyond the CI",
+        (_MODEL,
+         Arg("--metric", default=None, help="gating metric (default: tracking.gate_metric)"),
+         Arg("--dry-run", action="store_true", help="report the decision without moving aliases"))),
+    "profile": Command(
+        "agentr1.profiles:run_profile", "merge profiles/NAME.yaml onto params.yaml, validate; --dry-run, --print-set, --write",
+        (Arg("name", metavar="NAME", help="nano (params.yaml as is), a profile in profiles/ (smol, paper) or a .yaml path"),
+         Arg("--print-set", group="mode", action="store_true",
+             help='the -S arguments of `dvc exp run` (shell-quoted): eval "dvc exp run -n NAME $(agentr1 profile NAME --print-set)"'),
+         Arg("--dry-run", group="mode", action="store_true", help="the resolved config and every stage's command, in order"),
+         Arg("--write", group="mode", metavar="PATH", default=None, help="write the merged, validated params to PATH"),
+         Arg("--nproc-per-node", type=int, default=None, metavar="N",
+             help="processes per node for train (default: the profile's launch.nproc_per_node, else 1)"))),
+    "track": Command(
+        "agentr1.stages.track:run_track",
+        "log to MLflow every dvc.lock stage it lacks, from the outputs (after dvc repro/pull/exp apply; idempotent)",
+        (Arg("--dry-run", action="store_true", help="print what would be logged, write nothing"),)),
 }
 
 
@@ -39,41 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, (_, help_text) in {**STAGES, **COMMANDS}.items():
-        sp = sub.add_parser(name, help=help_text)
-        if name == "serve-retriever":
-            sp.add_argument("--host", default=None, help="bind address (default from params: 127.0.0.1)")
-            sp.add_argument("--port", type=int, default=None)
-        if name in ("compare", "promote"):
-            sp.add_argument("--model", default=None, help="registered model (default: tracking.registered_model)")
-        if name == "compare":
-            pick = sp.add_mutually_exclusive_group()
-            pick.add_argument("--runs", nargs="+", metavar="RUN_ID", help="MLflow run ids to compare")
-            pick.add_argument("--aliases", nargs="+", default=["champion", "challenger"], help="registry aliases (default: champion challenger)")
-            sp.add_argument("--metric", action="append", default=None, help="metric column, repeatable (default: tracking.gate_metric)")
-            sp.add_argument("--out", default="mlflow/compare.png", help="PNG of the first metric (default: mlflow/compare.png)")
-        if name == "promote":
-            sp.add_argument("--metric", default=None, help="gating metric (default: tracking.gate_metric)")
-            sp.add_argument("--dry-run", action="store_true", help="report the decision without moving aliases")
-        if name == "track":
-            sp.add_argument("--dry-run", action="store_true", help="print what would be logged, write nothing")
-        if name == "train":
-            sp.add_argument("--run", "--run-name", dest="run", default=None,
-                            help="named run from params `runs` (default: the train section as is); under torchrun "
-                                 "spell it --run-name (torchrun itself claims the prefix --run)")
-            sp.add_argument("--resume", action="store_true", help="continue from <train.out_dir>/<run>/state")
-        if name == "evaluate":
-            sp.add_argument("--policy", required=True, metavar="NAME",
-                            help="a named run of params `runs`, or a baseline: cold_start, base_tool_call, naive_rag")
-        if name == "profile":
-            sp.add_argument("name", metavar="NAME", help="nano (params.yaml as is), a profile in profiles/ (smol, paper) or a .yaml path")
-            mode = sp.add_mutually_exclusive_group()
-            mode.add_argument("--print-set", action="store_true",
-                              help='the -S arguments of `dvc exp run` (shell-quoted): eval "dvc exp run -n NAME $(agentr1 profile NAME --print-set)"')
-            mode.add_argument("--dry-run", action="store_true", help="the resolved config and every stage's command, in order")
-            mode.add_argument("--write", metavar="PATH", default=None, help="write the merged, validated params to PATH")
-            sp.add_argument("--nproc-per-node", type=int, default=None, metavar="N",
-                            help="processes per node for train (default: the profile's launch.nproc_per_node, else 1)")
+    for name, (_, spec) in STAGES.items():
+        add_arguments(sub.add_parser(name, help=spec.help), spec.args)
+    for name, command in COMMANDS.items():
+        add_arguments(sub.add_parser(name, help=command.help), command.args)
     return parser
 
 
@@ -98,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in STAGES:
             run_stage(args.command, cfg, args)
         else:
-            module_name, func_name = COMMANDS[args.command][0].split(":")
+            module_name, func_name = COMMANDS[args.command].target.split(":")
             getattr(importlib.import_module(module_name), func_name)(cfg, args)
     except (ConfigError, StageError) as exc:
         print(f"agentr1 {args.command}: {exc}", file=sys.stderr)

@@ -373,7 +373,7 @@ def config_errors(p: Profile) -> list[str]:
     """What in the profile's config itself would fail the pipeline wherever it runs (the trainer's
     own config check per run at the profile's world size), one line each."""
     from agentr1.errors import StageError
-    from agentr1.rl.trainer import check_train_config
+    from agentr1.rl.checks import check_train_config
 
     c, out = p.cfg, []
     world = p.nproc_per_node

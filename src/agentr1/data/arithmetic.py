@@ -12,7 +12,7 @@ no names, calls, attributes, comparisons, strings, ``^`` or ``x``. The expressio
 `simpleeval <https://pypi.org/project/simpleeval/>`_ restricted to those node types and
 operators; no ``eval``/``exec``, no name or function is ever looked up.
 
-Limits (:class:`~agentr1.config.CalculatorToolConfig`; each breach is a clear message, never an
+Limits (:class:`CalculatorToolConfig`; each breach is a clear message, never an
 exception or a slow call): at most ``max_chars`` characters; an exponent ``b`` of ``a ** b`` with
 ``|b| <= max_exponent``; every number, literal, intermediate or final, with ``|x| <=
 max_magnitude`` (a power whose result would exceed it is refused before it is computed, from
@@ -37,8 +37,9 @@ from collections.abc import Callable
 from typing import Any
 
 import simpleeval
+from pydantic import Field
 
-from agentr1.config import CalculatorToolConfig
+from agentr1.config.base import _Section
 
 _ALLOWED_CHARS = re.compile(r"[0-9.eE_+\-*/%() \t\n]*")
 _NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant)
@@ -46,6 +47,20 @@ _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 _EXACT_FLOAT_INT = 2**53
+
+
+class CalculatorToolConfig(_Section):
+    """``env.calculator``: limits of the calculator tool (``agentr1.env.calculator``, which declares
+    this model as its options), and of every evaluation with :class:`Arithmetic`.
+
+    ``max_chars``: longest expression; ``max_exponent``: largest ``|b|`` in ``a ** b``;
+    ``max_magnitude``: largest ``|value|`` of any number, intermediate or final (a bigger one is a
+    failed call, never a slow one); ``significant_digits``: digits of a non-integral result."""
+
+    max_chars: int = Field(200, ge=1, le=4096)
+    max_exponent: int = Field(64, ge=1, le=4096)
+    max_magnitude: float = Field(1e15, gt=0, le=1e300)
+    significant_digits: int = Field(10, ge=1, le=17)
 
 
 class CalculationError(ValueError):

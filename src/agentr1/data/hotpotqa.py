@@ -21,20 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from agentr1.data.realformat import (
-    CorpusBuilder,
-    RealDataError,
-    Loaded,
-    Record,
-    add_context_question,
-    log_skipped,
-    parse_context,
-    record_id,
-    require,
-    require_text,
-    supporting_titles,
-    where_id,
-)
+from agentr1.data.realformat import Loaded, Record, load_context_records
 
 SOURCE = "hotpotqa"
 TYPES = ("bridge", "comparison")
@@ -45,27 +32,5 @@ log = logging.getLogger(__name__)
 def load_hotpotqa(records: Iterable[Record], limit: int | None = None, origin: str = SOURCE) -> Loaded:
     """Map HotpotQA records (``(where, record)`` pairs, see ``read_records``); stop after
     ``limit`` questions."""
-    loaded, corpus = Loaded(), CorpusBuilder()
-    for where, rec in records:
-        if limit is not None and len(loaded.questions) >= limit:
-            break
-        where = where_id(where, rec, "_id", "id")
-        qtype = require_text(rec, "type", where)
-        if qtype not in TYPES:
-            raise RealDataError(f"{where}: field 'type' is {qtype!r}; HotpotQA types are {list(TYPES)}")
-        add_context_question(
-            loaded,
-            corpus,
-            source=SOURCE,
-            qid=f"{SOURCE}:{record_id(rec, where, '_id', 'id')}",
-            text=require_text(rec, "question", where),
-            answers=[require_text(rec, "answer", where)],
-            qtype=qtype,
-            hops=HOPS,
-            context=parse_context(require(rec, "context", (list, dict, str), where), where),
-            titles=supporting_titles(require(rec, "supporting_facts", (list, dict, str), where), where),
-            where=where,
-        )
-    loaded.passages = corpus.passages()
-    log_skipped(log, origin, loaded)
-    return loaded
+    return load_context_records(records, limit, origin, source=SOURCE, label="HotpotQA",
+                                hops=dict.fromkeys(TYPES, HOPS), logger=log)

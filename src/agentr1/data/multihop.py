@@ -12,8 +12,10 @@ dataset's original format (``path``) or a dataset on the hub (``hub_id``/``hub_c
 * gsm8k: ``openai/gsm8k`` / ``main`` / ``train``, ``test`` (arithmetic word problems, no passages:
   :mod:`.gsm8k`)
 
-Per-dataset mapping rules live in :mod:`.hotpotqa`, :mod:`.twowiki`, :mod:`.musique` and
-:mod:`.flashrag`; file reading, passage ids and errors in :mod:`.realformat`.
+Per-dataset mapping rules live in :mod:`.hotpotqa`, :mod:`.twowiki`, :mod:`.musique`,
+:mod:`.flashrag` and :mod:`.gsm8k`, each a loader registered by name in
+:data:`agentr1.registry.DATASETS` (entry-point group ``agentr1.datasets``, where a plug-in adds
+its own); file reading, passage ids and errors in :mod:`.realformat`.
 
 :func:`load_sources` loads every source (``limit`` = at most that many questions), assigns splits
 (``split: auto`` = a seeded shuffle cut by ``data.real.ratios``; other values put the whole source
@@ -26,26 +28,18 @@ jsonl) when set. Bad input raises :class:`RealDataError` (a ``ValueError``) nami
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from agentr1.config import SPLITS, RealConfig, RealSource, SplitRatios
-from agentr1.data.flashrag import (
-    export_flashrag,
-    import_flashrag,
-    load_flashrag,
-    read_flashrag_corpus,
-)
-from agentr1.data.gsm8k import load_gsm8k
-from agentr1.data.hotpotqa import load_hotpotqa
-from agentr1.data.musique import load_musique
+from agentr1.data.flashrag import export_flashrag, import_flashrag, read_flashrag_corpus
 from agentr1.data.realformat import CorpusBuilder, Loaded, Record, RealDataError, read_records
 from agentr1.data.schema import Dataset
-from agentr1.data.twowiki import load_twowiki
+from agentr1.registry import DATASETS, UnknownName
 
 __all__ = [
-    "LOADERS",
+    "LOADER_OPTIONS",
     "RealDataError",
     "Loaded",
     "assign_splits",
@@ -60,13 +54,20 @@ __all__ = [
     "split_counts",
 ]
 
-LOADERS: dict[str, Callable[..., Loaded]] = {
-    "hotpotqa": load_hotpotqa,
-    "2wiki": load_twowiki,
-    "musique": load_musique,
-    "flashrag": load_flashrag,
-    "gsm8k": load_gsm8k,
-}
+# What every loader may be given besides ``records``, ``limit`` and ``origin``; each takes the ones
+# in its signature (``namespace``: FlashRAG's id prefix, the file's stem or the hub config).
+LOADER_OPTIONS = frozenset({"namespace"})
+
+
+def run_loader(dataset: str, records: Iterable[Record], limit: int | None, origin: str, namespace: str) -> Loaded:
+    """Map ``records`` with the loader of ``dataset`` in :data:`~agentr1.registry.DATASETS`
+    (``fn(records, limit=, origin=[, namespace=]) -> Loaded``); an unknown dataset is a
+    :class:`RealDataError` naming the available ones."""
+    try:
+        DATASETS.check(dataset)
+    except UnknownName as exc:
+        raise RealDataError(str(exc)) from None
+    return DATASETS.call(dataset, records, limit=limit, origin=origin, namespace=namespace, shared=LOADER_OPTIONS)
 
 
 def hub_rows(hub_id: str, hub_config: str | None, hub_split: str) -> Iterator[Record]:
@@ -89,12 +90,10 @@ def hub_rows(hub_id: str, hub_config: str | None, hub_split: str) -> Iterator[Re
 
 
 def load_file(dataset: str, path: str | Path, limit: int | None = None) -> Loaded:
-    """Load one local file of ``dataset`` (``hotpotqa``, ``2wiki``, ``musique``, ``flashrag``, ``gsm8k``)."""
-    if dataset not in LOADERS:
-        raise RealDataError(f"unknown dataset {dataset!r}; known: {sorted(LOADERS)}")
+    """Load one local file of ``dataset`` (a name of :data:`~agentr1.registry.DATASETS`:
+    ``hotpotqa``, ``2wiki``, ``musique``, ``flashrag``, ``gsm8k`` or a plug-in's)."""
     path = Path(path)
-    extra: dict[str, Any] = {"namespace": path.stem} if dataset == "flashrag" else {}
-    return LOADERS[dataset](read_records(path), limit=limit, origin=str(path), **extra)
+    return run_loader(dataset, read_records(path), limit, str(path), namespace=path.stem)
 
 
 def load_source(src: RealSource) -> Loaded:
@@ -102,11 +101,8 @@ def load_source(src: RealSource) -> Loaded:
     if src.path is not None:
         return load_file(src.dataset, src.path, src.limit)
     assert src.hub_id is not None  # RealSource guarantees path or hub_id
-    extra: dict[str, Any] = {}
-    if src.dataset == "flashrag":
-        extra["namespace"] = src.hub_config or src.hub_id.rsplit("/", 1)[-1]
     rows = hub_rows(src.hub_id, src.hub_config, src.hub_split)
-    return LOADERS[src.dataset](rows, limit=src.limit, origin=src.hub_id, **extra)
+    return run_loader(src.dataset, rows, src.limit, src.hub_id, namespace=src.hub_config or src.hub_id.rsplit("/", 1)[-1])
 
 
 def split_counts(n: int, ratios: SplitRatios) -> dict[str, int]:

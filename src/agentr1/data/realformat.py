@@ -9,7 +9,8 @@
   deduplicating by (title, text), and ids do not depend on record order.
 * :class:`CorpusBuilder` collects passages in first-appearance order.
 * :func:`parse_context` / :func:`supporting_titles` read the two layouts of HotpotQA-style
-  contexts and supporting facts (official lists of pairs, Hugging Face dicts of columns).
+  contexts and supporting facts (official lists of pairs, Hugging Face dicts of columns);
+  :func:`load_context_records` is the whole loader of such records (HotpotQA and 2Wiki).
 
 Every malformed input raises :class:`RealDataError` (a ``ValueError``) whose message names the
 file, the record and the field.
@@ -374,6 +375,54 @@ def add_context_question(
         corpus.add(pid, title, body, where)
     loaded.questions.append(question(qid, text, answers, qtype, hops, match.supporting_ids, source))
     return True
+
+
+def load_context_records(
+    records: Iterable[Record],
+    limit: int | None,
+    origin: str,
+    *,
+    source: str,
+    label: str,
+    hops: Mapping[str, int],
+    logger: Any,
+    no_context: str | None = None,
+) -> Loaded:
+    """Map HotpotQA-style records (HotpotQA, 2Wiki: ``_id``/``id``, ``type``, ``question``,
+    ``answer``, ``context``, ``supporting_facts``); stop after ``limit`` questions.
+
+    Question id ``<source>:<_id|id>``; answers ``[answer]``; ``type`` must be a key of ``hops``
+    (else a :class:`RealDataError` listing ``label``'s types), which gives the question's hop
+    count; context and supporting facts go through :func:`add_context_question`. A record without
+    a (non-empty) ``context`` is skipped and counted under ``no_context`` when that reason is
+    given, and is an error otherwise."""
+    loaded, corpus = Loaded(), CorpusBuilder()
+    for where, rec in records:
+        if limit is not None and len(loaded.questions) >= limit:
+            break
+        where = where_id(where, rec, "_id", "id")
+        if no_context is not None and not rec.get("context"):
+            loaded.skipped[no_context] += 1
+            continue
+        qtype = require_text(rec, "type", where)
+        if qtype not in hops:
+            raise RealDataError(f"{where}: field 'type' is {qtype!r}; {label} types are {sorted(hops)}")
+        add_context_question(
+            loaded,
+            corpus,
+            source=source,
+            qid=f"{source}:{record_id(rec, where, '_id', 'id')}",
+            text=require_text(rec, "question", where),
+            answers=[require_text(rec, "answer", where)],
+            qtype=qtype,
+            hops=hops[qtype],
+            context=parse_context(require(rec, "context", (list, dict, str), where), where),
+            titles=supporting_titles(require(rec, "supporting_facts", (list, dict, str), where), where),
+            where=where,
+        )
+    loaded.passages = corpus.passages()
+    log_skipped(logger, origin, loaded)
+    return loaded
 
 
 def log_skipped(logger: Any, origin: str, loaded: Loaded) -> None:

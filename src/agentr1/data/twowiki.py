@@ -21,20 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from agentr1.data.realformat import (
-    CorpusBuilder,
-    RealDataError,
-    Loaded,
-    Record,
-    add_context_question,
-    log_skipped,
-    parse_context,
-    record_id,
-    require,
-    require_text,
-    supporting_titles,
-    where_id,
-)
+from agentr1.data.realformat import Loaded, Record, load_context_records
 
 SOURCE = "2wiki"
 HOPS = {"comparison": 2, "compositional": 2, "inference": 2, "bridge_comparison": 4}
@@ -44,30 +31,5 @@ log = logging.getLogger(__name__)
 
 def load_twowiki(records: Iterable[Record], limit: int | None = None, origin: str = SOURCE) -> Loaded:
     """Map 2WikiMultihopQA records (``(where, record)`` pairs); stop after ``limit`` questions."""
-    loaded, corpus = Loaded(), CorpusBuilder()
-    for where, rec in records:
-        if limit is not None and len(loaded.questions) >= limit:
-            break
-        where = where_id(where, rec, "_id", "id")
-        if not rec.get("context"):
-            loaded.skipped[NO_CONTEXT] += 1
-            continue
-        qtype = require_text(rec, "type", where)
-        if qtype not in HOPS:
-            raise RealDataError(f"{where}: field 'type' is {qtype!r}; 2Wiki types are {sorted(HOPS)}")
-        add_context_question(
-            loaded,
-            corpus,
-            source=SOURCE,
-            qid=f"{SOURCE}:{record_id(rec, where, '_id', 'id')}",
-            text=require_text(rec, "question", where),
-            answers=[require_text(rec, "answer", where)],
-            qtype=qtype,
-            hops=HOPS[qtype],
-            context=parse_context(require(rec, "context", (list, dict, str), where), where),
-            titles=supporting_titles(require(rec, "supporting_facts", (list, dict, str), where), where),
-            where=where,
-        )
-    loaded.passages = corpus.passages()
-    log_skipped(log, origin, loaded)
-    return loaded
+    return load_context_records(records, limit, origin, source=SOURCE, label="2Wiki", hops=HOPS, logger=log,
+                                no_context=NO_CONTEXT)

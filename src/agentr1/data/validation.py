@@ -1,6 +1,10 @@
 """The ``validate`` stage's checks (:mod:`agentr1.stages.validate`): the processed dataset with Great
 Expectations, before anything uses it.
 
+One module of more than 500 lines on purpose: it is one expectation suite, each check an
+expectation with its own message and fix, over rows loaded once; split by check it would scatter
+that loading and the summary every check writes into (the GX plumbing is in :mod:`agentr1.data.gx_suite`).
+
 What is checked (each is one GX expectation, named in ``summary.json`` and in error messages
 together with what to do about it):
 
@@ -64,7 +68,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from agentr1.config import SPLITS, CalculatorToolConfig, Config, ValidateConfig
+from agentr1.config import SPLITS, Config, ValidateConfig
 from agentr1.data.gx_suite import Check, CheckResult, run_checks
 from agentr1.data.schema import (CORPUS_FILE, CORPUS_SCHEMA, OPTIONAL_QUESTION_FIELDS, QUESTION_FIELDS, QUESTION_SCHEMA,
                                  Dataset)
@@ -390,7 +394,7 @@ def tool_checks_on(cfg: Config) -> bool:
 
 def _evaluate(expression: str) -> str:
     """What the calculator tool answers for ``expression`` (its evaluator and number format, default limits)."""
-    from agentr1.data.arithmetic import Arithmetic, format_number
+    from agentr1.data.arithmetic import Arithmetic, CalculatorToolConfig, format_number
 
     return format_number(Arithmetic().evaluate(expression), CalculatorToolConfig().significant_digits)
 

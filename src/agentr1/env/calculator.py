@@ -2,7 +2,7 @@
 
 Call: tag format ``<calculate>2 * (3 + 4)</calculate>``; Hermes
 ``{"name": "calculator", "arguments": {"expression": "2 * (3 + 4)"}}``. Options: ``env.calculator``
-(:class:`~agentr1.config.CalculatorToolConfig`).
+(:class:`~agentr1.data.arithmetic.CalculatorToolConfig`, with the grammar it limits).
 
 Grammar, limits and result text: :mod:`agentr1.data.arithmetic` (the one evaluator, also used by
 the dataset checks).
@@ -21,8 +21,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from agentr1.config import CalculatorToolConfig
-from agentr1.data.arithmetic import Arithmetic, format_number
+from agentr1.data.arithmetic import Arithmetic, CalculatorToolConfig, format_number
 from agentr1.env.base import ToolResult
 from agentr1.env.tools import Tool
 

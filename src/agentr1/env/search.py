@@ -19,12 +19,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentr1.config import SearchToolConfig
+from pydantic import Field
+
+from agentr1.config.base import _Section
 from agentr1.env.base import CallOutcome, ToolResult
 from agentr1.env.tools import Tool
 from agentr1.retrieval.base import Hit, Retriever, RetrieverError
 
 NO_RESULTS = "No results found."
+
+
+class SearchToolConfig(_Section):
+    """``env.search``: options of the search tool (:attr:`SearchTool.options`)."""
+
+    topk: int = Field(1, ge=1, le=50)
+    max_query_chars: int = Field(256, ge=1)
+    passage_max_chars: int = Field(400, ge=16)
 
 
 def format_passages(hits: Sequence[Hit], passage_max_chars: int) -> str:

@@ -10,7 +10,7 @@ Tools never raise for bad input: ``execute``/``execute_batch`` return a failed
 :class:`~agentr1.env.base.ToolResult` with a message the model can read. (The environment still
 guards against a misbehaving user tool; see ``ToolEnv``.)
 
-A tool declares everything about itself on its class (README "Add a tool"):
+A tool declares everything about itself on its class (docs/EXTENDING.md "Add a tool"):
 
 * ``name`` (what ``env.tools`` lists and Hermes calls name), ``description``, ``parameters``;
 * ``tag``: its element in the tag format (``<calculate>...</calculate>``; default: ``name``);
@@ -23,9 +23,10 @@ A tool declares everything about itself on its class (README "Add a tool"):
   (``("retriever",)`` for search);
 * :meth:`Tool.success_reward`: its process-reward hook for a successful call.
 
-Users add a tool by subclassing :class:`Tool` in one module and decorating it with
-``@agentr1.registry.TOOLS.register("name")``; ``make_tool("name", **deps)`` builds it and
-``TOOLS.names()`` lists the registered names.
+Users add a tool by subclassing :class:`Tool` in one module and naming the class in an entry point
+of the ``agentr1.tools`` group (or, in-process, decorating it with
+``@agentr1.registry.TOOLS.register("name")``); ``make_tool("name", **deps)`` builds it and
+``TOOLS.names()`` lists the available names.
 """
 
 from __future__ import annotations
@@ -33,13 +34,15 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 from pydantic import BaseModel
 
 from agentr1.env.base import CallOutcome, ToolResult
 from agentr1.registry import TOOLS
+
+if TYPE_CHECKING:
+    import jsonschema
 
 DEFAULT_MAX_ARG_CHARS = 4096
 
@@ -84,6 +87,8 @@ class Tool(ABC):
         }
 
     def _validator(self) -> jsonschema.protocols.Validator:
+        import jsonschema  # here: config validation imports tool modules for their options models
+
         cached = getattr(self, "_cached_validator", None)
         if cached is None or cached.schema is not self.parameters:
             cls = jsonschema.validators.validator_for(self.parameters)

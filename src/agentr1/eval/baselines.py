@@ -31,14 +31,15 @@ from typing import Any
 from agentr1.env.formats import ANSWER_CLOSE, ANSWER_OPEN
 from agentr1.env.rewards import score_episode
 from agentr1.eval.quick import evaluate_tool_policy, score_row, summarize
+from agentr1.eval.setup import EvalSetup
 from agentr1.rollout.engine import RolloutEngine, decode, encode
 from agentr1.rollout.trajectory import Trajectory
 
 
-def base_tool_call(backend, tokenizer, env, rollout_cfg, questions, reward_cfg, seed: int = 0):
-    """The base-tool-call baseline: greedy rollouts of ``backend``'s policy in ``env`` (see
-    :func:`agentr1.eval.quick.evaluate_tool_policy`)."""
-    return evaluate_tool_policy(backend, tokenizer, env, rollout_cfg, questions, reward_cfg, seed)
+def base_tool_call(setup: EvalSetup, questions: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], list[Trajectory]]:
+    """The base-tool-call baseline: greedy rollouts of ``setup.backend``'s policy in ``setup.env``
+    (see :func:`agentr1.eval.quick.evaluate_tool_policy`)."""
+    return evaluate_tool_policy(setup, questions)
 
 
 def retrieve_observation(env, question: str, tool: str = "search") -> str:
@@ -58,20 +59,14 @@ def naive_rag_prompt(engine: RolloutEngine, question: Mapping[str, Any], observa
     return ids
 
 
-def naive_rag(
-    backend,
-    tokenizer,
-    env,
-    rollout_cfg,
-    questions: Sequence[Mapping[str, Any]],
-    reward_cfg,
-    seed: int = 0,
-    force_answer: bool = True,
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Run the naive-RAG baseline greedily; returns the summary (em/subem/f1, format_ok,
-    reward, answered, tool_calls = 0, turns = 1, ``seconds``) and one record per question
-    (prompt text, the answer turn, the parsed answer and its scores)."""
+def naive_rag(setup: EvalSetup, questions: Sequence[Mapping[str, Any]],
+              force_answer: bool = True) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Run the naive-RAG baseline greedily (generations seeded with ``setup.seed``, at most
+    ``setup.rollout.batch_size`` prompts per backend call); returns the summary (em/subem/f1,
+    format_ok, reward, answered, tool_calls = 0, turns = 1, ``seconds``) and one record per
+    question (prompt text, the answer turn, the parsed answer and its scores)."""
     t0 = time.perf_counter()
+    backend, tokenizer, env, rollout_cfg = setup.backend, setup.tokenizer, setup.env, setup.rollout
     engine = RolloutEngine(backend, env, tokenizer, rollout_cfg)
     prefix = ANSWER_OPEN if force_answer else ""
     prompts = [naive_rag_prompt(engine, q, retrieve_observation(env, q["question"]), force_answer) for q in questions]
@@ -79,14 +74,14 @@ def naive_rag(
     gens = []
     for start in range(0, len(prompts), rollout_cfg.batch_size):
         chunk = prompts[start : start + rollout_cfg.batch_size]
-        gens += backend.generate(chunk, rollout_cfg.max_turn_tokens, stops, 0.0, 1.0, seed)
+        gens += backend.generate(chunk, rollout_cfg.max_turn_tokens, stops, 0.0, 1.0, setup.seed)
     rows, records = [], []
     for q, ids, gen in zip(questions, prompts, gens):
         turn = prefix + decode(tokenizer, gen.token_ids)
         parsed = env.fmt.parse(turn)
         answer = parsed.answer
         golds = list(q.get("answers", []))
-        score = score_episode(Trajectory(str(q["id"]), q["question"], golds, ids, outcomes=[[]], answer=answer), reward_cfg)
+        score = score_episode(Trajectory(str(q["id"]), q["question"], golds, ids, outcomes=[[]], answer=answer), setup.reward)
         row = {**score_row(score), "turns": 1.0, "answered": float(score.answered),
                "reason": "answer" if answer is not None else gen.finish}
         rows.append(row)

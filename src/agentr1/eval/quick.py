@@ -23,8 +23,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentr1.env.rewards import EpisodeScore, score_episode
+from agentr1.eval.setup import EvalSetup
 from agentr1.rollout.engine import RolloutEngine
 from agentr1.rollout.trajectory import Trajectory
+
 
 def greedy(rollout_cfg):
     """A copy of ``rollout_cfg`` with greedy decoding (temperature 0, top-p 1)."""
@@ -70,41 +72,26 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def evaluate_tool_policy(
-    backend,
-    tokenizer,
-    env,
-    rollout_cfg,
-    questions: Sequence[Mapping[str, Any]],
-    reward_cfg,
-    seed: int = 0,
-) -> tuple[dict[str, Any], list[Trajectory]]:
-    """Greedy rollouts of ``backend`` (one per question) in ``env``; returns the
-    :func:`summarize` of the episodes (plus ``seconds``) and the trajectories."""
+def evaluate_tool_policy(setup: EvalSetup, questions: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], list[Trajectory]]:
+    """Greedy rollouts of ``setup.backend`` (one per question, seeded from ``setup.seed``) in
+    ``setup.env``; returns the :func:`summarize` of the episodes (plus ``seconds``) and the
+    trajectories."""
     t0 = time.perf_counter()
-    engine = RolloutEngine(backend, env, tokenizer, greedy(rollout_cfg))
-    trajs = engine.rollout([dict(q) for q in questions], group_size=1, seed=seed)
-    summary = summarize([episode_metrics(t, reward_cfg) for t in trajs])
+    engine = RolloutEngine(setup.backend, setup.env, setup.tokenizer, greedy(setup.rollout))
+    trajs = engine.rollout([dict(q) for q in questions], group_size=1, seed=setup.seed)
+    summary = summarize([episode_metrics(t, setup.reward) for t in trajs])
     summary["seconds"] = time.perf_counter() - t0
     return summary, trajs
 
 
-def sample_policy(
-    backend,
-    tokenizer,
-    env,
-    rollout_cfg,
-    questions: Sequence[Mapping[str, Any]],
-    reward_cfg,
-    k: int,
-    seed: int = 0,
-) -> list[list[float]]:
-    """``k`` rollouts per question at ``rollout_cfg``'s temperature and top-p (the RL sampling
-    setting); per question the EM of each sample. ``pass@k`` of a question is whether any sample
-    is right (with ``n = k`` samples the unbiased estimator is exactly that)."""
-    engine = RolloutEngine(backend, env, tokenizer, rollout_cfg)
-    trajs = engine.rollout([dict(q) for q in questions], group_size=k, seed=seed)
-    ems = [score_episode(t, reward_cfg).em for t in trajs]
+def sample_policy(setup: EvalSetup, questions: Sequence[Mapping[str, Any]], k: int) -> list[list[float]]:
+    """``k`` rollouts per question at ``setup.rollout``'s temperature and top-p (the RL sampling
+    setting), seeded from ``setup.seed``; per question the EM of each sample. ``pass@k`` of a
+    question is whether any sample is right (with ``n = k`` samples the unbiased estimator is
+    exactly that)."""
+    engine = RolloutEngine(setup.backend, setup.env, setup.tokenizer, setup.rollout)
+    trajs = engine.rollout([dict(q) for q in questions], group_size=k, seed=setup.seed)
+    ems = [score_episode(t, setup.reward).em for t in trajs]
     return [ems[i : i + k] for i in range(0, len(ems), k)]
 
 

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from agentr1.config import BM25Config
-from agentr1.retrieval.base import Hit, Retriever, RetrieverError
+from agentr1.config import BM25Config, RetrievalConfig
+from agentr1.retrieval.base import Hit, Retriever, RetrieverError, check_search_args
 from agentr1.retrieval.corpus import PassageStore, read_meta, write_meta
 
 log = logging.getLogger(__name__)
@@ -146,6 +146,25 @@ class BM25Retriever(Retriever):
         model = bm25s.BM25(method=cfg.method, k1=cfg.k1, b=cfg.b)
         model.index((doc_ids, vocab), create_empty_token=False, show_progress=False)
         return cls(model, passages, analyzer, index_settings(cfg))
+
+    @classmethod
+    def index_corpus(cls, corpus_rows: Iterable[Mapping[str, Any]], retrieval_cfg: RetrievalConfig,
+                     seed: int = 0) -> "BM25Retriever":
+        """``agentr1 index`` with ``retrieval.backend: bm25`` (:class:`~agentr1.retrieval.base.IndexBackend`;
+        no randomness, ``seed`` is unused)."""
+        return cls.build(corpus_rows, retrieval_cfg.bm25)
+
+    @classmethod
+    def open_index(cls, directory: str | Path, retrieval_cfg: RetrievalConfig, meta: Mapping[str, Any]) -> "BM25Retriever":
+        """The index in ``directory``, which must have been built with the params' ``retrieval.bm25``
+        settings (``meta`` is its ``meta.json``)."""
+        wanted = index_settings(retrieval_cfg.bm25)
+        if meta.get("bm25") != wanted:
+            raise RetrieverError(
+                f"the index in {directory} was built with bm25 settings {meta.get('bm25')} but params say "
+                f"{wanted}: rerun `agentr1 index` (or `dvc repro index`)"
+            )
+        return cls.load(directory)
 
     def save(self, directory: str | Path) -> None:
         """Write ``meta.json``, ``passages.parquet`` and the ``bm25s`` matrix into ``directory``."""
@@ -272,8 +291,5 @@ class BM25Retriever(Retriever):
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         """Top-``k`` passages for each query, best first (one core, queries one after another)."""
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        if isinstance(queries, str):
-            raise TypeError("search expects a sequence of query strings, not one string")
+        check_search_args(queries, k)
         return [self._top_k(self.term_ids(q), k) for q in queries]

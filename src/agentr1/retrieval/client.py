@@ -25,7 +25,7 @@ from urllib3.exceptions import MaxRetryError
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
 from urllib3.util import Retry
 
-from agentr1.retrieval.base import Hit, Retriever, RetrieverError
+from agentr1.retrieval.base import Hit, Retriever, RetrieverError, check_search_args
 
 
 def _split_contents(contents: str) -> tuple[str, str]:
@@ -112,10 +112,7 @@ class HTTPRetriever(Retriever):
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         """Top-``k`` hits per query from the server (in batches of at most ``max_batch`` queries)."""
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        if isinstance(queries, str):
-            raise TypeError("search expects a sequence of query strings, not one string")
+        check_search_args(queries, k)
         out: list[list[Hit]] = []
         for i in range(0, len(queries), self.max_batch):
             batch = list(queries[i:i + self.max_batch])

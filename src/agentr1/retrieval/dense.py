@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from agentr1.config import DenseConfig
-from agentr1.retrieval.base import Hit, Retriever, RetrieverError
+from agentr1.config import DenseConfig, RetrievalConfig
+from agentr1.retrieval.base import Hit, Retriever, RetrieverError, check_search_args
 from agentr1.retrieval.corpus import PassageStore, read_meta, write_meta
 
 log = logging.getLogger(__name__)
@@ -173,6 +173,19 @@ class DenseRetriever(Retriever):
         index, settings = make_index(np.ascontiguousarray(emb, dtype=np.float32), cfg, seed)
         return cls(index, passages, encoder, cfg, settings)
 
+    @classmethod
+    def index_corpus(cls, corpus_rows: Iterable[Mapping[str, Any]], retrieval_cfg: RetrievalConfig,
+                     seed: int = 0) -> "DenseRetriever":
+        """``agentr1 index`` with ``retrieval.backend: dense`` (:class:`~agentr1.retrieval.base.IndexBackend`;
+        ``seed`` seeds the IVF-PQ training)."""
+        return cls.build(corpus_rows, retrieval_cfg.dense, seed=seed)
+
+    @classmethod
+    def open_index(cls, directory: str | Path, retrieval_cfg: RetrievalConfig, meta: Mapping[str, Any]) -> "DenseRetriever":
+        """The index in ``directory`` with the query-time settings of ``retrieval.dense`` (:meth:`load`
+        checks the stored model and index type against them)."""
+        return cls.load(directory, retrieval_cfg.dense)
+
     def save(self, directory: str | Path) -> None:
         """Write ``meta.json``, ``passages.parquet`` and ``faiss.index`` into ``directory``."""
         import faiss
@@ -214,10 +227,7 @@ class DenseRetriever(Retriever):
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         """Top-``k`` passages by cosine similarity for each query, best first."""
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        if isinstance(queries, str):
-            raise TypeError("search expects a sequence of query strings, not one string")
+        check_search_args(queries, k)
         if not queries:
             return []
         with self._lock:

@@ -1,5 +1,8 @@
 """Pick the retriever the params ask for: build one over a corpus, or load the built index / the server.
 
+``retrieval.backend`` names an index backend of :data:`agentr1.registry.RETRIEVERS` (``bm25``,
+``dense`` or a plug-in's; the contract is :class:`~agentr1.retrieval.base.IndexBackend`).
+
 ``build_retriever(cfg.retrieval, corpus_rows)`` is what ``agentr1 index`` runs;
 ``load_retriever(cfg)`` is what every consumer (the search tool, evaluation, the server) calls:
 with ``retrieval.url`` set it returns an :class:`~agentr1.retrieval.client.HTTPRetriever` for that
@@ -13,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agentr1.config import Config, RetrievalConfig
+from agentr1.registry import RETRIEVERS
 from agentr1.retrieval.base import Retriever, RetrieverError
 from agentr1.retrieval.corpus import read_meta
 
@@ -20,13 +24,7 @@ from agentr1.retrieval.corpus import read_meta
 def build_retriever(retrieval_cfg: RetrievalConfig, corpus_rows: Iterable[Mapping[str, Any]], seed: int = 0) -> Retriever:
     """Index ``corpus_rows`` (``id, title, text``) with ``retrieval_cfg.backend``; returns an in-memory
     retriever with a ``save(directory)`` method."""
-    if retrieval_cfg.backend == "bm25":
-        from agentr1.retrieval.bm25 import BM25Retriever
-
-        return BM25Retriever.build(corpus_rows, retrieval_cfg.bm25)
-    from agentr1.retrieval.dense import DenseRetriever
-
-    return DenseRetriever.build(corpus_rows, retrieval_cfg.dense, seed=seed)
+    return RETRIEVERS.get(retrieval_cfg.backend).index_corpus(corpus_rows, retrieval_cfg, seed)
 
 
 def load_index(index_dir: str | Path, retrieval_cfg: RetrievalConfig) -> Retriever:
@@ -38,19 +36,7 @@ def load_index(index_dir: str | Path, retrieval_cfg: RetrievalConfig) -> Retriev
             f"the index in {index_dir} was built with backend {built!r} but retrieval.backend is "
             f"{retrieval_cfg.backend!r}: rerun `agentr1 index` (or `dvc repro index`)"
         )
-    if built == "bm25":
-        from agentr1.retrieval.bm25 import BM25Retriever, index_settings
-
-        wanted = index_settings(retrieval_cfg.bm25)
-        if meta.get("bm25") != wanted:
-            raise RetrieverError(
-                f"the index in {index_dir} was built with bm25 settings {meta.get('bm25')} but params say "
-                f"{wanted}: rerun `agentr1 index` (or `dvc repro index`)"
-            )
-        return BM25Retriever.load(index_dir)
-    from agentr1.retrieval.dense import DenseRetriever
-
-    return DenseRetriever.load(index_dir, retrieval_cfg.dense)
+    return RETRIEVERS.get(built).open_index(index_dir, retrieval_cfg, meta)
 
 
 def load_retriever(cfg: Config | RetrievalConfig) -> Retriever:

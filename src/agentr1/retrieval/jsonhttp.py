@@ -2,7 +2,10 @@
 
 :class:`JSONHTTPServer` serves a :class:`JSONApp` (``routes``: path -> the one method it answers,
 ``limits``, ``log`` and ``handle(path, body, cancelled)``); every answer is JSON (``HEAD``: the
-headers only). What this layer guarantees, whatever the app:
+headers only). It is one module of about 500 lines because each limit below is enforced where
+the bytes are read, in the one request loop (the retrieval app is :mod:`agentr1.retrieval.server`,
+the bounded JSON decoder :mod:`agentr1.retrieval.jsonbody`). What this layer guarantees, whatever
+the app:
 
 - **framing** (RFC 9112): a request line (after up to 4 empty lines) of at most 64 KiB, origin-form
   or absolute-form target (``POST http://host/retrieve`` is the path ``/retrieve``); at most 100

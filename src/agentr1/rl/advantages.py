@@ -32,16 +32,13 @@ dispatcher a trainer calls with the run's config.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import torch
 
 from agentr1.registry import ESTIMATORS
 from agentr1.rl.masks import WHITEN_EPS, as_bool, masked_sum, masked_whiten
-
-AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 # Shared knobs a trainer may pass to any estimator; each is forwarded only to estimators whose
 # signature takes it (the signature is the estimator's list of knobs). Anything else unknown to
@@ -56,21 +53,13 @@ def compute_advantage(
     :data:`SHARED_OPTIONS` (``values``, ``index``, ``gamma``, ``lam``, ``whiten``,
     ``norm_by_std``, ``eps``) are passed only where the estimator accepts them, so one config
     serves every estimator; the input it declares it needs (``values`` for ``needs_values``,
-    ``index`` for ``grouped``) missing or ``None`` raises ``ValueError``; any other keyword goes
-    through as is."""
-    fn: AdvantageFn = ESTIMATORS.get(name)
+    ``index`` for ``grouped``) missing or ``None`` raises ``ValueError``; any other keyword the
+    estimator does not take raises ``TypeError`` (:meth:`~agentr1.registry.Registry.call`)."""
     meta = ESTIMATORS.spec(name).meta
-    params = inspect.signature(fn).parameters
-    call: dict[str, Any] = {}
-    for k, v in kwargs.items():
-        if k in params:
-            call[k] = v
-        elif k not in SHARED_OPTIONS:
-            raise TypeError(f"advantage estimator {name!r} takes no option {k!r}")
     for need, flag in (("values", "needs_values"), ("index", "grouped")):
-        if meta.get(flag) and call.get(need) is None:
+        if meta.get(flag) and kwargs.get(need) is None:
             raise ValueError(f"advantage estimator {name!r} needs {need!r}")
-    return fn(token_rewards=token_rewards, mask=mask, **call)
+    return ESTIMATORS.call(name, token_rewards=token_rewards, mask=mask, shared=SHARED_OPTIONS, **kwargs)
 
 
 # ----------------------------------------------------------------------------- helpers

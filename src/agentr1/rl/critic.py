@@ -1,21 +1,14 @@
-"""Model-side modules of the trainer: the policy's token log-probs and the critic (value model).
+"""The critic (value model) of the trainer.
 
-Both are ``nn.Module`` s whose ``forward`` does the whole computation, so that DDP/FSDP wrap them
-as a unit (calling a submodule of a DDP-wrapped model directly would bypass the gradient hooks).
+An ``nn.Module`` whose ``forward`` does the whole computation, so that DDP/FSDP wrap it as a unit
+(calling a submodule of a DDP-wrapped model directly would bypass the gradient hooks); the actor's
+counterpart is :class:`agentr1.models.forward.PolicyLogProbs`.
 
-Alignment (as :func:`agentr1.rollout.trajectory.collate` and :mod:`agentr1.rl.masks`): every
-output is ``[B, L]`` over ``prompt + response``; entry ``t`` belongs to token ``x_t``:
-
-* ``logp[b, t] = log softmax(z_{t-1} / T)[x_t]`` - the log-prob of token ``t`` given ``x_<t``
-  (``T`` = the sampling temperature, so it is the same quantity the rollout stored);
-* ``entropy[b, t]`` = entropy of that same distribution;
-* ``values[b, t] = V(x_<t)`` - the critic's value of the state in which token ``t`` is chosen.
-
-Entries at ``t = 0`` and outside ``target_mask`` are 0. Only the selected positions go through the
-output head (the vocabulary projection dominates a small model's cost), and the token prefix all
-rows of a micro-batch share (system prompt + chat header, capped before the first target) runs
-once, its KV cache repeated for the rows (:func:`agentr1.rl.sft._hidden_states`): same numbers as
-the full forward, measured 0.70-0.74x the time of a pass on nano batches (bench/RESULTS.md).
+Alignment (as :func:`agentr1.rollout.trajectory.collate` and :mod:`agentr1.rl.masks`): the output
+is ``[B, L]`` over ``prompt + response``; ``values[b, t] = V(x_<t)`` - the critic's value of the
+state in which token ``t`` is chosen; 0 at ``t = 0`` (and inside a shared prefix). The prefix
+all rows share runs once, its KV cache repeated for the rows
+(:func:`agentr1.models.forward.hidden_states`).
 """
 
 from __future__ import annotations
@@ -26,47 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from agentr1.rl.losses import entropy_from_logits
-from agentr1.rl.sft import _fast_head, _hidden_states, shared_prefix_length
-
-
-def _scatter(values: torch.Tensor, sel: torch.Tensor) -> torch.Tensor:
-    """Place ``values`` (one per True of ``sel`` ``[B, L-1]``) into a zero ``[B, L]`` tensor at
-    columns ``1..L-1`` (differentiable)."""
-    out = torch.zeros(sel.shape, dtype=values.dtype, device=values.device).masked_scatter(sel, values)
-    return F.pad(out, (1, 0))
-
-
-class PolicyLogProbs(nn.Module):
-    """``forward(input_ids, attention_mask, target_mask) -> (logp, entropy)`` of a causal LM
-    (module docstring); ``entropy`` is ``None`` unless ``with_entropy``. ``share_prefix``: run the
-    rows' common prefix once (off under FSDP, whose sharded modules are best called once per
-    forward)."""
-
-    def __init__(self, model: nn.Module, temperature: float = 1.0, share_prefix: bool = True):
-        super().__init__()
-        self.model = model
-        self.temperature = float(temperature) if temperature > 0 else 1.0
-        self._fast = _fast_head(model)
-        self.share_prefix = share_prefix
-
-    def forward(self, input_ids, attention_mask, target_mask, with_entropy: bool = False):
-        targets, sel = input_ids[:, 1:], target_mask[:, 1:].bool()
-        if self._fast:
-            prefix = 0
-            if self.share_prefix:
-                rows = {"input_ids": input_ids, "attention_mask": attention_mask, "action_mask": target_mask}
-                prefix = shared_prefix_length(rows)
-            # hidden states of positions prefix..L-1; no target is predicted from inside the prefix
-            hidden = _hidden_states(self.model, input_ids, attention_mask, prefix)
-            logits = self.model.get_output_embeddings()(hidden[:, :-1][sel[:, prefix:]])
-        else:
-            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1][sel]
-        logits = logits.float() / self.temperature
-        logp_all = torch.log_softmax(logits, dim=-1)
-        picked = logp_all.gather(-1, targets[sel].unsqueeze(-1)).squeeze(-1)
-        entropy = _scatter(entropy_from_logits(logits), sel) if with_entropy else None
-        return _scatter(picked, sel), entropy
+from agentr1.lm.schedule import make_optimizer
+from agentr1.models.forward import PolicyLogProbs, hidden_states, shared_prefix_length
+from agentr1.registry import ESTIMATORS
+from agentr1.rl.distributed import Dist, wrap
 
 
 class ValueModel(nn.Module):
@@ -76,7 +32,7 @@ class ValueModel(nn.Module):
 
     With ``value_mask`` (the positions whose values are used: the advantage mask) and
     ``share_prefix``, the prefix every row shares, capped before the first masked position, runs
-    once as in :class:`PolicyLogProbs`; values inside it are 0 (none is used). Without the mask
+    once as in :class:`agentr1.models.forward.PolicyLogProbs`; values inside it are 0 (none is used). Without the mask
     every position gets its value (the full forward). The saving is the policy's: the system
     prompt is most of a nano episode's tokens, and the critic ran it for every row."""
 
@@ -93,7 +49,7 @@ class ValueModel(nn.Module):
         if self.share_prefix and value_mask is not None:
             prefix = shared_prefix_length({"input_ids": input_ids, "attention_mask": attention_mask,
                                            "action_mask": value_mask})
-        hidden = _hidden_states(self.backbone, input_ids, attention_mask, prefix)
+        hidden = hidden_states(self.backbone, input_ids, attention_mask, prefix)
         v = self.value_head(hidden[:, :-1].to(self.value_head.weight.dtype)).squeeze(-1).float()
         return F.pad(v, (prefix + 1, 0))
 
@@ -116,3 +72,23 @@ def build_critic(policy: nn.Module, critic_cfg, dtype: torch.dtype = torch.float
                 f"policy's {policy.config.vocab_size}: it must share the policy's tokenizer"
             )
     return ValueModel(backbone, backbone.config.hidden_size, share_prefix).to(dtype)
+
+
+def build_modules(policy: nn.Module, tcfg, rollout_cfg, dist: Dist):
+    """``(actor, ref, critic, opt, critic_opt)`` of the trainer: the actor
+    (:class:`~agentr1.models.forward.PolicyLogProbs` of ``policy`` at the sampling temperature,
+    DDP/FSDP-wrapped), the frozen reference (a deep copy; ``None`` without a KL term), the critic
+    (estimators that need values; else ``None``) and their AdamW optimizers. The shared prefix
+    runs once except under FSDP."""
+    share_prefix = not (dist.active and dist.strategy == "fsdp")
+    actor = wrap(PolicyLogProbs(policy, rollout_cfg.temperature, share_prefix), dist)
+    ref: PolicyLogProbs | None = None
+    if tcfg.kl.mode != "none" and tcfg.kl.coef > 0:
+        ref_model = copy.deepcopy(policy).eval().requires_grad_(False)
+        ref = PolicyLogProbs(ref_model, rollout_cfg.temperature, share_prefix)
+    critic = critic_opt = None
+    if ESTIMATORS.spec(tcfg.estimator).meta.get("needs_values"):
+        critic = wrap(build_critic(policy, tcfg.critic, next(policy.parameters()).dtype, share_prefix).to(dist.device), dist)
+        critic_opt = make_optimizer(critic, tcfg.critic.lr, tcfg.weight_decay)
+    opt = make_optimizer(actor, tcfg.lr, tcfg.weight_decay)
+    return actor, ref, critic, opt, critic_opt

@@ -149,6 +149,15 @@ def unwrap(module: torch.nn.Module) -> torch.nn.Module:
     return getattr(module, "module", module)
 
 
+def clip_grad_norm(module: torch.nn.Module, grad_clip: float) -> float:
+    """Clip the gradients of ``module`` to total norm ``grad_clip`` (0 = no clipping) and return
+    the norm before clipping; under FSDP the norm over all shards."""
+    max_norm = grad_clip if grad_clip > 0 else float("inf")
+    if hasattr(module, "clip_grad_norm_"):  # FSDP: norm over the shards
+        return float(module.clip_grad_norm_(max_norm))
+    return float(torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm))
+
+
 @contextlib.contextmanager
 def no_sync(module: torch.nn.Module, enabled: bool) -> Iterator[None]:
     """Skip the gradient all-reduce of this backward (gradient accumulation) when ``enabled``."""

@@ -35,8 +35,6 @@ KL estimators (per token, ``log_r = logp - ref_logp``, Schulman's k1/k2/k3; by n
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -49,7 +47,6 @@ LOG_RATIO_CLAMP = 20.0
 K3_CLAMP = 10.0
 
 Stats = dict[str, torch.Tensor]
-PolicyLossFn = Callable[..., tuple[torch.Tensor, Stats]]
 
 # Knobs a trainer may pass to any policy loss; forwarded only to the losses that take them.
 SHARED_OPTIONS = frozenset({"clip_low", "clip_high", "dual_clip", "agg_mode", "denom", "norm_const"})
@@ -115,16 +112,9 @@ def compute_policy_loss(
     """Run policy loss ``name`` of :data:`~agentr1.registry.POLICY_LOSSES` (signature
     ``fn(logp, old_logp, advantages, mask, *, agg_mode, denom, norm_const, ...) -> (loss,
     stats)``); options in :data:`SHARED_OPTIONS` go only to losses that take them (so one config
-    serves every loss), any other unknown option raises ``TypeError``."""
-    fn: PolicyLossFn = POLICY_LOSSES.get(name)
-    params = inspect.signature(fn).parameters
-    call: dict[str, Any] = {}
-    for k, v in options.items():
-        if k in params:
-            call[k] = v
-        elif k not in SHARED_OPTIONS:
-            raise TypeError(f"policy loss {name!r} takes no option {k!r}")
-    return fn(logp, old_logp, advantages, mask, **call)
+    serves every loss), any other unknown option raises ``TypeError``
+    (:meth:`~agentr1.registry.Registry.call`)."""
+    return POLICY_LOSSES.call(name, logp, old_logp, advantages, mask, shared=SHARED_OPTIONS, **options)
 
 
 def _kl_stats(logp: torch.Tensor, old_logp: torch.Tensor, m: torch.Tensor) -> Stats:
@@ -340,14 +330,6 @@ def kl_loss(
 
 
 # ----------------------------------------------------------------------------- entropy
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of ``softmax(logits)`` over the last dim: ``H = logsumexp(z) - sum_v p_v z_v``;
-    ``[..., V] -> [...]``, computed in float32 at least."""
-    z = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
-    p = torch.softmax(z, dim=-1)
-    return torch.logsumexp(z, dim=-1) - (p * z).sum(-1)
-
-
 def entropy_bonus(
     entropy: torch.Tensor,
     mask: torch.Tensor,
@@ -372,7 +354,6 @@ __all__ = [
     "apply_kl_penalty",
     "compute_policy_loss",
     "entropy_bonus",
-    "entropy_from_logits",
     "kl_abs",
     "kl_estimate",
     "kl_k1",

@@ -3,7 +3,7 @@
 The engine is built once, on first use, from the start checkpoint (``model_path``); before every
 rollout (training and dev) the current policy weights are loaded into it
 (``VLLMBackend.load_weights``) - a colocated "hybrid engine". Under FSDP the caller gathers the
-full weights first (``full_params``), as :meth:`agentr1.rl.trainer.Trainer.collect` does.
+full weights first (``full_params``), as :meth:`agentr1.rl.sampling.Sampling.collect` does.
 """
 
 from __future__ import annotations

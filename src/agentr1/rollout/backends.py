@@ -1,4 +1,4 @@
-"""The generation interface every rollout backend implements, and the factory that picks one.
+"""The generation interface every rollout backend implements (:mod:`agentr1.rollout.factory` builds one).
 
 A backend turns a batch of token-id prompts into one continuation each::
 
@@ -11,8 +11,9 @@ after it), the log-probability of each under the sampling distribution at temper
 top-p truncation is *not* renormalised into them), and why it stopped: ``"stop"`` (a stop
 string), ``"eos"`` or ``"length"`` (``max_new_tokens`` reached).
 
-Implementations: :class:`agentr1.rollout.hf.HFBackend` (a transformers causal LM, KV cache kept across turns; CPU and GPU,
-tested on CPU) and :class:`agentr1.rollout.vllm.VLLMBackend` (GPU only; imported lazily).
+Implementations, built by name through :data:`agentr1.registry.BACKENDS`:
+:class:`agentr1.rollout.hf.HFBackend` (a transformers causal LM, KV cache kept across turns; CPU
+and GPU, tested on CPU) and :class:`agentr1.rollout.vllm.VLLMBackend` (GPU only; imported lazily).
 
 A backend that keeps state between calls (the HF backend's per-row KV cache) also has
 ``reset()``; the rollout engine calls it before and after every rollout.
@@ -71,31 +72,3 @@ def first_stop(tokenizer, token_ids: Sequence[int], stop_strings: Sequence[str],
     if eos_at is not None:
         return limit, "eos"
     return n, "length"
-
-
-def make_backend(rollout_cfg, model=None, tokenizer=None, model_path: str | None = None):
-    """Build the backend ``rollout_cfg.backend`` names.
-
-    ``hf`` wraps an in-memory ``model`` + ``tokenizer``; ``vllm`` loads ``model_path`` (a
-    checkpoint directory) into a vLLM engine on the GPU.
-    """
-    if rollout_cfg.backend == "hf":
-        from agentr1.rollout.hf import HFBackend
-
-        if model is None or tokenizer is None:
-            raise ValueError("the hf backend needs model= and tokenizer=")
-        return HFBackend(model, tokenizer)
-    if rollout_cfg.backend == "vllm":
-        from agentr1.rollout.vllm import VLLMBackend
-
-        if model_path is None:
-            raise ValueError("the vllm backend needs model_path= (a checkpoint directory)")
-        v = rollout_cfg.vllm
-        return VLLMBackend(
-            model_path,
-            gpu_memory_utilization=v.gpu_memory_utilization,
-            enforce_eager=v.enforce_eager,
-            dtype=v.dtype,
-            max_model_len=rollout_cfg.max_total_tokens,
-        )
-    raise ValueError(f"unknown rollout.backend {rollout_cfg.backend!r}; allowed: hf, vllm")

@@ -61,6 +61,7 @@ from agentr1.rollout.trajectory import Trajectory
 NOISE_KINDS = ("wrong_query", "redundant_query", "early_answer")
 CLEAN = "clean"
 SEARCH, CALCULATOR = "search", "calculator"
+PROBE_EXAMPLES = 64  # dev questions of the copy probe (probe_episodes)
 
 
 @dataclass(frozen=True)
@@ -276,3 +277,23 @@ def oracle_texts(questions, env, plans: Sequence[OraclePlan], system: bool = Tru
         live = still
         turn += 1
     return ["\n".join(parts) for parts in transcripts]
+
+
+def probe_episodes(ds, env, tokenizer, cfg, titles: dict[str, str], limit: int = PROBE_EXAMPLES) -> list[Trajectory]:
+    """Clean oracle episodes (no noise) of the first ``limit`` distinct dev questions of the
+    dataset ``ds``, the inputs of the SFT copy probe (seeded ``cfg.seed``, ``cfg.sft.oracle_lead_space``,
+    rolled out under ``cfg.rollout``); ``[]`` without a dev split."""
+    questions = unique_questions(ds.split("dev"))[:limit]
+    if not questions:
+        return []
+    plans = plan_all(questions, titles, env.fmt, 0.0, cfg.seed, env.max_turns, cfg.sft.oracle_lead_space)
+    return oracle_rollout(questions, env, tokenizer, cfg.rollout, plans)
+
+
+def world_texts(ds, env, questions, plans: Sequence[OraclePlan]) -> list[str]:
+    """Everything a policy of this world reads or writes, for ``model.restrict_vocab``: the
+    passages of the dataset ``ds``, the questions of every split and the oracle's episode texts
+    of ``questions`` under ``plans`` (system prompt, calls, observations, answers)."""
+    passages = [f"{p['title']}\n{p['text']}" for p in ds.corpus]
+    asked = [str(q["question"]) for split in sorted(ds.questions) for q in ds.split(split)]
+    return passages + asked + oracle_texts(questions, env, plans)

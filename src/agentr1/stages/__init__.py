@@ -1,5 +1,9 @@
 """agentr1.stages: the DVC stages, one module each, over one :class:`StageContext`.
 
+Each stage module declares itself with ``SPEC`` (:class:`agentr1.stages.spec.StageSpec`: its
+name, help line, arguments and ``dvc.lock`` keys); :data:`STAGES` is what the modules of this
+package declare, found without importing them (:func:`agentr1.stages.spec.discover`).
+
 ``agentr1 <stage>`` (and ``dvc repro``, whose ``dvc.yaml`` calls it) runs :func:`run`, which opens
 the stage's context (:func:`agentr1.stages.context.open_stage`: its MLflow run when tracking is on)
 and calls the stage module's ``run(ctx, args)``. Before the run opens, a stage module may
@@ -26,20 +30,12 @@ from typing import Any
 
 from agentr1.config import Config
 from agentr1.stages.context import StageContext, open_stage
+from agentr1.stages.spec import StageSpec, discover
 
-# DVC stage -> (its module, the help line of `agentr1 <stage>`)
-STAGES: dict[str, tuple[str, str]] = {
-    "prepare": ("agentr1.stages.prepare", "build the unified dataset (data/processed)"),
-    "validate": ("agentr1.stages.validate", "validate the dataset with Great Expectations"),
-    "index": ("agentr1.stages.index", "build the retrieval index and its recall report"),
-    "pretrain": ("agentr1.stages.pretrain", "the base policy: a reader pretrained on drills over fresh worlds, and its reading gate"),
-    "sft": ("agentr1.stages.sft", "the SFT cold start from the base policy on oracle demonstrations"),
-    "train": ("agentr1.stages.train", "RL from the cold start with a named run (--run NAME; torchrun for data parallel)"),
-    "evaluate": ("agentr1.stages.evaluate", "greedy EM/F1 with bootstrap CIs of one policy on evaluate.splits (--policy NAME)"),
-    "report": ("agentr1.stages.report", "Table 3/4 analogues, breakdowns, plots and summary.md from the evaluations"),
-}
+# DVC stage -> (its module, its spec), in the order of `agentr1 --help`
+STAGES: dict[str, tuple[str, StageSpec]] = discover(__name__)
 
-__all__ = ["STAGES", "StageContext", "open_stage", "run"]
+__all__ = ["STAGES", "StageContext", "StageSpec", "open_stage", "run"]
 
 
 def run(stage: str, cfg: Config, args: Any = None) -> Any:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from agentr1.config import Config
+from agentr1.env.load import load_env
 from agentr1.errors import StageError
 from agentr1.tracking.run import StageRun
 
@@ -85,20 +86,6 @@ class StageContext:
         if not is_checkpoint(path):
             raise StageError(f"no checkpoint in {path}: run {made_by} first")
         return path
-
-
-def load_env(cfg: Config) -> Any:
-    """The :class:`agentr1.env.ToolEnv` of ``env.*`` over the index ``agentr1 index`` built;
-    :class:`StageError` saying to build it when it cannot be loaded."""
-    from agentr1.env import ToolEnv
-    from agentr1.retrieval.base import RetrieverError
-    from agentr1.retrieval.factory import load_retriever
-
-    try:
-        retriever = load_retriever(cfg)
-    except (RetrieverError, FileNotFoundError) as exc:
-        raise StageError(f"cannot load the retriever ({exc}): run `agentr1 index` first") from None
-    return ToolEnv.from_config(cfg.env, retriever)
 
 
 @contextlib.contextmanager

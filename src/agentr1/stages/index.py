@@ -34,6 +34,9 @@ from agentr1.retrieval.base import RetrieverError
 from agentr1.retrieval.factory import build_retriever
 from agentr1.retrieval.recall import dir_bytes, recall_report
 from agentr1.stages.context import StageContext
+from agentr1.stages.spec import StageSpec
+
+SPEC = StageSpec("index", "build the retrieval index and its recall report", order=30)
 
 log = logging.getLogger(__name__)
 

@@ -11,14 +11,15 @@ Steps (each timed into ``timing.json``, which is no DVC output):
    (``agentr1 prepare``) does not force a new pretraining;
 2. ``policy``: ``model.kind: scratch`` - a tokenizer trained on ``pretrain.tokenizer_docs``
    drill documents of a fresh world, every name part of the inventory one token
-   (:data:`agentr1.data.names.PARTS`), and a Llama model initialised with ``seed``;
+   (:data:`agentr1.data.names.PARTS`), and a Llama model initialised with ``seed``
+   (:func:`agentr1.models.build.scratch_policy`);
    ``hf``/``gguf`` - the pretrained model as downloaded (:func:`agentr1.models.downloaded_checkpoint`;
    no training);
-3. ``pretrain`` (scratch): :func:`agentr1.rl.pretrain.pretrain_reader` on reading drills over a
+3. ``pretrain`` (scratch): :func:`agentr1.lm.pretrain.pretrain_reader` on reading drills over a
    stream of fresh worlds (:func:`agentr1.data.drills.pretraining_docs`: no dataset entity, no
    answer to memorize); every ``pretrain.gate.every`` steps the gate on the first gate split
    (the gate curve);
-4. ``gate``: :func:`agentr1.rl.pretrain.gate_report` on one-hop and multi-passage drills over
+4. ``gate``: :func:`agentr1.lm.pretrain.gate_report` on one-hop and multi-passage drills over
    the entities of ``pretrain.gate.splits`` (:func:`agentr1.data.drills.gate_drills`);
 5. outputs, each written atomically and only when all of the above succeeded: the base policy
    (safetensors + tokenizer; for a downloaded model a reference to its cached copy,
@@ -38,23 +39,25 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from agentr1.data.drills import gate_drills, pretraining_docs, stream_docs
-from agentr1.data.names import PARTS
-from agentr1.data.world import build_world, corpus_rows, fresh_world
+from agentr1.data.drills import gate_drills, pretraining_docs
+from agentr1.data.world import build_world, corpus_rows
 from agentr1.errors import StageError
 from agentr1.io import atomic_dir, write_json_atomic
-from agentr1.models import (TOOL_TAGS, build_scratch_model, downloaded_checkpoint, load_checkpoint, write_reference,
-                            train_tokenizer)
-from agentr1.rl.pretrain import gate_report, pretrain_reader, reading_accuracy
+from agentr1.models import downloaded_checkpoint, load_checkpoint, write_reference
+from agentr1.models.build import scratch_policy
+from agentr1.lm.pretrain import gate_report, pretrain_reader, reading_accuracy
 from agentr1.stages.context import StageContext
 from agentr1.stages.outputs import curve_csv, summary_metrics
+from agentr1.stages.spec import StageSpec
+
+SPEC = StageSpec("pretrain", "the base policy: a reader pretrained on drills over fresh worlds, and its reading gate",
+                 order=40)
 
 log = logging.getLogger(__name__)
 
@@ -67,19 +70,6 @@ LOSS_METRICS = {"loss": "pretrain/loss", "lr": "pretrain/lr"}  # loss.csv column
 def gate_metrics(cfg) -> dict[str, str]:
     """gate.csv column -> the step metric of the gate curve (on the first gate split)."""
     return {k: f"gate/{cfg.pretrain.gate.splits[0]}.{k}" for k in KINDS}
-
-
-def scratch_policy(cfg, taken: set[str]):
-    """``(model, tokenizer)``: the tokenizer trained on drill documents of a fresh world (its own
-    seed), every name part one token, and a freshly initialised model (seed ``cfg.seed``)."""
-    pcfg, syn = cfg.pretrain, cfg.data.synthetic
-    world = fresh_world(pcfg.world_families, f"{cfg.seed}/tokenizer", taken=taken)
-    docs = stream_docs(world, random.Random(f"{cfg.seed}/tokenizer"), syn.distractor_sentences, pcfg.passages,
-                       pcfg.questions, pcfg.question_first)
-    texts = [next(docs).text for _ in range(pcfg.tokenizer_docs)]
-    parts = sorted({w for pool in PARTS.values() for w in pool})
-    tokenizer = train_tokenizer(texts, cfg.model.scratch.vocab_size, TOOL_TAGS, whole_words=parts)
-    return build_scratch_model(cfg.model.scratch, tokenizer, seed=cfg.seed), tokenizer
 
 
 def run(ctx: StageContext, args: Any = None) -> dict:

@@ -57,6 +57,9 @@ from agentr1.report.tools import tools_section
 from agentr1.report.tables import (Diff, Row, ablation_pairs, breakdown, breakdown_tables, build_rows, compare,
                                    csv_text, table3, table4)
 from agentr1.stages.context import StageContext
+from agentr1.stages.spec import StageSpec
+
+SPEC = StageSpec("report", "Table 3/4 analogues, breakdowns, plots and summary.md from the evaluations", order=80)
 
 log = logging.getLogger(__name__)
 

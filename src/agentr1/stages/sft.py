@@ -13,9 +13,9 @@ every run):
    the world's tokens first (``model.restrict_vocab``);
 4. ``oracle_rollout``: the scripts through the real :class:`RolloutEngine` + ToolEnv
    (token-exact trajectories, ``action_mask`` = the oracle's turns);
-5. ``train``: :func:`agentr1.rl.sft.train_sft` (skipped with ``sft.enabled: false``);
-   ``copy_probe``: :func:`agentr1.rl.sft.copy_probe` of the base policy and of the cold start on
-   clean oracle episodes of up to :data:`PROBE_EXAMPLES` dev questions (unseen entities; skipped
+5. ``train``: :func:`agentr1.lm.sft.train_sft` (skipped with ``sft.enabled: false``);
+   ``copy_probe``: :func:`agentr1.lm.sft.copy_probe` of the base policy and of the cold start on
+   clean oracle episodes of up to :data:`agentr1.rollout.oracle.PROBE_EXAMPLES` dev questions (unseen entities; skipped
    without a dev split) - can the model copy the names its calls and answers need? The probe's
    gate (``sft.copy_gate``) is recorded with it;
 6. outputs, written only when everything above succeeded (each atomically): the cold-start
@@ -48,11 +48,14 @@ from agentr1.eval.quick import episode_metrics, summarize
 from agentr1.io import atomic_dir, write_json_atomic
 from agentr1.models import load_checkpoint, save_checkpoint
 from agentr1.models.vocab import restrict_vocabulary
-from agentr1.rl.sft import copy_probe, train_sft
+from agentr1.lm.sft import copy_probe, train_sft
 from agentr1.rollout import save_trajectories
-from agentr1.rollout.oracle import corpus_titles, oracle_rollout, oracle_texts, plan_all, unique_questions
+from agentr1.rollout.oracle import corpus_titles, oracle_rollout, plan_all, probe_episodes, unique_questions, world_texts
 from agentr1.stages.context import StageContext
 from agentr1.stages.outputs import curve_csv, summary_metrics
+from agentr1.stages.spec import StageSpec
+
+SPEC = StageSpec("sft", "the SFT cold start from the base policy on oracle demonstrations", order=50)
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +63,6 @@ LOSS_FIELDS = ("step", "loss", "lr", "grad_norm", "action_tokens", "tokens")  # 
 # loss-curve field -> the step metric a run logs (live, or replayed from loss.csv by log_outputs)
 SFT_METRICS = {"loss": "sft/loss", "lr": "sft/lr", "grad_norm": "sft/grad_norm", "action_tokens": "sft/action_tokens"}
 ORACLE_EXAMPLES = 20
-PROBE_EXAMPLES = 64
 
 
 def _questions(ds, cfg):
@@ -70,25 +72,6 @@ def _questions(ds, cfg):
     if not train:
         raise StageError(f"no train questions in {cfg.data.processed_dir}: the oracle has nothing to demonstrate")
     return train
-
-
-def probe_episodes(ds, env, tokenizer, cfg, titles: dict[str, str], limit: int = PROBE_EXAMPLES) -> list:
-    """Clean oracle episodes (no noise) of the first ``limit`` distinct dev questions, the inputs
-    of the copy probe; ``[]`` without a dev split."""
-    questions = unique_questions(ds.split("dev"))[:limit]
-    if not questions:
-        return []
-    plans = plan_all(questions, titles, env.fmt, 0.0, cfg.seed, env.max_turns, cfg.sft.oracle_lead_space)
-    return oracle_rollout(questions, env, tokenizer, cfg.rollout, plans)
-
-
-def world_texts(ds, env, questions, plans) -> list[str]:
-    """Everything a policy of this world reads or writes, for ``model.restrict_vocab``: the
-    passages, the questions of every split and the oracle's episode texts (system prompt, calls,
-    observations, answers)."""
-    passages = [f"{p['title']}\n{p['text']}" for p in ds.corpus]
-    asked = [str(q["question"]) for split in sorted(ds.questions) for q in ds.split(split)]
-    return passages + asked + oracle_texts(questions, env, plans)
 
 
 def _oracle_summary(trajs, plans, reward_cfg) -> dict:

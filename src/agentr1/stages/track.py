@@ -5,8 +5,8 @@ from the run cache, after ``dvc pull``, ``dvc exp apply``, on a new tracking ser
 nothing. ``agentr1 track``, run in the project root after ``dvc repro`` (``make run`` does),
 walks ``dvc.lock`` and, for every stage entry
 
-1. that :data:`LOCK_KINDS` maps to an agentr1 stage (an unknown one stops everything, naming
-   the entry to add);
+1. that :data:`LOCK_KINDS` maps to an agentr1 stage (the ``lock`` keys of the stages' specs,
+   :class:`agentr1.stages.spec.StageSpec`; an unknown one stops everything, naming the entry to add);
 2. whose outputs and dependencies exist (else it is *skipped*: ``dvc pull`` restores them);
 3. that the store has no run for (:mod:`agentr1.tracking.lockruns`: a FINISHED run named after
    the entry whose ``dvc.out.*`` tags are the entry's output hashes; a live run of the current
@@ -46,24 +46,18 @@ from agentr1.errors import StageError
 from agentr1.stages import STAGES
 from agentr1.stages.context import open_stage
 from agentr1.tracking import lockruns, provenance
-from agentr1.tracking.mlflow_adapter import LOGGED_FROM_TAG, connect, current_pipeline_id, experiment_name
+from agentr1.tracking.mlflow_adapter import connect, current_pipeline_id, experiment_name
 from agentr1.tracking.redact import redact_uri
+from agentr1.tracking.tags import LOGGED_FROM_TAG
 from agentr1.tracking.uri import resolve_tracking_uri
 
 log = logging.getLogger(__name__)
 
-# dvc.lock key (before '@') -> (the agentr1 stage of STAGES, the argument its '@<name>' fills).
-# A new DVC stage needs one entry here and a `log_outputs(ctx, args, replay)` in its module.
+# dvc.lock key (before '@') -> (the agentr1 stage of STAGES, the argument its '@<name>' fills), from
+# the stages' specs (StageSpec.lock). A new DVC stage declares its keys there and has a
+# `log_outputs(ctx, args, replay)` in its module.
 LOCK_KINDS: dict[str, tuple[str, str | None]] = {
-    "pretrain": ("pretrain", None),
-    "prepare": ("prepare", None),
-    "validate": ("validate", None),
-    "index": ("index", None),
-    "sft": ("sft", None),
-    "train": ("train", "run"),                      # train@<run>: agentr1 train --run <run>
-    "evaluate": ("evaluate", "policy"),             # evaluate@<run>: agentr1 evaluate --policy <run>
-    "evaluate_baseline": ("evaluate", "policy"),    # evaluate_baseline@<name>
-    "report": ("report", None),
+    prefix: (stage, arg) for stage, (_, spec) in STAGES.items() for prefix, arg in spec.lock.items()
 }
 LOGGED_FROM = "dvc.lock"
 
@@ -91,8 +85,8 @@ def resolve(key: str) -> tuple[str, argparse.Namespace]:
     prefix, at, name = key.partition("@")
     if prefix not in LOCK_KINDS:
         raise StageError(f"dvc.lock stage {key!r} has no entry in agentr1.stages.track.LOCK_KINDS, so `agentr1 track` "
-                         f"cannot log it: add {prefix!r}: (<agentr1 stage>, <argument its @name fills or None>) there and a "
-                         "log_outputs(ctx, args, replay) to the stage module (README \"Extending: a stage\")")
+                         f"cannot log it: add {prefix!r}: <argument its @name fills or None> to the lock of the SPEC of "
+                         "its stage module and a log_outputs(ctx, args, replay) there (docs/EXTENDING.md, \"A stage\")")
     stage, arg = LOCK_KINDS[prefix]
     if bool(arg) != bool(at):
         raise StageError(f"dvc.lock stage {key!r}: LOCK_KINDS[{prefix!r}] expects "
@@ -225,7 +219,8 @@ def log_entry(cfg: Config, entry: Entry) -> str:
     module = importlib.import_module(STAGES[entry.stage][0])
     run_name, variant = module.names(cfg, entry.args) if hasattr(module, "names") else (entry.stage, None)
     if run_name != entry.key:
-        raise StageError(f"dvc.lock stage {entry.key!r} resolves to the run name {run_name!r}: fix LOCK_KINDS")
+        raise StageError(f"dvc.lock stage {entry.key!r} resolves to the run name {run_name!r}: fix the lock of the "
+                         f"SPEC of {module.__name__}")
     with open_stage(cfg, entry.stage, run_name=run_name, variant=variant, extra_tags={LOGGED_FROM_TAG: LOGGED_FROM}) as ctx:
         module.log_outputs(ctx, entry.args, replay=True)
     return str(ctx.run.run_id)

@@ -51,8 +51,19 @@ from agentr1.io import remove_stale_temps, tree_digest, write_json_atomic, write
 from agentr1.models import load_checkpoint, save_checkpoint
 from agentr1.rl import checkpoint as ckpt
 from agentr1.rl.distributed import full_params, init_distributed, shutdown
+from agentr1.rl.sampling import Episodes
 from agentr1.rl.trainer import Trainer
 from agentr1.stages.context import StageContext
+from agentr1.stages.spec import Arg, StageSpec
+
+SPEC = StageSpec(
+    "train", "RL from the cold start with a named run (--run NAME; torchrun for data parallel)", order=60,
+    args=(Arg("--run", "--run-name", dest="run", default=None,
+              help="named run from params `runs` (default: the train section as is); under torchrun "
+                   "spell it --run-name (torchrun itself claims the prefix --run)"),
+          Arg("--resume", action="store_true", help="continue from <train.out_dir>/<run>/state")),
+    lock={"train": "run"},  # train@<run>: agentr1 train --run <run>
+)
 
 log = logging.getLogger(__name__)
 
@@ -186,8 +197,8 @@ def run(ctx: StageContext, args: Any = None) -> dict | None:
                       "start_checkpoint": tree_digest(sft_dir)}
         logger = ctx.run.logger
         model, tokenizer = load_checkpoint(sft_dir, cfg.model.dtype, cfg.model.trust_remote_code)
-        trainer = Trainer(model, tokenizer, tcfg, cfg.rollout, cfg.reward, env=env, train_questions=train_q,
-                          dev_questions=dev_q, logger=logger, seed=run_seed, dist=dist, state_dir=state_dir, model_path=sft_dir,
+        trainer = Trainer(model, tokenizer, tcfg, cfg.rollout, cfg.reward, episodes=Episodes(env, train_q, dev_q),
+                          logger=logger, seed=run_seed, dist=dist, state_dir=state_dir, model_path=sft_dir,
                           run_params=run_params)
         if resume:
             trainer.resume()  # StageError when the params differ from the state's

@@ -19,9 +19,10 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from agentr1.errors import StageError
-from agentr1.tracking.mlflow_adapter import STAGE_TAG, connect
+from agentr1.tracking.mlflow_adapter import connect
 from agentr1.tracking.redact import redact_uri
 from agentr1.tracking.registry import REGISTER_HINT, promote, version_by_alias, version_metrics
+from agentr1.tracking.tags import STAGE_TAG
 
 Row = dict[str, Any]  # {"label": str, "source": str, "metrics": {name: value}}
 

@@ -16,8 +16,11 @@ Rule (higher metric = better, e.g. EM):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from agentr1.errors import StageError
 
 Decision = Literal["promote", "keep"]
 
@@ -65,3 +68,15 @@ def gate(challenger: GateStats, champion: GateStats | None) -> tuple[Decision, s
     if challenger.ci_lower > champion.ci_upper:
         return "promote", f"beats the champion beyond the CI: {summary}"
     return "keep", f"not beyond the CI (intervals overlap or challenger is worse): {summary}"
+
+
+def check_gate_metric(metric: str, splits: Sequence[str], scores: Sequence[str]) -> None:
+    """The gate reads ``<split>/<score>`` (+ CI) of ``metric`` from an evaluation of ``splits``
+    with the scores ``scores``: :class:`StageError`, before any work, when it would not be there."""
+    split, _, name = metric.partition("/")
+    if split not in splits or name not in scores:
+        raise StageError(
+            f"tracking.gate_metric {metric!r} is not produced by this evaluation (evaluate.splits "
+            f"{splits}, metrics {list(scores)}): add the split, pick another metric, or set "
+            "evaluate.register: false"
+        )

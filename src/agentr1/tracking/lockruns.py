@@ -26,8 +26,8 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 
 from agentr1.errors import StageError
-from agentr1.tracking.mlflow_adapter import (LOGGED_FROM_TAG, PIPELINE_TAG, RUN_NAME_TAG, check_reachable, connect,
-                                             experiment_name, out_tag)
+from agentr1.tracking.mlflow_adapter import check_reachable, connect, experiment_name, out_tag
+from agentr1.tracking.tags import LOGGED_FROM_TAG, PIPELINE_TAG, RUN_NAME_TAG
 from agentr1.tracking.uri import resolve_tracking_uri, sqlite_path
 
 if TYPE_CHECKING:

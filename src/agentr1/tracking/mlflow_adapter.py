@@ -37,6 +37,7 @@ from agentr1.tracking import provenance
 from agentr1.tracking.logger import check_metrics
 from agentr1.tracking.redact import redact_uri
 from agentr1.tracking.run import StageRun
+from agentr1.tracking.tags import PIPELINE_TAG, ROLE_TAG, RUN_NAME_TAG, STAGE_TAG
 from agentr1.tracking.uri import resolve_tracking_uri, sqlite_path
 
 if TYPE_CHECKING:
@@ -45,11 +46,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ROLE_TAG = "agentr1.role"
-PIPELINE_TAG = "agentr1.pipeline_id"
-STAGE_TAG = "agentr1.stage"
-RUN_NAME_TAG = "agentr1.run_name"  # the stage's dvc.lock key (train@ppo), also the run's name
-LOGGED_FROM_TAG = "agentr1.logged_from"  # "dvc.lock" on a run reconstructed from the outputs (`agentr1 track`)
 ARTIFACT_ROOT_ENV = "AGENTR1_ARTIFACT_ROOT"  # overrides tracking.artifact_root (a sqlite store's artifacts)
 _BATCH = 100  # MLflow's MAX_PARAMS_TAGS_PER_BATCH
 _METRIC_BATCH = 1000  # MLflow's MAX_METRICS_PER_BATCH

@@ -31,7 +31,7 @@ import warnings
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 import mlflow
 from mlflow import MlflowClient
@@ -44,8 +44,7 @@ from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
 from agentr1.errors import StageError
 from agentr1.io import tree_digest as _tree_digest
 from agentr1.tracking.gate import GateStats, gate
-from agentr1.tracking.mlflow_adapter import STAGE_TAG
-from agentr1.tracking.run import CHECKPOINT_TAG
+from agentr1.tracking.tags import ARTIFACT_TAG, CHECKPOINT_TAG, EVAL_DATA_TAG, STAGE_TAG
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +53,6 @@ CHALLENGER, CHAMPION = "challenger", "champion"
 REGISTER_HINT = ("the evaluate stages register the policies they evaluate: run `agentr1 track` in the project root "
                  "(it registers those of the evaluations DVC skipped or restored, e.g. after a fresh clone's `dvc repro` "
                  "or `dvc pull`), or `dvc repro` the evaluate@<run> stages; `agentr1 promote` then moves champion")
-EVAL_DATA_TAG = "agentr1.eval_data"
-ARTIFACT_TAG = "agentr1.artifact_sha256"
 DOWNLOAD_WRITTEN = frozenset({"registered_model_meta"})
 POLICY_CODE = Path(__file__).with_name("policy_pyfunc.py")
 SIGNATURE = ModelSignature(
@@ -281,3 +278,27 @@ def promote(
             after = str(challenger.version)
     log.info("promote %s v%s: %s (%s)", registered_name, challenger.version, decision, reason)
     return Promotion(registered_name, metric, decision, reason, str(challenger.version), before, after, dry_run)
+
+
+def register_evaluation(run: Any, checkpoint: str | Path, variant: str, kind: str, metrics: Mapping[str, float],
+                        eval_data: str, registered_name: str, gate_metric: str) -> dict[str, Any]:
+    """Register an evaluated checkpoint from the evaluation's run ``run`` (a
+    :class:`agentr1.tracking.run.StageRun`) with its provenance: the ``train@`` run that wrote the
+    weights (found by the checkpoint digest it tagged), the digest, the variant and a description
+    with the headline EM. A trained policy (``kind`` ``rl``) becomes ``challenger`` and goes
+    through the gate (:func:`promote` on ``gate_metric``); a baseline (the cold start) gets its
+    own alias (``variant``) and never takes ``challenger``. Returns the model, the version, the
+    train run id and, for a trained policy, the gate's :class:`Promotion` as a dict."""
+    digest = _tree_digest(checkpoint)  # the checkpoint as the trainer wrote it (agentr1.io.tree_digest)
+    rl = kind == "rl"
+    train_run = train_run_of(run.client(), run.experiment_id, digest) if rl else None
+    tags = {CHECKPOINT_TAG: digest, "agentr1.variant": variant, "agentr1.policy_kind": kind}
+    if train_run is not None:
+        tags["agentr1.train_run_id"] = train_run.info.run_id
+    mv = run.log_model(checkpoint, metrics, eval_data=eval_data, name=f"policy-{variant}",
+                       alias=CHALLENGER if rl else variant, tags=tags,
+                       description=describe_version(variant, metrics, train_run), registered_name=registered_name)
+    info: dict[str, Any] = {"model": registered_name, "version": str(mv.version), "train_run_id": tags.get("agentr1.train_run_id")}
+    if rl:
+        info["promotion"] = promote(registered_name, gate_metric).to_dict()
+    return info

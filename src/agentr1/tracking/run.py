@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from agentr1.tracking.logger import MetricsLogger, NullLogger
+from agentr1.tracking.tags import CHECKPOINT_TAG
 
 if TYPE_CHECKING:
     from agentr1.config import Config
     from agentr1.rollout.trajectory import Trajectory
-
-CHECKPOINT_TAG = "agentr1.checkpoint_sha256"  # the weights a train@ run wrote (agentr1.io.tree_digest)
 
 
 @dataclass

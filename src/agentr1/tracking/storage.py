@@ -4,6 +4,10 @@ DVC keeps pipeline data in its own S3 remote and MLflow keeps run artifacts in i
 this helper syncs plain files and folders to ``s3://<bucket>/<prefix>/...`` on AWS or any
 S3-compatible server (MinIO, moto, Ceph, R2).
 
+It is one module of just over 500 lines because most of it is the one mapping from boto3's and
+botocore's errors to the four messages below, which every operation (upload, download, sync,
+list) shares.
+
 Credentials come only from boto3's standard chain: the environment (``AWS_ACCESS_KEY_ID`` /
 ``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``), a named profile (``AWS_PROFILE`` or
 ``profile=``), the shared config files or an instance role. They are never accepted as arguments,

@@ -26,7 +26,7 @@ Only the target positions go through the output head (``lm_head(h_{t-1})`` for e
 about half of a small model's FLOPs per token. The result equals the loss of the full logits.
 
 Optimisation: AdamW (betas 0.9/0.95, weight decay on matrices only), lr warmed up linearly over
-``warmup_steps`` then cosine-decayed to ``0.1 * lr`` at ``steps`` (:mod:`agentr1.rl.schedule`),
+``warmup_steps`` then cosine-decayed to ``0.1 * lr`` at ``steps`` (:mod:`agentr1.lm.schedule`),
 gradient norm clipped at 1. Batches come from the caller's document stream (seeded), so a run is
 deterministic on the CPU.
 
@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
-from agentr1.rl.schedule import MIN_LR_RATIO, lr_lambda, make_optimizer, scheduler
+from agentr1.lm.schedule import MIN_LR_RATIO, lr_lambda, make_optimizer, scheduler
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,6 @@ The stage itself lives in :mod:`agentr1.stages.sft`.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import time
@@ -43,79 +42,29 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
-from agentr1.rl.schedule import MIN_LR_RATIO, lr_lambda, make_optimizer, scheduler
+from agentr1.lm.schedule import MIN_LR_RATIO, lr_lambda, make_optimizer, scheduler
+from agentr1.models.forward import fast_head, hidden_states, shared_prefix_length
 from agentr1.rollout.trajectory import Trajectory, collate
 
 log = logging.getLogger(__name__)
-
-
-
-def _fast_head(model) -> bool:
-    """Whether the logits are ``lm_head(last_hidden_state)`` with nothing in between (Llama,
-    Qwen2, SmolLM, Mistral; not models with logit soft-capping or scaling)."""
-    cfg = getattr(model, "config", None)
-    return (
-        model.get_output_embeddings() is not None
-        and getattr(model, "base_model", model) is not model
-        and getattr(cfg, "final_logit_softcapping", None) is None
-        and getattr(cfg, "logit_scale", None) is None
-    )
-
-
-def shared_prefix_length(batch: dict[str, torch.Tensor], min_length: int = 16) -> int:
-    """Length ``P`` of the token prefix every row of ``batch`` shares (the system prompt and the
-    chat header), capped so that no action token is predicted from inside it (``P`` <= first
-    action position - 1); 0 when the batch has one row or the prefix is shorter than
-    ``min_length``."""
-    ids, attn = batch["input_ids"], batch["attention_mask"]
-    if ids.shape[0] < 2:
-        return 0
-    same = ((ids == ids[:1]) & (attn == 1)).all(0).long()
-    prefix = int(same.cumprod(0).sum())
-    acting = batch["action_mask"].any(0).nonzero()
-    if len(acting):
-        prefix = min(prefix, int(acting[0]) - 1)
-    return prefix if prefix >= min_length else 0
-
-
-def _cache_kwarg(base) -> str:
-    """The keyword the decoder's forward takes its KV cache by (renamed across transformers)."""
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
-
-
-def _hidden_states(model, ids: torch.Tensor, attn: torch.Tensor, prefix: int) -> torch.Tensor:
-    """Last hidden states at positions ``prefix .. L-1``. With ``prefix > 0`` the shared prefix
-    runs once (batch 1), its KV cache is repeated for every row and the rows continue from it:
-    the same numbers as the full forward (causal attention), and the gradient of the prefix
-    collects every row's contribution, at ``1/B`` of the prefix's compute."""
-    base = model.base_model
-    if prefix == 0:
-        return base(input_ids=ids, attention_mask=attn).last_hidden_state
-    B, L = ids.shape
-    cache = base(input_ids=ids[:1, :prefix], use_cache=True).past_key_values
-    cache.batch_repeat_interleave(B)
-    positions = torch.arange(prefix, L, device=ids.device).expand(B, -1)
-    out = base(input_ids=ids[:, prefix:], attention_mask=attn, position_ids=positions, use_cache=True,
-               **{_cache_kwarg(base): cache})
-    return out.last_hidden_state
 
 
 def action_logprobs(model, batch: dict[str, torch.Tensor], share_prefix: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """``(logp, mask)``: ``logp[b, t] = log p(x_{t+1} | x_<=t)`` for ``t < L - 1`` and the target
     mask ``action_mask[:, 1:]``; entries outside the mask are 0.
 
-    Two savings when the architecture allows it (:func:`_fast_head`), neither changing the
+    Two savings when the architecture allows it (:func:`agentr1.models.forward.fast_head`), neither changing the
     result: only the masked positions go through the output head (the head over the whole
     vocabulary is the largest per-token cost of a small model), and the prefix all rows share
-    (the system prompt, about 40% of an episode here) is computed once (:func:`_hidden_states`,
+    (the system prompt, about 40% of an episode here) is computed once (:func:`agentr1.models.forward.hidden_states`,
     ``share_prefix``). Otherwise the full logits are used.
     """
     ids, attn = batch["input_ids"], batch["attention_mask"]
     targets, mask = ids[:, 1:], batch["action_mask"][:, 1:].bool()
     logp = torch.zeros(targets.shape, dtype=torch.float32, device=ids.device)
-    if _fast_head(model):
+    if fast_head(model):
         prefix = shared_prefix_length(batch) if share_prefix else 0
-        hidden = _hidden_states(model, ids, attn, prefix)[:, :-1]
+        hidden = hidden_states(model, ids, attn, prefix)[:, :-1]
         logits = model.get_output_embeddings()(hidden[mask[:, prefix:]]).float()
     else:
         logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1][mask].float()

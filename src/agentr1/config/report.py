@@ -1,0 +1,27 @@
+"""``report``: the tables, plots and summary of stage ``report``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from agentr1.config.base import _distinct_splits, _Section
+from agentr1.config.evaluate import BootstrapConfig
+
+
+class ReportConfig(_Section):
+    """Stage ``report`` (``agentr1.stages.report``): tables, plots and a summary from the
+    evaluations in ``evaluate.out_dir`` into ``out_dir``. ``splits``: the evaluated splits
+    reported (each a column; the average is their unweighted mean); ``metric``: the
+    per-question score compared (``em`` | ``f1`` | ``subem``)."""
+
+    out_dir: str = "reports"
+    splits: list[str] = Field(default_factory=lambda: ["test", "ood"])
+    metric: Literal["em", "f1", "subem"] = "em"
+    bootstrap: BootstrapConfig = BootstrapConfig()  # the report's own, independent of evaluate.bootstrap
+
+    @field_validator("splits")
+    @classmethod
+    def _known_splits(cls, v: list[str]) -> list[str]:
+        return _distinct_splits(v)

@@ -1,0 +1,85 @@
+"""The whole params file: :class:`Config`, one field per section (in the order of ``params.yaml``;
+dumps, hashes and MLflow params follow it), and the named runs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from agentr1.config.base import ConfigError, _clip_value, _Section
+from agentr1.config.data import DataConfig
+from agentr1.config.env import EnvConfig, RewardConfig
+from agentr1.config.evaluate import EvaluateConfig
+from agentr1.config.merge import merge_run
+from agentr1.config.model import ModelConfig
+from agentr1.config.pretrain import PretrainConfig
+from agentr1.config.report import ReportConfig
+from agentr1.config.retrieval import RetrievalConfig
+from agentr1.config.rollout import RolloutConfig
+from agentr1.config.sft import SFTConfig
+from agentr1.config.tracking import TrackingConfig
+from agentr1.config.train import TrainConfig
+from agentr1.config.validate import ValidateConfig
+
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a name in `runs` (never "", "a/b" or "..")
+
+
+class Config(_Section):
+    seed: int = Field(0, ge=0)
+    profile: Literal["nano", "smol", "paper", "tools"] = "nano"
+    data: DataConfig = DataConfig()
+    validate_: ValidateConfig = Field(ValidateConfig(), alias="validate")
+    retrieval: RetrievalConfig = RetrievalConfig()
+    env: EnvConfig = EnvConfig()
+    reward: RewardConfig = RewardConfig()
+    model: ModelConfig = ModelConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    pretrain: PretrainConfig = PretrainConfig()
+    sft: SFTConfig = SFTConfig()
+    train: TrainConfig = TrainConfig()
+    evaluate: EvaluateConfig = EvaluateConfig()
+    report: ReportConfig = ReportConfig()
+    runs: dict[str, dict[str, Any]] = Field(default_factory=dict)  # params.yaml's runs: the one list of them
+    tracking: TrackingConfig = TrackingConfig()
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+    @field_validator("runs")
+    @classmethod
+    def _run_names(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name in v:  # a run's name becomes a path component (<train.out_dir>/<run>) and a DVC stage key
+            if not isinstance(name, str) or not RUN_NAME.fullmatch(name):
+                raise ValueError(f"run name {_clip_value(name)} is not usable as a folder and stage name: use 1-64 "
+                                 "letters, digits, '_', '-' or '.', starting with a letter or digit (no '/', no '..')")
+        return v
+
+    @model_validator(mode="after")
+    def _runs_valid(self) -> "Config":
+        for name, override in self.runs.items():
+            merge_run(self.train, override, name)
+        return self
+
+    def train_for(self, run: str | None) -> TrainConfig:
+        """The ``train`` section with the named run's overrides merged in (``None`` = as is)."""
+        if run is None:
+            return self.train
+        if run not in self.runs:
+            raise ConfigError(f"unknown run {run!r}; params define runs: {sorted(self.runs)}")
+        return merge_run(self.train, self.runs[run], run)
+
+    def for_run(self, run: str) -> "Config":
+        """This config as the named run trains with it: ``train`` = :meth:`train_for` ``(run)`` and
+        ``seed`` = the run's own seed (``train.seed`` of a seed replica, else ``seed``). What a
+        run's MLflow params show, so that runs differ in exactly what differs between them."""
+        tcfg = self.train_for(run)
+        return self.model_copy(update={"train": tcfg, "seed": self.seed if tcfg.seed is None else tcfg.seed})
+
+    def section_hash(self, *names: str) -> str:
+        """Stable hash of the named sections (all when none), for tags and cache keys."""
+        dump = self.model_dump(mode="json", by_alias=True)
+        picked = {n: dump[n] for n in names} if names else dump
+        return hashlib.sha256(json.dumps(picked, sort_keys=True).encode()).hexdigest()[:16]

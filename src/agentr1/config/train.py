@@ -1,0 +1,152 @@
+"""``train``: the RL trainer (estimator, policy loss, KL, critic, dev evaluation, checkpoints,
+collapse guard, distribution, dynamic sampling)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from agentr1.config.base import EstimatorName, KLEstimatorName, PolicyLossName, _Section
+from agentr1.registry import ESTIMATORS
+
+AGG = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+
+
+class KLConfig(_Section):
+    """KL to the frozen start policy (the reference): ``mode`` ``loss`` adds ``coef * agg(kl)`` to
+    the policy loss (GRPO style), ``reward`` subtracts ``coef * kl`` from the token rewards before
+    the advantage estimator (PPO style), ``none`` skips the reference model entirely."""
+
+    mode: Literal["none", "loss", "reward"] = "loss"
+    coef: float = Field(0.001, ge=0)
+    estimator: KLEstimatorName = "k3"
+
+
+class CriticConfig(_Section):
+    """The critic of ``estimator: gae`` (``agentr1.rl.critic``): a value head on ``model`` =
+    ``policy`` (a copy of the start policy's backbone) or a checkpoint directory / hub id of a
+    (smaller) model sharing the tokenizer. ``warmup_steps``: first steps update the critic only.
+    ``value_clip``: PPO value clipping range (null = off)."""
+
+    model: str = "policy"
+    lr: float = Field(1e-3, gt=0)
+    warmup_steps: int = Field(0, ge=0)
+    value_clip: float | None = Field(0.2, gt=0)
+
+
+class DevEvalConfig(_Section):
+    """Greedy dev EM during training every ``every`` steps (0 = off; always after the last step
+    when on) on the first ``examples`` dev questions."""
+
+    every: int = Field(20, ge=0)
+    examples: int = Field(128, ge=1)
+
+
+class CheckpointConfig(_Section):
+    """Resumable training state (policy, critic, optimizers, schedulers, RNG, step, metrics) under
+    ``<out_dir>/<run>/state`` every ``every`` steps (0 = only the start state for roll-backs)."""
+
+    every: int = Field(20, ge=0)
+
+
+class CollapseConfig(_Section):
+    """Collapse guard: a non-finite loss / gradient, or a step whose mean reward falls more than
+    ``reward_drop`` below the running mean of the previous ``window`` steps (null = no reward
+    check) triggers ``action``: ``skip`` (no update this step), ``rollback`` (restore the last
+    checkpoint, multiply the lr by ``lr_factor``; at most ``max_rollbacks`` times, then stop) or
+    ``stop`` (fail the stage with the reason)."""
+
+    action: Literal["skip", "rollback", "stop"] = "rollback"
+    reward_drop: float | None = Field(0.5, gt=0)
+    window: int = Field(4, ge=1)
+    lr_factor: float = Field(0.5, gt=0, le=1)
+    max_rollbacks: int = Field(2, ge=0)
+
+
+class DistributedConfig(_Section):
+    """Under ``torchrun``: process-group ``backend`` (auto = nccl on GPU, gloo on CPU) and the
+    data-parallel wrapper (``ddp``; ``fsdp`` shards parameters for models that do not fit)."""
+
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+
+
+class FilterGroupsConfig(_Section):
+    """Dynamic sampling (DAPO, arXiv 2503.14476): a group whose rollouts all earn the same reward
+    has advantage 0 under a group baseline and teaches nothing, so with ``enabled`` it is dropped
+    and more questions are rolled out to refill the batch with groups whose rewards differ, for
+    at most ``max_rounds`` extra rounds of ``batch_questions`` questions each (then the batch is
+    topped up with the dropped groups, in order, so its size never changes)."""
+
+    enabled: bool = False
+    max_rounds: int = Field(2, ge=1, le=16)
+
+
+class TrainConfig(_Section):
+    """The RL trainer (stage ``train``, ``agentr1.rl.trainer``). One step: ``batch_questions``
+    train questions x ``group_size`` rollouts -> rewards -> old/ref log-probs (+ values) ->
+    advantages (``estimator``) -> ``ppo_epochs`` passes over ``mini_batches`` mini-batches (one
+    optimizer step each, gradient accumulation over micro-batches of ``micro_batch_size``
+    sequences per rank). ``loss_mask`` / ``advantage_mask``: the Agent-R1 switches
+    (``agentr1.rl.masks.select_masks``). ``old_logprobs``: ``recompute`` (a forward pass of the
+    rollout policy, exact) or ``rollout`` (the sampling-time ones; exact only when the rollout and
+    training numerics agree, and only for action tokens). ``lr_schedule``: linear warmup over
+    ``warmup_steps`` optimizer steps, then ``constant`` or ``cosine`` (to ``min_lr_ratio * lr``).
+    ``num_threads``: torch CPU threads per process (null = torch's default; see ``SFTConfig``).
+    ``seed``: the run's seed (null = the top-level ``seed``); runs whose overrides differ only in
+    ``seed`` are replicas of one method (the report groups them). ``filter_groups``: dynamic
+    sampling (:class:`FilterGroupsConfig`). Named runs (``runs`` at the top level) override these
+    keys."""
+
+    steps: int = Field(40, ge=0)
+    batch_questions: int = Field(8, ge=1)
+    group_size: int = Field(4, ge=1)
+    estimator: EstimatorName = "grpo"
+    policy_loss: PolicyLossName = "ppo_clip"
+    loss_mask: bool = True
+    advantage_mask: bool = True
+    gamma: float = Field(1.0, ge=0, le=1)
+    lam: float = Field(1.0, ge=0, le=1)
+    whiten: bool = True
+    norm_by_std: bool = True
+    clip_low: float = Field(0.2, ge=0, lt=1)
+    clip_high: float = Field(0.2, ge=0)
+    dual_clip: float | None = Field(None, gt=1)
+    agg_mode: AGG = "token-mean"
+    old_logprobs: Literal["recompute", "rollout"] = "recompute"
+    lr: float = Field(1e-4, gt=0)
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float = Field(1.0, ge=0)
+    ppo_epochs: int = Field(1, ge=1)
+    mini_batches: int = Field(2, ge=1)
+    micro_batch_size: int = Field(8, ge=1)
+    entropy_coef: float = Field(0.0, ge=0)
+    kl: KLConfig = KLConfig()
+    critic: CriticConfig = CriticConfig()
+    dev: DevEvalConfig = DevEvalConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    collapse: CollapseConfig = CollapseConfig()
+    distributed: DistributedConfig = DistributedConfig()
+    num_threads: int | None = Field(2, ge=1)
+    out_dir: str = "data/runs"
+    seed: int | None = Field(None, ge=0)  # null = the top-level seed; a run's own seed makes it a replica
+    trace_every: int = Field(10, ge=0)  # every N steps a sample of the rollouts as MLflow traces (0 = off)
+    filter_groups: FilterGroupsConfig = FilterGroupsConfig()
+
+    @model_validator(mode="after")
+    def _trains_something(self) -> "TrainConfig":
+        if ESTIMATORS.spec(self.estimator).meta.get("grouped") and self.group_size < 2 and self.steps > 0:
+            raise ValueError(f"estimator {self.estimator} compares the rollouts of one question, so group_size "
+                             f"{self.group_size} gives every episode advantage 0 and training would not move the "
+                             f"policy: set group_size >= 2 (or estimator {' / '.join(ESTIMATORS.names(grouped=False))})")
+        batch = self.batch_questions * self.group_size
+        if batch % self.mini_batches:
+            raise ValueError(f"mini_batches {self.mini_batches} does not divide the batch of {batch} episodes "
+                             f"(batch_questions x group_size): pick a divisor of {batch}")
+        if self.filter_groups.enabled and self.group_size < 2:
+            raise ValueError("filter_groups keeps groups whose rewards differ, which needs group_size >= 2")
+        return self
