@@ -300,3 +300,51 @@ def test_train_stage_sweeps_stale_temporaries_of_its_run(tmp_path, stage):
         (run_dir / name).mkdir()
     stage(cfg)
     assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith(".")) == []
+
+
+# ------------------------------------------------------------------ --resume and the files the run reads
+def test_resume_refuses_an_index_or_dataset_changed_since_the_save(tmp_path, stage):
+    from agentr1.config import BM25Config
+    from agentr1.io import tree_digest
+    from agentr1.retrieval.bm25 import BM25Retriever
+
+    cfg = stage_cfg(tmp_path)
+    straight, _ = stage(cfg)
+    index, processed = tmp_path / "index", tmp_path / "processed"
+    built = tree_digest(index)
+    # params.yaml's retrieval.bm25 edited and the index rebuilt with it between the kill and the resume
+    rebuilt = stage_cfg(tmp_path)
+    rebuilt.retrieval.bm25 = BM25Config(k1=0.5, b=0.3)
+    BM25Retriever.build(tw.corpus(), rebuilt.retrieval.bm25).save(index)
+    with pytest.raises(StageError) as exc:
+        stage(rebuilt, resume=True)
+    msg = str(exc.value)
+    assert f"the retrieval index: saved {index} (sha256 {built[:16]}), now {index} (sha256 {tree_digest(index)[:16]})" in msg
+    assert "processed dataset" not in msg and "rerun `agentr1 index`" in msg and "without --resume" in msg
+    # the fix it names: the original index again, and the resume goes on
+    tw.retriever().save(index)
+    assert tree_digest(index) == built
+    metrics, trained = stage(cfg, resume=True)
+    assert trained == [] and metrics["reward_last3"] == straight["reward_last3"]
+    # the dataset counts too (a corpus passage edited)
+    corpus = tw.corpus()
+    corpus[0] = {**corpus[0], "text": corpus[0]["text"] + " Edited."}
+    write_dataset(Dataset(questions={"train": tw.questions("train"), "dev": tw.questions("dev")[:2]}, corpus=corpus),
+                  processed)
+    with pytest.raises(StageError, match=rf"the processed dataset: saved {processed} \(sha256 [0-9a-f]{{16}}\), now"):
+        stage(cfg, resume=True)
+
+
+def test_a_state_saved_without_input_digests_resumes_with_a_warning(tmp_path, stage, caplog):
+    cfg = stage_cfg(tmp_path)
+    stage(cfg)
+    state = tmp_path / "runs" / "grpo" / "state"
+    tensors, meta = ckpt.load_state(state)
+    assert {"inputs.index", "inputs.dataset"} <= set(meta["params"])
+    meta["params"] = {k: v for k, v in meta["params"].items() if not k.startswith("inputs.")}  # an older version's
+    ckpt.save_state(state, tensors, meta)
+    with caplog.at_level(logging.WARNING, logger="agentr1.rl.state"):
+        _, trained = stage(cfg, resume=True)
+    assert trained == []
+    assert any("without the digests of the retrieval index and the processed dataset" in r.getMessage()
+               for r in caplog.records)

@@ -14,9 +14,11 @@ import importlib
 import logging
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from agentr1.config import ConfigError, load_config, parse_sets
 from agentr1.errors import StageError
+from agentr1.io import check_destination
 from agentr1.numerics import pin_cpu_numerics
 from agentr1.stages import STAGES
 from agentr1.stages import run as run_stage
@@ -35,12 +37,24 @@ class Command:
     args: tuple[Arg, ...] = ()
 
 
+def port_number(text: str) -> int:
+    """``--port``: an integer 0..65535 (0 = any free port); else argparse's usage error."""
+    try:
+        port = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number: give an integer 0..65535 "
+                                         "(0 = any free port)") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is out of range: a port is 0..65535 (0 = any free port)")
+    return port
+
+
 _MODEL = Arg("--model", default=None, help="registered model (default: tracking.registered_model)")
 COMMANDS: dict[str, Command] = {
     "serve-retriever": Command(
         "agentr1.retrieval.server:run_server", "serve the index over HTTP (POST /retrieve)",
         (Arg("--host", default=None, help="bind address (default from params: 127.0.0.1)"),
-         Arg("--port", type=int, default=None))),
+         Arg("--port", type=port_number, default=None, help="0..65535; 0 = any free port (default from params: 8765)"))),
     "compare": Command(
         "agentr1.tracking.compare:run_compare", "compare MLflow runs or registry aliases (table + PNG)",
         (_MODEL,
@@ -53,6 +67,7 @@ COMMANDS: dict[str, Command] = {
         "agentr1.tracking.compare:run_promote", "move the 'champion' alias if the challenger beats it beyond the CI",
         (_MODEL,
          Arg("--metric", default=None, help="gating metric (default: tracking.gate_metric)"),
+         Arg("--version", default=None, metavar="N", help="gate version N instead of the one the 'challenger' alias names"),
          Arg("--dry-run", action="store_true", help="report the decision without moving aliases"))),
     "profile": Command(
         "agentr1.profiles:run_profile", "merge profiles/NAME.yaml onto params.yaml, validate; --dry-run, --print-set, --write",
@@ -68,6 +83,53 @@ COMMANDS: dict[str, Command] = {
         "log to MLflow every dvc.lock stage it lacks, from the outputs (after dvc repro/pull/exp apply; idempotent)",
         (Arg("--dry-run", action="store_true", help="print what would be logged, write nothing"),)),
 }
+
+
+# DVC stage -> the params fields of the folders it writes, each with whether the folder is swapped in
+# whole (written through a temporary sibling: its parent must take new entries) or written into.
+# Checked before the stage starts (:func:`check_stage_destinations`); a stage not listed here gets
+# its own section's ``<stage>.out_dir`` checked, when it has one.
+STAGE_DESTINATIONS: dict[str, tuple[tuple[str, bool], ...]] = {
+    "prepare": (("data.processed_dir", True),),
+    "validate": (("validate.report_dir", False),),
+    "index": (("retrieval.index_dir", True), ("retrieval.report_dir", False)),
+    "pretrain": (("pretrain.out_dir", True), ("pretrain.report_dir", False)),
+    "sft": (("sft.out_dir", True), ("sft.report_dir", True)),
+    "train": (("train.out_dir", False),),
+    "evaluate": (("evaluate.out_dir", False),),
+    "report": (("report.out_dir", False),),
+}
+
+
+def _field(cfg: Any, dotted: str) -> Any:
+    """``cfg.a.b`` for ``"a.b"``; a section stored under a trailing ``_`` (``validate_``, whose plain
+    name is pydantic's ``validate`` method) is read there first."""
+    node = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part + "_") if hasattr(node, part + "_") else getattr(node, part)
+    return node
+
+
+def check_stage_destinations(stage: str, cfg: Any, args: Any = None) -> None:
+    """:class:`StageError` naming the field and path when a folder ``stage`` writes
+    (:data:`STAGE_DESTINATIONS`) or, with tracking on a local store, the artifact root could not
+    be written: before the stage's work (an evaluation's rollouts), not after it."""
+    if stage == "train" and getattr(args, "run", None) in cfg.runs:
+        cfg = cfg.for_run(args.run)  # a run may set its own train.out_dir
+    default = ((f"{stage}.out_dir", False),) if hasattr(getattr(cfg, stage, None), "out_dir") else ()
+    for dotted, replaced in STAGE_DESTINATIONS.get(stage, default):
+        check_destination(_field(cfg, dotted), dotted, replaced=replaced)
+    check_artifact_root(cfg)
+
+
+def check_artifact_root(cfg: Any) -> None:
+    """The folder a local (sqlite/file) MLflow store keeps artifacts in must take new entries
+    (``AGENTR1_ARTIFACT_ROOT`` when set, else ``tracking.artifact_root``); a server decides its own."""
+    from agentr1.tracking.uri import artifact_root, resolve_tracking_uri
+
+    if not cfg.tracking.enabled or resolve_tracking_uri(cfg).startswith(("http://", "https://")):
+        return
+    check_destination(*artifact_root(cfg))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -105,8 +167,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if args.command in STAGES:
+            check_stage_destinations(args.command, cfg, args)
             run_stage(args.command, cfg, args)
         else:
+            if args.command == "track":
+                check_artifact_root(cfg)
             module_name, func_name = COMMANDS[args.command].target.split(":")
             getattr(importlib.import_module(module_name), func_name)(cfg, args)
     except (ConfigError, StageError) as exc:

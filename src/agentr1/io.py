@@ -7,6 +7,10 @@ Temporary siblings are named ``.<name>.tmp-<pid>-<random>`` and a directory bein
 moved aside as ``.<name>.old-<pid>``: a process killed mid-write (SIGTERM, OOM) leaves them behind,
 and the next write of the same path removes those of dead processes
 (:func:`remove_stale_temps`; never this process's own, never a live process's).
+
+:func:`check_destination` tells, before a stage or command does its work, whether it will be able
+to write its output path at all (a folder under ``/proc``, ``/dev/null`` as a folder, a file where a
+folder goes), so it fails in a second with the field to fix instead of after the work.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from agentr1.errors import StageError
 
 log = logging.getLogger(__name__)
 
@@ -171,3 +177,66 @@ def write_text_atomic(path: str | Path, text: str) -> None:
 def write_json_atomic(path: str | Path, obj: Any) -> None:
     """Write deterministic JSON (sorted keys, fixed indent, trailing newline)."""
     write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def _kind(path: Path) -> str:
+    """What ``path`` (which exists) is, in words: ``a file``, ``a character device``, ..."""
+    import stat
+
+    mode = path.stat().st_mode
+    for test, word in ((stat.S_ISDIR, "a folder"), (stat.S_ISREG, "a file"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return word
+    return "not a file or folder"
+
+
+def _default_fix(field: str, kind: str) -> str:
+    what = "a folder" if kind == "dir" else "a file path in a folder"
+    if field.startswith("-"):
+        return f"pass {field} {what} you can write to"
+    if field.isupper():  # an environment variable
+        return f"point {field} at {what} you can write to (or unset it)"
+    return f"set {field} to {what} you can write to (in the params file, or --set {field}=PATH)"
+
+
+def check_destination(path: str | Path, field: str, kind: str = "dir", replaced: bool = False,
+                      fix: str | None = None) -> None:
+    """Raise :class:`StageError` naming ``field``, ``path`` and the fix when output ``path`` could
+    not be written; creates nothing that stays (the write test is a temporary folder, removed).
+
+    ``kind="dir"``: ``path`` is (or will be made as) a folder, written into; with ``replaced`` it
+    is swapped in whole (:func:`atomic_dir`), so its parent is written instead. ``kind="file"``:
+    a file written through a temporary sibling (:func:`atomic_path`), so it must not be a folder
+    nor a device/FIFO. In each case the nearest existing ancestor of where new entries go must be
+    a folder that accepts a new entry."""
+    if kind not in ("dir", "file"):
+        raise ValueError(f"kind must be 'dir' or 'file', not {kind!r}")
+    fix = fix or _default_fix(field, kind)
+    where = f"{field} ({path})"
+    if not str(path).strip():
+        raise StageError(f"{field} is empty: {fix}")
+    p = Path(path)
+    try:
+        exists = p.exists()
+        if p.is_symlink() and not exists:
+            raise StageError(f"{where} is a broken symbolic link (to {os.readlink(p)}): {fix}")
+        if exists:
+            found = _kind(p)
+            if kind == "dir" and found != "a folder":
+                raise StageError(f"{where} is {found}, not a folder: {fix}")
+            if kind == "file" and found != "a file":
+                raise StageError(f"{where} is {found}, not a regular file: {fix}")
+        writes_in = p if (kind == "dir" and not replaced) else p.absolute().parent
+        ancestor = writes_in.absolute()
+        while not ancestor.exists() and ancestor != ancestor.parent:
+            ancestor = ancestor.parent
+        if not ancestor.is_dir():
+            raise StageError(f"{where} cannot be created: {ancestor} is {_kind(ancestor)}, not a folder: {fix}")
+    except OSError as exc:  # a name too long, a loop of links, an unreadable parent
+        raise StageError(f"{where} cannot be checked ({exc.strerror or exc}): {fix}") from None
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".agentr1-write-test-", dir=ancestor))
+    except OSError as exc:
+        raise StageError(f"{where} cannot be written: {ancestor} takes no new entries ({exc.strerror or exc}): "
+                         f"{fix}") from None

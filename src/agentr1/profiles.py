@@ -463,6 +463,10 @@ def write_params(p: Profile, out: str | Path) -> Path:
 def run_profile(cfg: Config, args: Any = None) -> Profile:
     """Stage ``profile`` (module docstring). ``cfg`` (the validated params file) is unused beyond
     the CLI's check; the raw file is re-read so the merge sees exactly what DVC will edit."""
+    if getattr(args, "write", None):
+        from agentr1.io import check_destination
+
+        check_destination(args.write, "--write", kind="file")
     p = load_profile(args.name, getattr(args, "params", "params.yaml"), parse_sets(getattr(args, "set", None)),
                      getattr(args, "nproc_per_node", None))
     if getattr(args, "print_set", False):

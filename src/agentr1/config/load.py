@@ -18,6 +18,7 @@ from agentr1.config.root import Config
 
 DEFAULT_PARAMS = Path("params.yaml")
 
+MAX_PARAMS_BYTES = 16 * 1024 * 1024  # a params/profile file is kilobytes; more is the wrong file (or /dev/zero)
 MAX_ERROR_LINE = 500  # one bad key's line of a ConfigError; quoted values are clipped to 80 characters
 
 
@@ -47,7 +48,9 @@ def config_from_dict(raw: dict[str, Any] | None, source: str = "<dict>") -> Conf
 
 def read_params_text(path: str | Path, what: str = "params file") -> str:
     """The text of a params/profile file; :class:`ConfigError` naming the path and the fix when it
-    is missing, a directory, unreadable or not UTF-8."""
+    is missing, a directory, not a regular file (a device such as ``/dev/zero``, a FIFO: never
+    opened, which could block or never end), over :data:`MAX_PARAMS_BYTES` (read no further),
+    unreadable or not UTF-8."""
     path = Path(path)
     if not path.exists():
         hint = " (run from the project root or pass --params)" if what == "params file" else ""
@@ -55,9 +58,15 @@ def read_params_text(path: str | Path, what: str = "params file") -> str:
     if path.is_dir():
         raise ConfigError(f"{what} {path} is a directory: pass the YAML file itself (e.g. --params {path / 'params.yaml'})")
     try:
-        data = path.read_bytes()
+        if not path.is_file():
+            raise ConfigError(f"{what} {path} is not a regular file (a device, FIFO or socket): pass a YAML file")
+        with path.open("rb") as fh:
+            data = fh.read(MAX_PARAMS_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read the {what} {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_PARAMS_BYTES:
+        raise ConfigError(f"{what} {path} is over {MAX_PARAMS_BYTES >> 20} MiB: a params file is a few kB of YAML; "
+                          "pass the right file")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

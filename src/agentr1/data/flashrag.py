@@ -52,6 +52,7 @@ from agentr1.data.realformat import (
     question,
     read_records,
     record_id,
+    reject_control,
     require,
     require_text,
     supporting_titles,
@@ -89,7 +90,7 @@ def read_flashrag_corpus(path: str | Path) -> list[dict[str, Any]]:
     for where, rec in read_records(path):
         where = where_id(where, rec, "id")
         pid = record_id(rec, where, "id")
-        title, text = parse_contents(require(rec, "contents", str, where))
+        title, text = parse_contents(reject_control(require(rec, "contents", str, where), where, "contents"))
         if not text:
             raise RealDataError(f"{where}: field 'contents' has no text")
         if pid in corpus:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,6 +151,9 @@ def run_checks(
     quiet = gx_logger.level == logging.NOTSET  # GX logs hundreds of INFO lines; keep its warnings
     if quiet:
         gx_logger.setLevel(logging.WARNING)
+    # GX sends usage analytics unless told not to (the Makefile exports this too; `dvc repro` in the
+    # venv does not): an offline machine would wait on the network, and a user never opted in
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from agentr1.config import SPLITS, RealConfig, RealSource, SplitRatios
 from agentr1.data.flashrag import export_flashrag, import_flashrag, read_flashrag_corpus
-from agentr1.data.realformat import CorpusBuilder, Loaded, Record, RealDataError, read_records
+from agentr1.data.realformat import CorpusBuilder, Loaded, Record, RealDataError, clean_value, read_records
 from agentr1.data.schema import Dataset
 from agentr1.registry import DATASETS, UnknownName
 
@@ -74,7 +74,8 @@ def hub_rows(hub_id: str, hub_config: str | None, hub_split: str) -> Iterator[Re
     """Rows of a hub dataset as ``(where, row)`` pairs (the only place that touches the hub).
 
     Calls ``datasets.load_dataset(hub_id, hub_config, split=hub_split)`` right away; any failure
-    (offline, unknown id/config/split) becomes a :class:`RealDataError` naming all three.
+    (offline, unknown id/config/split) becomes a :class:`RealDataError` naming all three. Rows pass
+    through :func:`~agentr1.data.realformat.clean_value` as file records do (NFC text).
     """
     import datasets
 
@@ -86,7 +87,7 @@ def hub_rows(hub_id: str, hub_config: str | None, hub_split: str) -> Iterator[Re
             f"{type(exc).__name__}: {exc}"
         ) from exc
     label = f"{hub_id}[{hub_config or 'default'}:{hub_split}]"
-    return ((f"{label} row {i}", row) for i, row in enumerate(rows))
+    return ((f"{label} row {i}", clean_value(row, f"{label} row {i}")) for i, row in enumerate(rows))
 
 
 def load_file(dataset: str, path: str | Path, limit: int | None = None) -> Loaded:

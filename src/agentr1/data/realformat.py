@@ -12,14 +12,31 @@
   contexts and supporting facts (official lists of pairs, Hugging Face dicts of columns);
   :func:`load_context_records` is the whole loader of such records (HotpotQA and 2Wiki).
 
+Text hygiene, at load (before any id is hashed, any duplicate dropped or any title matched):
+
+* a file must be UTF-8 (RFC 8259's encoding for JSON): a UTF-16/UTF-32 file (with or without a
+  byte-order mark) and bytes that are not UTF-8 are refused with the file, the line and the fix;
+* :func:`clean_value` walks every record: every string is normalized to Unicode NFC (so an
+  ``e`` + combining accent equals the precomposed ``é``: same id, same title, same dedup key), a
+  lone surrogate (an escaped ``\\ud800`` that ``json`` accepts but no UTF-8 file can hold) is refused
+  with the field named, and so is nesting deeper than :data:`MAX_DEPTH` (or deeper than the JSON
+  parser's recursion limit: no ``RecursionError``);
+* the fields that reach the prompt (ids, questions, answers, titles, paragraph texts, supporting
+  titles) are refused when they hold a control character other than tab, newline and carriage
+  return (:func:`reject_control`: ANSI escapes, NUL, ...) -- the rule the ``validate`` stage
+  applies to the processed data (``no_control_chars``), applied where the file and line are known.
+
 Every malformed input raises :class:`RealDataError` (a ``ValueError``) whose message names the
 file, the record and the field.
 """
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
+import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -29,6 +46,15 @@ from typing import Any
 from agentr1.data.schema import Passage, Question
 
 Record = tuple[str, Mapping[str, Any]]  # (where, record)
+
+MAX_DEPTH = 64  # nesting levels a record may have (the datasets' records have fewer than 8)
+# the control characters (Unicode Cc) text may not hold: all but tab, newline and carriage return
+# (the rule of validation.control_chars)
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_FIX_TEXT = "correct or drop the record in the source file"
+# byte-order marks of the encodings the loaders refuse (UTF-32 first: its LE mark starts with UTF-16's)
+_OTHER_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32", "little-endian"), (codecs.BOM_UTF32_BE, "UTF-32", "big-endian"),
+               (codecs.BOM_UTF16_LE, "UTF-16", "little-endian"), (codecs.BOM_UTF16_BE, "UTF-16", "big-endian"))
 
 
 class RealDataError(ValueError):
@@ -58,20 +84,21 @@ def read_records(path: str | Path) -> Iterator[Record]:
 
     The layout is detected from the content (first non-blank character ``[`` = JSON array,
     ``{`` = JSON Lines), not from the suffix, except ``.parquet``. Blank lines in JSON Lines are
-    ignored and the last line may lack its newline.
+    ignored and the last line may lack its newline. The file must be UTF-8 (a UTF-8 byte-order
+    mark is allowed); every record passes through :func:`clean_value` (NFC, no lone surrogate,
+    bounded nesting).
     """
     path = Path(path)
     if not path.is_file():
         raise RealDataError(f"{path}: file not found")
     name = _describe(path)
     if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        for i, rec in enumerate(pq.read_table(path).to_pylist()):
-            yield f"{name} row {i}", rec
+        yield from _read_parquet(path, name)
         return
-    with path.open(encoding="utf-8") as fh:
-        head = fh.read(4096).lstrip("\ufeff \t\r\n")
+    with path.open("rb") as fh:
+        raw_head = fh.read(4096)
+    _check_encoding(path, raw_head)
+    head = raw_head.decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
     if head.startswith("["):
         yield from _read_json_array(path, name)
     elif head.startswith("{"):
@@ -85,32 +112,132 @@ def read_records(path: str | Path) -> Iterator[Record]:
         )
 
 
-def _read_json_array(path: Path, name: str) -> Iterator[Record]:
+def _check_encoding(path: Path, head: bytes) -> None:
+    """Refuse a UTF-16/UTF-32 file: by its byte-order mark, or (without one) by the NUL bytes that
+    such files have in every ASCII character and that UTF-8 JSON text never holds."""
+    fix = f"convert it to UTF-8 (e.g. `iconv -f {{enc}} -t UTF-8 {path} > {path.stem}.utf8{path.suffix}`)"
+    for bom, enc, order in _OTHER_BOMS:
+        if head.startswith(bom):
+            raise RealDataError(f"{path}: the file is {enc} ({order} byte-order mark {bom.hex(' ')}), "
+                                f"but JSON files must be UTF-8: {fix.format(enc=enc)}")
+    if b"\x00" in head:
+        enc = "UTF-16LE" if head[1:2] == b"\x00" else "UTF-16BE" if head[:1] == b"\x00" else "UTF-16"
+        raise RealDataError(f"{path}: the file holds NUL bytes: it looks like {enc} without a byte-order mark "
+                            f"(or a binary file), but JSON files must be UTF-8: {fix.format(enc=enc)}")
+
+
+def _utf8(data: bytes, path: Path, lineno: int | None = None) -> str:
+    """``data`` decoded as UTF-8, or a :class:`RealDataError` naming the line and byte that are not."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = lineno if lineno is not None else data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise RealDataError(
+            f"{path}: line {line} is not valid UTF-8 (byte 0x{data[exc.start]:02x} at byte {column} of the line: "
+            f"{exc.reason}); JSON files must be UTF-8: re-save the file as UTF-8 (e.g. `iconv -f latin1 -t UTF-8`, "
+            "if it is Latin-1) or fix that byte"
+        ) from None
+
+
+def _json(text: str, path: Path, lineno: int | None = None) -> Any:
+    """``json.loads(text)`` of the whole file (``lineno`` None) or of JSON Lines line ``lineno``; a
+    syntax error or nesting beyond the parser's recursion limit is a :class:`RealDataError`."""
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise RealDataError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        if lineno is None:
+            raise RealDataError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        raise RealDataError(f"{path}: line {lineno} is not valid JSON ({exc.msg}); JSON Lines needs one "
+                            "complete object per line") from None
+    except RecursionError:
+        what = "the file" if lineno is None else f"line {lineno}"
+        raise RealDataError(
+            f"{path}: {what} is nested too deeply for the JSON parser (about a thousand levels or more; a record "
+            f"has fewer than 8): the file is damaged or not a dataset file; use the dataset's own file"
+        ) from None
+
+
+def _read_parquet(path: Path, name: str) -> Iterator[Record]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+        raise RealDataError(f"{path}: not a readable parquet file ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else ''}): re-download or re-export it") from None
+    for i, rec in enumerate(rows):
+        yield f"{name} row {i}", clean_value(rec, f"{name} row {i}")
+
+
+def _read_json_array(path: Path, name: str) -> Iterator[Record]:
+    raw = path.read_bytes()
+    text = _utf8(raw, path).removeprefix("\ufeff")
+    data = _json(text, path)
+    if not isinstance(data, list):  # head sniffing saw "[" but the decoder may disagree on a damaged file
+        raise RealDataError(f"{path}: expected a JSON array of records (got a {type(data).__name__})")
     for i, rec in enumerate(data):
         if not isinstance(rec, dict):
             raise RealDataError(f"{path}: record {i} is a {type(rec).__name__}, expected an object")
-        yield f"{name} record {i}", rec
+        yield f"{name} record {i}", clean_value(rec, f"{name} record {i}")
 
 
 def _read_json_lines(path: Path, name: str) -> Iterator[Record]:
-    with path.open(encoding="utf-8-sig") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            line = _utf8(raw, path, lineno)
+            if lineno == 1:
+                line = line.removeprefix("\ufeff")
             if not line.strip():
                 continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise RealDataError(
-                    f"{path}: line {lineno} is not valid JSON ({exc.msg}); JSON Lines needs one "
-                    "complete object per line"
-                ) from None
+            rec = _json(line, path, lineno)
             if not isinstance(rec, dict):
                 raise RealDataError(f"{path}: line {lineno} is a {type(rec).__name__}, expected an object")
-            yield f"{name} line {lineno}", rec
+            yield f"{name} line {lineno}", clean_value(rec, f"{name} line {lineno}")
+
+
+# ------------------------------------------------------------------------------- text hygiene
+def clean_text(text: str, where: str, name: str) -> str:
+    """``text`` in Unicode NFC; a lone surrogate is a :class:`RealDataError` naming ``where`` and
+    field ``name`` (it cannot be written as UTF-8: the parquet write would fail far from here)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RealDataError(
+            f"{where}: field {name!r} holds a lone surrogate U+{ord(text[exc.start]):04X} at character {exc.start} "
+            f"(an escaped \\u{ord(text[exc.start]):04x} without its pair is not text): {_FIX_TEXT}"
+        ) from None
+    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
+
+
+def clean_value(value: Any, where: str, name: str = "", depth: int = 0) -> Any:
+    """``value`` (a record, a list, a string, ...) with every string passed through :func:`clean_text`
+    (mapping keys left as they are); nesting deeper than :data:`MAX_DEPTH` is a :class:`RealDataError`."""
+    if isinstance(value, str):
+        return clean_text(value, where, name or "record")
+    if isinstance(value, (Mapping, list, tuple)) and depth >= MAX_DEPTH:
+        raise RealDataError(f"{where}: field {name or 'record'!r} is nested more than {MAX_DEPTH} levels deep "
+                            f"(a record has fewer than 8): {_FIX_TEXT}")
+    if isinstance(value, Mapping):
+        return {k: clean_value(v, where, f"{name}.{k}" if name else str(k), depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean_value(v, where, f"{name}[{i}]", depth + 1) for i, v in enumerate(value)]
+    return value
+
+
+def reject_control(text: str, where: str, name: str) -> str:
+    """``text``, unless it holds a control character (Unicode Cc: U+0000-U+001F, U+007F-U+009F)
+    other than tab, newline and carriage return: then a :class:`RealDataError` naming the field,
+    the character and its place."""
+    m = _CONTROL.search(text)
+    if m is None:
+        return text
+    ch, kind = m.group(0), " (an ANSI escape sequence)" if m.group(0) == "\x1b" else ""
+    raise RealDataError(
+        f"{where}: field {name!r} holds the control character U+{ord(ch):04X}{kind} at character {m.start()}: "
+        f"text may hold no control characters but tab and newline; {_FIX_TEXT}"
+    )
 
 
 # ------------------------------------------------------------------------------ field access
@@ -138,11 +265,11 @@ def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
 
 
 def require_text(rec: Mapping[str, Any], name: str, where: str) -> str:
-    """A required non-blank string field, stripped."""
+    """A required non-blank string field, stripped, without control characters (:func:`reject_control`)."""
     value = require(rec, name, str, where).strip()
     if not value:
         raise RealDataError(f"{where}: field {name!r} is empty")
-    return value
+    return reject_control(value, where, name)
 
 
 def record_id(rec: Mapping[str, Any], where: str, *names: str) -> str:
@@ -152,17 +279,17 @@ def record_id(rec: Mapping[str, Any], where: str, *names: str) -> str:
             value = rec[name]
             if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
                 raise RealDataError(f"{where}: field {name!r} must be a non-empty string")
-            return str(value).strip()
+            return reject_control(str(value).strip(), where, name)
     raise RealDataError(f"{where}: required field {' or '.join(repr(n) for n in names)} is missing")
 
 
 def answer_list(values: Iterable[Any], where: str, name: str) -> list[str]:
-    """Non-empty, stripped, order-preserving deduplicated answer strings."""
+    """Non-empty, stripped, order-preserving deduplicated answer strings (no control characters)."""
     out: list[str] = []
     for i, v in enumerate(values):
         if not isinstance(v, str):
             raise RealDataError(f"{where}: field {name!r}[{i}] must be a string (got {type(v).__name__})")
-        v = v.strip()
+        v = reject_control(v.strip(), where, f"{name}[{i}]")
         if v and v not in out:
             out.append(v)
     if not out:
@@ -227,9 +354,12 @@ def _decoded(value: Any, where: str, name: str) -> Any:
     """``value``, JSON-decoded first when it is a string holding a JSON list or object."""
     if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
         try:
-            return json.loads(value)
+            decoded = json.loads(value)
         except json.JSONDecodeError as exc:
             raise RealDataError(f"{where}: field {name!r} is a string but not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise RealDataError(f"{where}: field {name!r} holds JSON nested too deeply to parse: {_FIX_TEXT}") from None
+        return clean_value(decoded, where, name)  # its escapes may spell NFD text or a lone surrogate
     return value
 
 
@@ -272,7 +402,8 @@ def parse_context(value: Any, where: str, name: str = "context") -> list[tuple[s
             sents = [sents]
         if not isinstance(sents, list) or not all(isinstance(s, str) for s in sents):
             raise RealDataError(f"{where}: field {name!r}[{i}] ({title!r}) sentences must be strings")
-        out.append((title.strip(), join_sentences(sents)))
+        text = reject_control(join_sentences(sents), where, f"{name}[{i}] sentences")
+        out.append((reject_control(title.strip(), where, f"{name}[{i}] title"), text))
     return out
 
 
@@ -302,8 +433,9 @@ def supporting_titles(value: Any, where: str, name: str = "supporting_facts") ->
     for i, t in enumerate(titles):
         if not isinstance(t, str) or not t.strip():
             raise RealDataError(f"{where}: field {name!r}[{i}] has no title")
-        if t.strip() not in out:
-            out.append(t.strip())
+        t = reject_control(t.strip(), where, f"{name}[{i}] title")
+        if t not in out:
+            out.append(t)
     if not out:
         raise RealDataError(f"{where}: field {name!r} is empty")
     return out

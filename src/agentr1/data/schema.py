@@ -86,8 +86,31 @@ def _rows(items: Iterable[Mapping[str, Any] | Question | Passage]) -> list[dict[
     return [it.to_dict() if hasattr(it, "to_dict") else dict(it) for it in items]
 
 
+def _encodes(text: Any) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _unencodable(rows: list[dict[str, Any]]) -> str:
+    """The first row field holding text that UTF-8 cannot encode (a lone surrogate), in words."""
+    for i, r in enumerate(rows):
+        for k, v in r.items():
+            if any(isinstance(t, str) and not _encodes(t) for t in (v if isinstance(v, list) else [v])):
+                return f"row {i} (id {r.get('id')!r}) field {k!r}"
+    return "a row"
+
+
 def _write(rows: list[dict[str, Any]], schema: pa.Schema, path: Path) -> None:
-    table = pa.Table.from_pylist([{k: r[k] for k in schema.names} for r in rows], schema=schema)
+    try:
+        table = pa.Table.from_pylist([{k: r[k] for k in schema.names} for r in rows], schema=schema)
+    except UnicodeEncodeError as exc:  # a lone surrogate: the loaders refuse them, a plug-in may not
+        from agentr1.errors import StageError
+
+        raise StageError(f"{path.name}: {_unencodable(rows)} holds a lone surrogate ({exc.reason}), which no "
+                         "UTF-8 file can hold: fix the loader or the source record that produced it") from None
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path, compression="zstd", write_statistics=False)
 

@@ -38,6 +38,11 @@ together with what to do about it):
   ``max_answer_chars``; question and passage ids plain names of at most ``max_id_chars``; passage
   titles not blank; no question, answer or passage holding one of ``special_tokens`` or any
   ``<|name|>`` control-token form.
+* text hygiene (:func:`unicode_checks`, issue 31): passage titles and texts hold no control
+  characters either (they reach the prompt as search results); every text field of questions
+  and passages is in Unicode NFC (the loaders normalize at load), and no two questions (ids or
+  question texts) or passages (ids, or title and text) differ only in normalization: both records
+  of such a pair are named.
 
 Checks that relate several rows, tables or files (missing passages, split overlap, leak shares,
 file damage) are computed as derived columns with pandas and then asserted with GX, so that every
@@ -60,6 +65,7 @@ import json
 import logging
 import re
 import unicodedata
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -203,8 +209,9 @@ def files_frame_for(ds: Dataset, required_splits: list[str]) -> pd.DataFrame:
 
 # ----------------------------------------------------------------------------- derived columns
 def normalize_text(text: str) -> str:
-    """Lowercase, punctuation -> space, whitespace collapsed (used for leak and overlap checks)."""
-    return " ".join(_NON_WORD.sub(" ", text.lower()).split())
+    """Unicode NFC, lowercase, punctuation -> space, whitespace collapsed (used for leak and overlap
+    checks: texts that differ only in normalization, ``e`` + U+0301 vs ``é``, are one text)."""
+    return " ".join(_NON_WORD.sub(" ", unicodedata.normalize("NFC", text).lower()).split())
 
 
 def visible_text(text: str) -> str:
@@ -278,10 +285,9 @@ def special_tokens_in(texts: Any, tokens: list[str]) -> str | None:
     return ", ".join(sorted(set(found))) or None
 
 
-def control_chars(question: Any, answers: Any) -> str | None:
-    """The first control character (Unicode Cc other than tab, newline, carriage return) in the
-    question or an answer, as ``"answer 2: U+001B at 7"``, or None."""
-    texts = [("question", question)] + [(f"answer {i + 1}", a) for i, a in enumerate(answers or [])]
+def first_control_char(texts: Iterable[tuple[str, Any]]) -> str | None:
+    """The first control character (Unicode Cc other than tab, newline, carriage return: ANSI
+    escapes, NUL, ...) in the ``(label, text)`` pairs, as ``"answer 2: U+001B at 7"``, or None."""
     for where, text in texts:
         if not isinstance(text, str):
             continue
@@ -289,6 +295,63 @@ def control_chars(question: Any, answers: Any) -> str | None:
             if unicodedata.category(ch) == "Cc" and ch not in _ALLOWED_CONTROL:
                 return f"{where}: U+{ord(ch):04X} at {pos}"
     return None
+
+
+def control_chars(question: Any, answers: Any) -> str | None:
+    """:func:`first_control_char` of the question and its answers (``answer 1`` is the first)."""
+    return first_control_char([("question", question)] + [(f"answer {i + 1}", a) for i, a in enumerate(answers or [])])
+
+
+def passage_control_chars(title: Any, text: Any) -> str | None:
+    """:func:`first_control_char` of a passage's title and text (both reach the prompt as search results)."""
+    return first_control_char([("title", title), ("text", text)])
+
+
+def _code_points(text: str) -> str:
+    return " ".join(f"U+{ord(ch):04X}" for ch in text)
+
+
+def not_nfc(texts: Iterable[tuple[str, Any]]) -> str | None:
+    """The first of the ``(label, text)`` pairs not in Unicode NFC, as ``"title: not NFC from
+    character 4 (U+0065 U+0301; NFC U+00E9)"``, or None. The loaders normalize to NFC, so such text
+    comes from elsewhere, and would neither match nor deduplicate with its NFC twin."""
+    for where, text in texts:
+        if not isinstance(text, str) or unicodedata.is_normalized("NFC", text):
+            continue
+        nfc = unicodedata.normalize("NFC", text)
+        i = next((k for k, (a, b) in enumerate(zip(text, nfc)) if a != b), min(len(text), len(nfc)))
+        return f"{where}: not NFC from character {i} ({_code_points(text[i:i + 3])}; NFC {_code_points(nfc[i:i + 2])})"
+    return None
+
+
+def _nfc_key(value: Any) -> Any:
+    if isinstance(value, str):
+        return unicodedata.normalize("NFC", value)
+    if isinstance(value, tuple) and all(isinstance(v, str) for v in value):
+        return tuple(unicodedata.normalize("NFC", v) for v in value)
+    return None
+
+
+def nfc_twins(keys: Sequence[Any], ids: Sequence[Any], what: str) -> list[str | None]:
+    """Per row: ``"<what> equals that of 'x' under NFC"`` naming the other rows whose key (a string
+    or a tuple of strings) differs from this row's only in Unicode normalization, else None. Both
+    rows of such a pair are flagged, so the report names both records (an exact repeat is left to
+    the uniqueness checks)."""
+    norm = [_nfc_key(k) for k in keys]
+    groups: dict[Any, list[tuple[Any, Any]]] = {}
+    for key, n, rid in zip(keys, norm, ids):
+        if n is not None:
+            groups.setdefault(n, []).append((key, rid))
+    out: list[str | None] = []
+    for key, n in zip(keys, norm):
+        twins = [str(rid) for other, rid in groups.get(n, ()) if other != key] if n is not None else []
+        out.append(f"{what} equals that of {', '.join(repr(t) for t in twins[:3])} under NFC" if twins else None)
+    return out
+
+
+def first_of(*columns: Sequence[str | None]) -> list[str | None]:
+    """Per row: the first non-None value of ``columns`` (one list per derived value)."""
+    return [next((v for v in values if v is not None), None) for values in zip(*columns)]
 
 
 def too_long(texts: Any, limit: int, what: str) -> str | None:
@@ -443,7 +506,8 @@ def build_question_frame(ds: Dataset, corpus_ids: set[str], leak_allowed_types: 
     dev/test/ood question of a source in ``bounds.copy_sources``, else None), the content bounds
     of ``bounds`` (``validate``'s params, defaults when None): ``conflicting_answers``,
     ``hops_support_problem``, ``control_chars``, ``long_question``, ``long_answer``, ``unsafe_id``,
-    ``special_tokens`` (the functions above); with ``tool_checks`` also ``tool_question_problem``
+    ``special_tokens``, ``not_nfc``, ``nfc_duplicate`` (the functions above); with ``tool_checks`` also
+    ``tool_question_problem``
     (:func:`tool_question_problem`) and ``unknown_type`` (a type outside
     :data:`KNOWN_TOOL_TASK_TYPES`, else None). The list and optional columns are dropped from the
     returned frame:
@@ -499,6 +563,12 @@ def _add_bound_columns(q: pd.DataFrame, v: ValidateConfig) -> None:
     q["conflicting_answers"] = _conflicting_answers(q)
     q["hops_support_problem"] = column(hops_support_problem(h, ids) for h, ids in zip(q["hops"], q["supporting_ids"]))
     q["control_chars"] = column(control_chars(t, a) for t, a in zip(q["question"], q["answers"]))
+    q["not_nfc"] = column(not_nfc([("id", i), ("question", t), *((f"answer {k + 1}", x) for k, x in enumerate(a or [])),
+                                   ("type", ty), ("source", src), *(("supporting id", x) for x in (ids or []))])
+                          for i, t, a, ty, src, ids in zip(q["id"], q["question"], q["answers"], q["type"], q["source"],
+                                                           q["supporting_ids"]))
+    q["nfc_duplicate"] = column(first_of(nfc_twins(list(q["id"]), list(q["id"]), "the id"),
+                                         nfc_twins(list(q["question"]), list(q["id"]), "the question text")))
     q["long_question"] = column(too_long(t, v.max_question_chars, "a question") for t in q["question"])
     q["long_answer"] = column(too_long(a, v.max_answer_chars, "an answer") for a in q["answers"])
     q["unsafe_id"] = column(unsafe_id(i, v.max_id_chars) for i in q["id"])
@@ -527,12 +597,22 @@ def apply_leak_tolerance(q: pd.DataFrame, max_share: float, n_ids: int) -> dict[
 
 def build_corpus_frame(ds: Dataset, bounds: ValidateConfig | None = None) -> pd.DataFrame:
     """The corpus as a frame with the schema's columns (missing ones all-null, so checks fail),
-    plus the derived ``unsafe_id`` and ``special_tokens`` (title or text) columns."""
+    plus the derived ``unsafe_id``, ``special_tokens`` (title or text), ``control_chars``
+    (:func:`passage_control_chars`), ``not_nfc`` (:func:`not_nfc` of id, title, text) and
+    ``nfc_duplicate`` (:func:`nfc_twins` of the ids and of the (title, text) pairs) columns."""
     v = bounds or ValidateConfig()
     c = pd.DataFrame(ds.corpus).reindex(columns=list(CORPUS_SCHEMA.names))
     c["unsafe_id"] = pd.Series([unsafe_id(i, v.max_id_chars) for i in c["id"]], index=c.index, dtype=object)
     c["special_tokens"] = pd.Series([special_tokens_in([t, x], list(v.special_tokens))
                                      for t, x in zip(c["title"], c["text"])], index=c.index, dtype=object)
+    c["control_chars"] = pd.Series([passage_control_chars(t, x) for t, x in zip(c["title"], c["text"])],
+                                   index=c.index, dtype=object)
+    c["not_nfc"] = pd.Series([not_nfc([("id", i), ("title", t), ("text", x)])
+                              for i, t, x in zip(c["id"], c["title"], c["text"])], index=c.index, dtype=object)
+    ids = list(c["id"])
+    c["nfc_duplicate"] = pd.Series(first_of(nfc_twins(ids, ids, "the id"),
+                                            nfc_twins(list(zip(c["title"], c["text"])), ids, "the title and text")),
+                                   index=c.index, dtype=object)
     return c
 
 
@@ -632,6 +712,24 @@ def bound_checks(cfg: Config, q, c) -> list[Check]:
           column="unsafe_id"),
         c("no_special_tokens", null, f"no passage title or text holds a special-token string: {tokens} (value = "
           "the tokens)", column="special_tokens"),
+        *unicode_checks(q, c),
+    ]
+
+
+def unicode_checks(q, c) -> list[Check]:
+    """Control characters in passages and Unicode normalization (issue 31; ``q``/``c`` as in :func:`bound_checks`)."""
+    null = "ExpectColumnValuesToBeNull"
+    return [
+        c("no_control_chars", null, "passage titles and texts hold no control characters besides tab and newline "
+          "(value = the first)", column="control_chars"),
+        q("text_nfc", null, "ids, questions, answers, types, sources and supporting ids are in Unicode NFC (value = "
+          "the first field that is not)", column="not_nfc"),
+        q("nfc_distinct", null, "no two questions have ids or question texts that differ only in Unicode "
+          "normalization (value = the other question)", column="nfc_duplicate"),
+        c("text_nfc", null, "passage ids, titles and texts are in Unicode NFC (value = the first field that is not)",
+          column="not_nfc"),
+        c("nfc_distinct", null, "no two passages have ids, or titles and texts, that differ only in Unicode "
+          "normalization (value = the other passage)", column="nfc_duplicate"),
     ]
 
 

@@ -24,9 +24,11 @@ says otherwise (it has no authentication). The retrievers are safe to call from 
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -260,6 +262,33 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
+HOST_FIX = ("pass --host an address of this machine (or set retrieval.server.host): 127.0.0.1, the default, serves "
+            "only this machine; 0.0.0.0 every interface (no authentication)")
+
+
+def host_problem(host: str) -> str | None:
+    """Why ``host`` cannot be served on (it does not resolve to an IPv4 address), with the fix; ``None``
+    when it resolves. Checked before the index loads, so a typo fails in a moment."""
+    try:
+        socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return f"--host {host!r} does not resolve to an IPv4 address ({exc.strerror}): {HOST_FIX}"
+    except (UnicodeError, ValueError) as exc:  # an empty label, a NUL, a label over 63 characters
+        return f"--host {host[:80]!r} is not a host name ({exc}): {HOST_FIX}"
+    return None
+
+
+def bind_error(host: str, port: int, exc: OSError) -> str:
+    """The message for a failed bind of ``host:port``: which of ``--port``/``--host`` to change."""
+    if exc.errno == errno.EADDRINUSE:
+        return f"cannot bind {host}:{port}: the port is in use: pick another --port (0 = any free one) or stop the other server"
+    if exc.errno == errno.EACCES:
+        return f"cannot bind {host}:{port} ({exc.strerror}): ports below 1024 need privileges: pick --port 1024..65535"
+    if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
+        return f"cannot bind {host}:{port}: {host!r} is no address of this machine ({exc.strerror}): {HOST_FIX}"
+    return f"cannot bind {host}:{port} ({exc.strerror or exc}): check --host and --port"
+
+
 def run_server(cfg: Any, args: Any) -> None:
     """``agentr1 serve-retriever [--host H] [--port P]``: serve ``retrieval.index_dir`` until Ctrl-C."""
     from agentr1.errors import StageError
@@ -269,6 +298,9 @@ def run_server(cfg: Any, args: Any) -> None:
     host = getattr(args, "host", None) or scfg.host
     port = getattr(args, "port", None)
     port = scfg.port if port is None else port
+    problem = host_problem(host)
+    if problem:
+        raise StageError(problem)
     try:
         retriever = load_index(cfg.retrieval.index_dir, cfg.retrieval)
     except RetrieverError as exc:
@@ -282,7 +314,7 @@ def run_server(cfg: Any, args: Any) -> None:
                                  max_results=scfg.max_results, max_response_bytes=scfg.max_response_bytes,
                                  max_body_bytes=scfg.max_body_bytes)
     except OSError as exc:
-        raise StageError(f"cannot bind {host}:{port} ({exc}): pick another --port or stop the other server") from None
+        raise StageError(bind_error(host, port, exc)) from None
     if not _is_loopback(host):
         log.warning("binding %s: the retriever is reachable from other machines (no authentication)", host)
     log.info("serving %d passages (%s) at %s  (POST /retrieve, GET /health; at most %d connections; Ctrl-C stops)",

@@ -4,7 +4,10 @@ A checkpoint (:func:`agentr1.rl.checkpoint.save_state`; in memory without a ``st
 the collapse guard's roll-backs only) carries the policy's and the critic's weights and optimizer
 states, the torch and Python RNG states, the step and optimizer-step counters, ``lr_scale``, the
 roll-back count, the metric history, the collapse guard's reward window and events, and the
-run's params (a resume must match them, :func:`agentr1.rl.checkpoint.check_resume`).
+run's params (a resume must match them, :func:`agentr1.rl.checkpoint.check_resume`), among them
+the digests of the files the run reads besides its params (:func:`input_digests`: the retrieval
+index and the processed dataset), which a resume must match too (:func:`check_inputs`: an index
+rebuilt with other BM25 params between the kill and the resume would change the episodes).
 
 The lr schedulers are a pure function of the optimizer-step counters (:mod:`agentr1.rl.optim`):
 they are rebuilt, not saved, whenever the counters or ``lr_scale`` are set from outside the
@@ -23,12 +26,14 @@ import copy
 import hashlib
 import logging
 import random
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from agentr1.config import flatten
 from agentr1.errors import StageError
+from agentr1.io import tree_digest
 from agentr1.rl import checkpoint as ckpt
 from agentr1.rl import collapse
 from agentr1.rl.distributed import unwrap
@@ -135,8 +140,65 @@ class Resumable:
         if self.state_dir is None:
             raise StageError("resume needs a state_dir")
         tensors, meta = ckpt.load_state(self.state_dir)
-        ckpt.check_resume(self.state_dir, meta, self.params, self.tcfg.steps)
+        saved = meta.get("params")
+        if saved is not None:
+            check_inputs(self.state_dir, meta.get("step"), saved, self.params)
+            meta = {**meta, "params": _without_inputs(saved)}
+        ckpt.check_resume(self.state_dir, meta, _without_inputs(self.params), self.tcfg.steps)
         self.load_state(tensors, meta)
+
+
+# run_params keys of the files a run reads (:func:`input_digests`) -> what they are, for messages
+INPUTS = {"inputs.index": "the retrieval index", "inputs.dataset": "the processed dataset"}
+
+
+def input_digests(retrieval_cfg, processed_dir: str | Path) -> dict[str, dict[str, str | None]]:
+    """The run params (:data:`INPUTS` keys) that pin what a run reads besides its params: the
+    retrieval index (``retrieval.index_dir``, or the server ``retrieval.url``, which has no
+    digest here: only its URL is compared) and the processed dataset (questions and corpus,
+    ``data.processed_dir``), each ``{"source": path or URL, "sha256": tree digest}``."""
+    url = getattr(retrieval_cfg, "url", None)
+    index = ({"source": url, "sha256": None} if url else
+             {"source": str(retrieval_cfg.index_dir), "sha256": tree_digest(retrieval_cfg.index_dir)})
+    return {"inputs.index": index,
+            "inputs.dataset": {"source": str(processed_dir), "sha256": tree_digest(processed_dir)}}
+
+
+def check_inputs(path: Path, step: Any, saved: dict[str, Any], current: dict[str, Any]) -> None:
+    """:class:`StageError` when the index or dataset this run reads is not the one the state in
+    ``path`` was trained on (each named with both digests and sources). A state saved before the
+    digests were recorded resumes with a warning: its inputs cannot be checked."""
+    missing = [key for key in INPUTS if key in current and key not in saved]
+    if missing:
+        log.warning("the training state in %s was saved without the digests of %s (an older version): cannot check "
+                    "that this run reads the same files", path, " and ".join(INPUTS[k] for k in missing))
+    diff = [f"{INPUTS[key]}: saved {_show(saved[key])}, now {_show(current.get(key))}"
+            for key in INPUTS if key in saved and not _same(saved[key], current.get(key))]
+    if diff:
+        raise StageError(
+            f"cannot resume the training state in {path} (step {step}): it was trained on other files than this run "
+            "reads:\n  - " + "\n  - ".join(diff) + "\nrebuild the original ones (restore the params they were built "
+            "with, e.g. retrieval.*, and rerun `agentr1 index` / `agentr1 prepare`), or rerun without --resume to "
+            "train from the cold start on the current ones")
+
+
+def _same(saved: Any, current: Any) -> bool:
+    if not isinstance(saved, dict) or not isinstance(current, dict):
+        return saved == current
+    if saved.get("sha256") is None or current.get("sha256") is None:  # a server: only where it is
+        return saved.get("source") == current.get("source") and saved.get("sha256") == current.get("sha256")
+    return saved.get("sha256") == current.get("sha256")  # the same files, wherever they are now
+
+
+def _show(entry: Any) -> str:
+    if not isinstance(entry, dict):
+        return "nothing" if entry is None else str(entry)
+    digest = entry.get("sha256")
+    return f"{entry.get('source')} (sha256 {digest[:16]})" if digest else f"{entry.get('source')} (a server, no digest)"
+
+
+def _without_inputs(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if k not in INPUTS}
 
 
 def _jsonable(x):

@@ -11,9 +11,11 @@ and calls the stage module's ``run(ctx, args)``. Before the run opens, a stage m
 * ``before(cfg, args)``: check preconditions and clean up what must go even if tracking fails
   (``validate`` deletes its old success marker);
 * ``names(cfg, args) -> (run name, variant)``: the MLflow run name (the stage's ``dvc.lock`` key,
-  e.g. ``train@ppo``) and the named run of params ``runs`` whose effective config the run logs.
+  e.g. ``train@ppo``) and the named run of params ``runs`` whose effective config the run logs;
+* ``continues(cfg, args) -> run id or None``: the MLflow run of an interrupted execution that
+  this one continues (``train --resume``), when the store still has it unfinished.
 
-Either may raise :class:`agentr1.errors.StageError`; no run is opened then.
+Any of them may raise :class:`agentr1.errors.StageError`; no run is opened then.
 
 This package and :mod:`agentr1.tracking` are the only code that talks to MLflow; the domain
 packages below them (data, retrieval, models, env, rollout, eval, rl, report) never import it nor
@@ -48,5 +50,6 @@ def run(stage: str, cfg: Config, args: Any = None) -> Any:
         module.before(cfg, args)
     run_name, variant = module.names(cfg, args) if hasattr(module, "names") else (stage, None)
     tracked = int(os.environ.get("RANK", "0")) == 0
-    with open_stage(cfg, stage, run_name=run_name, variant=variant, tracked=tracked) as ctx:
+    resumes = module.continues(cfg, args) if tracked and hasattr(module, "continues") else None
+    with open_stage(cfg, stage, run_name=run_name, variant=variant, tracked=tracked, continue_run=resumes) as ctx:
         return module.run(ctx, args)

@@ -90,10 +90,12 @@ class StageContext:
 
 @contextlib.contextmanager
 def open_stage(cfg: Config, stage: str, run_name: str | None = None, variant: str | None = None,
-               tracked: bool = True, extra_tags: dict[str, str] | None = None) -> Iterator[StageContext]:
+               tracked: bool = True, extra_tags: dict[str, str] | None = None,
+               continue_run: str | None = None) -> Iterator[StageContext]:
     """The :class:`StageContext` of one execution of ``stage``: inside the stage's MLflow run
     (:func:`agentr1.tracking.mlflow_adapter.stage_run`, named ``run_name``, with the effective
-    config of the named run ``variant`` and ``extra_tags``) when ``tracked`` and
+    config of the named run ``variant`` and ``extra_tags``; continuing the MLflow run
+    ``continue_run`` of an interrupted execution when it can) when ``tracked`` and
     ``tracking.enabled``, else with a disabled run and without importing MLflow."""
     if not (tracked and cfg.tracking.enabled):
         if tracked:
@@ -102,5 +104,6 @@ def open_stage(cfg: Config, stage: str, run_name: str | None = None, variant: st
         return
     from agentr1.tracking.mlflow_adapter import stage_run
 
-    with stage_run(cfg, stage, run_name=run_name, variant=variant, extra_tags=extra_tags) as run:
+    with stage_run(cfg, stage, run_name=run_name, variant=variant, extra_tags=extra_tags,
+                   continue_run=continue_run) as run:
         yield StageContext(cfg, stage, run)

@@ -11,7 +11,8 @@ questions per engine call (also the most prompts per backend call), and scored p
 bootstrap CIs and the breakdowns by question type and hop count; for a policy of
 ``evaluate.sampling.policies``, :func:`agentr1.eval.splits.sampled` adds sampled EM and pass@k.
 
-Outputs, in ``<evaluate.out_dir>/<NAME>/`` (one atomic directory; a failure leaves the old one):
+Outputs, in ``<evaluate.out_dir>/<NAME>/`` (one atomic directory, written when the evaluation is done;
+a failure before leaves the old one):
 
 * ``metrics.json`` (DVC metrics; deterministic - no wall-clock times): ``policy``, ``kind``,
   ``checkpoint``, ``overrides`` (the run's overrides of ``train``; null for baselines),
@@ -20,8 +21,14 @@ Outputs, in ``<evaluate.out_dir>/<NAME>/`` (one atomic directory; a failure leav
   ``test/em_ci_lower``, ``ood/f1``, ...) that MLflow and the promotion gate read;
 * ``episodes.jsonl``: one row per question, sorted by split then id
   (:data:`agentr1.eval.episodes.EPISODE_FIELDS`);
-* ``timing.json``: seconds per phase, the device and the MLflow run / registry outcome (no DVC
-  output and git-ignored, so that everything DVC tracks is the same bits on every run).
+* ``timing.json``: seconds per phase, the device and the MLflow run / registry outcome, or the
+  tracking error (no DVC output and git-ignored, so that everything DVC tracks is the same bits on
+  every run).
+
+The outputs are written before anything goes to MLflow: a store that fails (locked past
+``tracking.retry_timeout_s``, down) leaves the finished evaluation in place, its error in
+``timing.json`` and the run FAILED, to be logged by ``agentr1 track``; any other error of the
+registration or the gate is raised after the outputs are written.
 
 MLflow (``tracking.enabled``): one run ``evaluate@<NAME>`` (``evaluate_baseline@<NAME>`` for the
 baselines, matching their ``dvc.lock`` key) with the flat metrics at step 0, a seeded sample of
@@ -37,6 +44,7 @@ beyond the CI (the first one becomes champion); the cold start is a baseline: al
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -56,6 +64,7 @@ from agentr1.rollout.trajectory import Trajectory
 from agentr1.stages.context import StageContext
 from agentr1.stages.spec import Arg, StageSpec
 from agentr1.tracking.gate import check_gate_metric
+from agentr1.tracking.retry import TrackingFailed, is_tracking_error
 
 SPEC = StageSpec(
     "evaluate", "greedy EM/F1 with bootstrap CIs of one policy on evaluate.splits (--policy NAME)", order=70,
@@ -112,9 +121,17 @@ def log_outputs(ctx: StageContext, args: Any = None, replay: bool = False,
     if not register:
         return {}
     from agentr1.tracking.registry import register_evaluation
+    from agentr1.tracking.writelock import writer_lock
 
-    return register_evaluation(run, policy.checkpoint, policy.name, policy.kind, flat, eval_data,
-                               cfg.tracking.registered_model, cfg.tracking.gate_metric)
+    # one writer at a time: another evaluation's registration, `agentr1 promote` or `agentr1 track` waits
+    with writer_lock(cfg, f"{policy.run_name} registration"):
+        return register_evaluation(run, policy.checkpoint, policy.name, policy.kind, flat, eval_data,
+                                   cfg.tracking.registered_model, cfg.tracking.gate_metric)
+
+
+def _write_timing(out: Path, times: dict[str, float], t_start: float, device: str, mlflow_info: dict[str, Any]) -> None:
+    times["total"] = round(time.perf_counter() - t_start, 3)
+    write_json_atomic(out / "timing.json", {"time_s": times, "device": device, "mlflow": mlflow_info})
 
 
 def before(cfg, args: Any = None) -> None:
@@ -157,7 +174,8 @@ def run(ctx: StageContext, args: Any = None) -> dict[str, Any]:
     log.info("evaluate@%s (%s): %s from %s, %d batch(es) of <= %d", policy.name, policy.kind,
              ", ".join(f"{s} {len(q)}" for s, q in questions.items()), policy.checkpoint,
              sum(-(-len(qs) // ecfg.batch_size) for qs in questions.values()), ecfg.batch_size)
-    run.set_tags(_run_tags(policy, eval_data))
+    with contextlib.suppress(TrackingFailed):  # recorded: log_outputs below then skips MLflow
+        run.set_tags(_run_tags(policy, eval_data))
     rows, trajs = play(setup, questions, ecfg.batch_size, naive=policy.kind == "naive_rag",
                        label=f"evaluate@{policy.name}", phase=partial(ctx.phase, digits=3, quiet=True))
     with ctx.phase("summarize", digits=3, quiet=True):
@@ -183,14 +201,24 @@ def run(ctx: StageContext, args: Any = None) -> dict[str, Any]:
         **({"sampling": sampling} if sampling is not None else {}),
         **flat,
     }
+    # the evaluation first, then MLflow: a store that fails must not take the finished evaluation with it
+    out = Path(ecfg.out_dir) / policy.name
     mlflow_info: dict[str, Any] = {"run_id": run.run_id}
-    with atomic_dir(Path(ecfg.out_dir) / policy.name) as tmp:
+    with atomic_dir(out) as tmp:
         write_episodes(tmp / "episodes.jsonl", rows)
         write_json_atomic(tmp / "metrics.json", metrics)
+        _write_timing(tmp, times, t_start, device, {**mlflow_info, "pending": True})  # until MLflow is done
+    run.outputs = str(out)
+    try:
         with ctx.phase("mlflow", digits=3, quiet=True):
-            mlflow_info.update(log_outputs(ctx, args, trajectories=trajs, out_dir=tmp))
-        times["total"] = round(time.perf_counter() - t_start, 3)
-        write_json_atomic(tmp / "timing.json", {"time_s": times, "device": device, "mlflow": mlflow_info})
+            mlflow_info.update(log_outputs(ctx, args, trajectories=trajs, out_dir=out))
+    except Exception as exc:
+        mlflow_info["error"] = f"{type(exc).__name__}: {exc}"
+        if not is_tracking_error(exc):  # e.g. the gate's StageError: the evaluation is saved, the command fails
+            _write_timing(out, times, t_start, device, mlflow_info)
+            raise
+        run.health.fail(exc)  # the store's own error (a registry call): the run ends FAILED, for `agentr1 track`
+    _write_timing(out, times, t_start, device, mlflow_info)
     for split, s in summaries.items():
         log.info("evaluate@%s %s: EM %.3f [%.3f, %.3f], F1 %.3f, format %.3f (n=%d)", policy.name, split, s["em"],
                  s["em_ci_lower"], s["em_ci_upper"], s["f1"], s["format_ok"], s["n"])

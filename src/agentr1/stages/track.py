@@ -50,6 +50,7 @@ from agentr1.tracking.mlflow_adapter import connect, current_pipeline_id, experi
 from agentr1.tracking.redact import redact_uri
 from agentr1.tracking.tags import LOGGED_FROM_TAG
 from agentr1.tracking.uri import resolve_tracking_uri
+from agentr1.tracking.writelock import writer_lock
 
 log = logging.getLogger(__name__)
 
@@ -103,20 +104,102 @@ def _overlap(a: str, b: str) -> bool:
     return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
 
-def lock_entries(lock_path: str | Path = "dvc.lock") -> list[Entry]:
+MAX_PROBLEMS = 20  # listed in one error; the rest are counted
+
+
+def _path_problem(path: str, root: Path, inside: tuple[Path, ...]) -> str | None:
+    """Why a locked out/dep ``path`` is no path of the project: absolute, or outside ``root`` once
+    ``..`` and symbolic links are resolved (a link into the DVC cache ``inside[1:]`` is fine).
+    Decided from the path's name and links alone, before anything is hashed (``/`` would scan the disk)."""
+    if Path(path).is_absolute():
+        return "is absolute: dvc.lock paths are relative to the project root"
+    try:
+        real = (root / path).resolve()
+    except (OSError, RuntimeError) as exc:  # a loop of symbolic links
+        return f"cannot be resolved ({exc})"
+    if not any(real == base or real.is_relative_to(base) for base in inside):
+        return f"resolves to {real}, outside the project {inside[0]}"
+    return None
+
+
+def _structure_problems(key: str, raw: Any) -> list[str]:
+    """What in the entry ``raw`` of ``dvc.lock`` key ``key`` is not what DVC writes: a mapping whose
+    ``cmd`` is text, ``deps``/``outs`` lists of mappings with a string ``path``, ``params`` a
+    mapping of params file -> mapping."""
+    if not isinstance(raw, dict):
+        return [f"{key}: the entry is a {type(raw).__name__}, not a mapping (cmd, deps, outs, params)"]
+    problems = []
+    cmd = raw.get("cmd")
+    if not (isinstance(cmd, str) or (isinstance(cmd, list) and all(isinstance(c, str) for c in cmd))):
+        problems.append(f"{key}: cmd is {type(cmd).__name__}, not the stage's command")
+    for field_ in ("deps", "outs"):
+        items = raw.get(field_)
+        if items is None:
+            continue
+        if not isinstance(items, list):
+            problems.append(f"{key}: {field_} is a {type(items).__name__}, not a list")
+            continue
+        for i, item in enumerate(items):
+            if not isinstance(item, dict) or not isinstance(item.get("path"), str) or not item["path"].strip():
+                problems.append(f"{key}: {field_}[{i}] is not a mapping with a string `path`")
+    params = raw.get("params")
+    if params is not None and not (isinstance(params, dict) and all(isinstance(v, dict) or v is None for v in params.values())):
+        problems.append(f"{key}: params is not a mapping of params file -> mapping of keys")
+    return problems
+
+
+def _foreach_problem(cfg: Config, stage: str, args: argparse.Namespace, key: str) -> str | None:
+    """Why the ``@<name>`` of ``key`` names nothing of the params ``cfg``, as the stage would decide
+    it (``evaluate``: a run of ``runs`` or a baseline, :func:`agentr1.eval.policies.resolve_policy`;
+    ``train``: a run of ``runs``, :meth:`Config.for_run`), without its checkpoint or outputs."""
+    from agentr1.config import ConfigError
+
+    if stage == "evaluate":
+        from agentr1.eval.policies import BASELINES
+
+        name = args.policy
+        if name in cfg.runs and name in BASELINES:
+            return f"{key}: run {name!r} in params `runs` shadows the baseline of the same name: rename the run"
+        expected = f"evaluate@{name}" if name in cfg.runs else f"evaluate_baseline@{name}" if name in BASELINES else None
+        if expected is None:
+            return (f"{key}: unknown policy {name!r}: not a run of params `runs` ({', '.join(sorted(cfg.runs))}) nor a "
+                    f"baseline ({', '.join(BASELINES)})")
+        if expected != key:
+            return f"{key}: policy {name!r} is evaluated as {expected!r}, not {key!r}"
+    elif stage == "train":
+        try:
+            cfg.for_run(args.run)
+        except ConfigError as exc:
+            return f"{key}: {exc}"
+    return None
+
+
+def lock_entries(lock_path: str | Path = "dvc.lock", cfg: Config | None = None) -> list[Entry]:
     """Every stage entry of ``dvc.lock``, resolved (:func:`resolve`) and in dependency order (a
     stage after every stage whose outputs it depends on, else in the lock's order); a stage whose
     command is not ``agentr1 ...`` (a user's own) is ``skipped``: it has no agentr1 run to log.
-    :class:`StageError` listing every unknown agentr1 entry, or when there is no ``dvc.lock``."""
+
+    The whole lock is checked first, so that nothing is hashed nor written (and ``--dry-run``
+    predicts the failure) when any entry is not what DVC writes (:func:`_structure_problems`), is
+    unknown, names a policy or run the params ``cfg`` lack (:func:`_foreach_problem`, when ``cfg``
+    is given), or an agentr1 entry's out/dep path leaves the project (:func:`_path_problem`).
+    :class:`StageError` listing every problem with the fix, or when there is no ``dvc.lock``."""
     lock_path = Path(lock_path)
     if not lock_path.is_file():
         raise StageError(f"no {lock_path} here: run `agentr1 track` in the project root, after `dvc repro` (or `dvc pull`)")
-    entries, problems = [], []
+    root = lock_path.parent
+    inside = (root.resolve(), (root / ".dvc" / "cache").resolve())
+    entries, problems, unknown = [], [], []
     for key, raw in provenance.lock_stages(lock_path).items():
-        raw = raw or {}
-        outs = {o["path"]: provenance.entry_hash(o) or "" for o in raw.get("outs") or [] if isinstance(o, dict) and "path" in o}
-        deps = [d["path"] for d in raw.get("deps") or [] if isinstance(d, dict) and "path" in d]
-        cmd = str(raw.get("cmd") or "")
+        key = str(key)
+        found = _structure_problems(key, raw)
+        if found:
+            problems += found
+            continue
+        outs = {o["path"]: provenance.entry_hash(o) or "" for o in raw.get("outs") or []}
+        deps = [d["path"] for d in raw.get("deps") or []]
+        cmd = raw.get("cmd") or ""
+        cmd = cmd if isinstance(cmd, str) else " && ".join(cmd)
         if cmd.split()[:1] != ["agentr1"]:
             entries.append(Entry(key, "", argparse.Namespace(), outs, deps, {}, state="skipped",
                                  note=f"not an agentr1 stage (cmd `{cmd[:80]}`): no run to log"))
@@ -124,11 +207,22 @@ def lock_entries(lock_path: str | Path = "dvc.lock") -> list[Entry]:
         try:
             stage, args = resolve(key)
         except StageError as exc:
-            problems.append(str(exc))
+            unknown.append(str(exc))
             continue
+        problems += [f"{key}: {kind} {path!r} {why}" for kind, paths in (("out", outs), ("dep", deps)) for path in paths
+                     if (why := _path_problem(path, root, inside))]
+        name_problem = _foreach_problem(cfg, stage, args, key) if cfg is not None else None
+        if name_problem:
+            problems.append(name_problem)
         entries.append(Entry(key, stage, args, outs, deps, dict(raw.get("params") or {})))
+    if unknown:  # a stage agentr1 does not know: the fix is in the code, not in the lock
+        raise StageError("; ".join(unknown + problems))
     if problems:
-        raise StageError("; ".join(problems))
+        shown = problems[:MAX_PROBLEMS]
+        if len(problems) > MAX_PROBLEMS:
+            shown.append(f"... and {len(problems) - MAX_PROBLEMS} more")
+        raise StageError(f"{lock_path} is not what `dvc repro` writes, nothing logged ({len(problems)} problem(s)): "
+                         + "; ".join(shown) + f": {provenance.LOCK_FIX}")
     after = {e.key: {o.key for o in entries if o is not e and any(_overlap(d, out) for d in e.deps for out in o.outs)}
              for e in entries}
     ordered: list[Entry] = []
@@ -193,7 +287,7 @@ def plan(cfg: Config, lock_path: str | Path = "dvc.lock") -> tuple[list[Entry], 
     (``None`` while the store does not exist). Reads only: writes nothing to the store."""
     lock_path = Path(lock_path)
     root = lock_path.parent
-    entries = lock_entries(lock_path)
+    entries = lock_entries(lock_path, cfg)  # the whole lock checked before anything is hashed or written
     client, exp_id = lockruns.open_store(cfg, create=False)
     pipeline = current_pipeline_id(cfg, lock_path)
     for e in entries:
@@ -209,7 +303,9 @@ def plan(cfg: Config, lock_path: str | Path = "dvc.lock") -> tuple[list[Entry], 
             e.state, e.run_id = ("in MLflow" if found.state == "logged" else "adopt"), found.run_id
             e.note = f"run {found.run_id}"
             continue
-        reason = stale_reason(e, root)
+        from agentr1.tracking.replaycheck import entry_problem  # the files log_outputs would replay, checked first
+
+        reason = stale_reason(e, root) or entry_problem(e.key, e.outs, root)
         e.state, e.note = ("stale", reason) if reason else ("log", "")
     return entries, client
 
@@ -226,15 +322,34 @@ def log_entry(cfg: Config, entry: Entry) -> str:
     return str(ctx.run.run_id)
 
 
-def track(cfg: Config, lock_path: str | Path = "dvc.lock", dry_run: bool = False) -> list[Entry]:
-    """Make the store show every stage of ``lock_path`` (module docstring); with ``dry_run`` only
-    the plan. :class:`StageError` before anything is written when an entry is unknown or stale."""
+def _checked_plan(cfg: Config, lock_path: str | Path) -> tuple[list[Entry], Any]:
+    """:func:`plan`, with :class:`StageError` listing the stale entries (nothing written)."""
     entries, client = plan(cfg, lock_path)
     stale = [e for e in entries if e.state == "stale"]
     if stale:
         raise StageError("nothing logged: " + "; ".join(f"{e.key}: {e.note}" for e in stale))
-    if dry_run or not any(e.state in ("log", "adopt") for e in entries):
-        return entries
+    return entries, client
+
+
+def track(cfg: Config, lock_path: str | Path = "dvc.lock", dry_run: bool = False) -> list[Entry]:
+    """Make the store show every stage of ``lock_path`` (module docstring); with ``dry_run`` only
+    the plan. :class:`StageError` before anything is written when an entry is unknown or stale.
+
+    One writer at a time (:func:`agentr1.tracking.writelock.writer_lock`): a real run plans and
+    writes holding the store's writer lock, so a second ``agentr1 track`` started meanwhile waits,
+    then plans from a store that has the first one's runs and adds nothing (as when run after
+    it). A dry run writes nothing and takes no lock."""
+    if dry_run:
+        return _checked_plan(cfg, lock_path)[0]
+    with writer_lock(cfg, "agentr1 track"):
+        entries, client = _checked_plan(cfg, lock_path)  # inside the lock: what another writer logged is not logged again
+        if any(e.state in ("log", "adopt") for e in entries):
+            _write(cfg, entries, client)
+    return entries
+
+
+def _write(cfg: Config, entries: list[Entry], client: Any) -> None:
+    """Adopt and log the planned entries, in order (the writer lock held)."""
     connect(cfg)  # the profile's experiment, made when missing
     for e in entries:
         if e.state == "adopt":
@@ -244,7 +359,6 @@ def track(cfg: Config, lock_path: str | Path = "dvc.lock", dry_run: bool = False
             e.run_id = log_entry(cfg, e)
             e.state, e.note = "logged", f"run {e.run_id}"
         log.info("track: %-34s %s %s", e.key, e.state, e.note)
-    return entries
 
 
 def run_track(cfg: Config, args: argparse.Namespace) -> None:
@@ -256,7 +370,8 @@ def run_track(cfg: Config, args: argparse.Namespace) -> None:
     if getattr(args, "set", None):
         raise StageError("agentr1 track logs the params dvc.lock recorded: run it without --set")
     lock = Path("dvc.lock")
-    files = {f for e in provenance.lock_stages(lock).values() for f in ((e or {}).get("params") or {})} if lock.is_file() else set()
+    files = {str(f) for e in provenance.lock_stages(lock).values() if isinstance(e, dict) and isinstance(e.get("params"), dict)
+             for f in e["params"]} if lock.is_file() else set()
     if files and Path(args.params).resolve() not in {Path(f).resolve() for f in files}:
         raise StageError(f"dvc.lock records params from {', '.join(sorted(files))}, not {args.params}: pass --params "
                          f"{sorted(files)[0]}")

@@ -27,17 +27,30 @@ any training) when there is nothing to resume (no state and no backup copy of on
 the first time), when the state is incomplete or corrupt, or when the run's params differ from
 the ones the state was trained with (``env.*``, ``reward.*``, ``rollout.*``, the run's merged
 ``train.*``, the seed, ``model.dtype``, the train questions and the cold-start checkpoint; see
-:mod:`agentr1.rl.checkpoint` for the keys that may change). The DVC stage never passes
+:mod:`agentr1.rl.checkpoint` for the keys that may change), or when the retrieval index or the
+processed dataset is not the one the state was trained on (their digests,
+:func:`agentr1.rl.state.input_digests`). The DVC stage never passes
 ``--resume``. A save killed between its two renames is recovered from the ``.state.old-<pid>``
 copy when it verifies; temporaries of killed writes in the run's directory are removed at the start.
+
+MLflow across a kill: ``mlflow_run.json`` beside ``state/`` (git-ignored, no DVC output) names the
+run this execution logs to. ``--resume`` continues that run when the store still has it unfinished
+(:func:`continues`; a killed process leaves it RUNNING, marked KILLED by the next start): the
+steps of the state it lacks are logged (:meth:`agentr1.tracking.run.StageRun.catch_up`) and the
+steps it already holds are not logged twice, so it ends FINISHED with the whole curve, as after an
+uninterrupted run. When it is gone, a new run gets every step of the state, then the rest.
+A store that stays locked (or down) past ``tracking.retry_timeout_s`` does not stop training: the
+stage trains on without MLflow, writes every output, and its run ends FAILED for ``agentr1 track``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import logging
+import re
 import shutil
 import time
 from pathlib import Path
@@ -52,9 +65,11 @@ from agentr1.models import load_checkpoint, save_checkpoint
 from agentr1.rl import checkpoint as ckpt
 from agentr1.rl.distributed import full_params, init_distributed, shutdown
 from agentr1.rl.sampling import Episodes
+from agentr1.rl.state import input_digests
 from agentr1.rl.trainer import Trainer
 from agentr1.stages.context import StageContext
 from agentr1.stages.spec import Arg, StageSpec
+from agentr1.tracking.retry import TrackingFailed
 
 SPEC = StageSpec(
     "train", "RL from the cold start with a named run (--run NAME; torchrun for data parallel)", order=60,
@@ -76,6 +91,8 @@ CURVE = {
     "informative_groups": "rollout/informative_groups", "solved_groups": "rollout/solved_groups",
     "batch_informative_groups": "rollout/batch_informative_groups", "filter_rounds": "rollout/filter_rounds",
 }
+# beside state/ (which every checkpoint replaces whole): the MLflow run this execution logs to
+RUN_FILE = "mlflow_run.json"
 TIMES = {"rollout_s": "time/rollout_s", "prepare_s": "time/prepare_s", "update_s": "time/update_s", "step_s": "time/step_s"}
 
 
@@ -170,6 +187,36 @@ def names(cfg, args: Any = None) -> tuple[str, str | None]:
     return f"train@{run}", None if run == "default" else run
 
 
+def _run_file(cfg, args: Any) -> Path:
+    run = _run_of(args)
+    return Path(cfg.train_for(None if run == "default" else run).out_dir) / run / RUN_FILE
+
+
+def continues(cfg, args: Any = None) -> str | None:
+    """With ``--resume``: the MLflow run the interrupted execution logged to (:data:`RUN_FILE`),
+    which the stage run continues when the store still has it unfinished, so that one run holds
+    the whole curve (:func:`agentr1.tracking.mlflow_adapter.stage_run`)."""
+    if not getattr(args, "resume", False):
+        return None
+    try:
+        run_id = json.loads(_run_file(cfg, args).read_text()).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return run_id if isinstance(run_id, str) and re.fullmatch(r"[0-9a-f]{32}", run_id) else None
+
+
+def _remember_run(ctx: StageContext, args: Any) -> None:
+    """Rank 0, before training: name this execution's MLflow run in :data:`RUN_FILE` for a later
+    ``--resume`` (removed when tracking is off, so that no older run is continued)."""
+    path = _run_file(ctx.cfg, args)
+    if not ctx.run.enabled:
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, {"run_id": ctx.run.run_id, "experiment_id": ctx.run.experiment_id,
+                             "run_name": names(ctx.cfg, args)[0]})
+
+
 def run(ctx: StageContext, args: Any = None) -> dict | None:
     """Run the stage (module docstring); returns the metrics it wrote (rank 0) or ``None``."""
     t_start = time.perf_counter()
@@ -193,8 +240,10 @@ def run(ctx: StageContext, args: Any = None) -> dict | None:
         problem = dist.broadcast_object(problem)
         if problem is not None:
             raise StageError(problem)
+        if dist.is_main:
+            _remember_run(ctx, args)
         run_params = {**flatten(cfg.env.model_dump(mode="json"), "env."), "model.dtype": cfg.model.dtype,
-                      "start_checkpoint": tree_digest(sft_dir)}
+                      "start_checkpoint": tree_digest(sft_dir), **input_digests(cfg.retrieval, cfg.data.processed_dir)}
         logger = ctx.run.logger
         model, tokenizer = load_checkpoint(sft_dir, cfg.model.dtype, cfg.model.trust_remote_code)
         trainer = Trainer(model, tokenizer, tcfg, cfg.rollout, cfg.reward, episodes=Episodes(env, train_q, dev_q),
@@ -203,6 +252,9 @@ def run(ctx: StageContext, args: Any = None) -> dict | None:
         if resume:
             trainer.resume()  # StageError when the params differ from the state's
             log.info("train@%s: resumed at step %d from %s", run, trainer.step, state_dir)
+            if ctx.run.catch_up(trainer.history):  # the steps the state holds that the MLflow run lacks
+                log.info("train@%s: logged the steps after %d of the training state to MLflow run %s", run,
+                         ctx.run.logged_through, ctx.run.run_id)
         n_params = sum(p.numel() for p in model.parameters())
         log.info("train@%s: %s, %d steps x %d questions x %d rollouts, policy %.2fM parameters, %d rank(s)",
                  run, tcfg.estimator, tcfg.steps, tcfg.batch_questions, tcfg.group_size, n_params / 1e6,
@@ -217,7 +269,9 @@ def run(ctx: StageContext, args: Any = None) -> dict | None:
             write_text_atomic(run_dir / "curve.csv", curve_csv(history))
             write_json_atomic(run_dir / "metrics.json", metrics)
             write_json_atomic(run_dir / "timing.json", times)
-            log_outputs(ctx, args)
+            ctx.run.outputs = str(run_dir)
+            with contextlib.suppress(TrackingFailed):  # recorded: the run ends FAILED, for `agentr1 track`
+                log_outputs(ctx, args)
             log.info("train@%s: reward %.3f -> %.3f, dev EM %s -> %s in %.0fs", run, metrics["reward_first3"] or 0,
                      metrics["reward_last3"] or 0, metrics["dev_em_start"], metrics["dev_em_final"], times["total"])
         dist.barrier()

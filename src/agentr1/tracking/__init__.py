@@ -14,6 +14,11 @@ does not import ``mlflow``. The gate itself is ``agentr1.tracking.gate.gate`` (a
 - :mod:`.traces`: trajectories as MLflow traces (AGENT/LLM/RETRIEVER/TOOL spans) and a table;
 - :mod:`.registry`: policy checkpoints as pyfunc models, versions, aliases, the promotion gate;
 - :mod:`.compare`: ``agentr1 compare`` / ``agentr1 promote``;
+- :mod:`.store`: opening a store (checks, atomic first creation of a SQLite store, bounded HTTP);
+- :mod:`.writelock`: one writer at a time (``track``, ``promote``, an evaluation's registration);
+- :mod:`.retry`: bounded retries of a stage run's writes while the store is busy;
+- :mod:`.owner`: which process runs a stage run; runs of killed processes, resumed runs;
+- :mod:`.replaycheck`: the files ``agentr1 track`` replays, checked before anything is written;
 - :mod:`.storage`: S3 sync of plain files and folders (boto3; independent of MLflow).
 """
 

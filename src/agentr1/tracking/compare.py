@@ -10,6 +10,7 @@ interval and the PNG draws it as an error bar.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 from pathlib import Path
@@ -112,7 +113,10 @@ def plot(rows: Sequence[Row], metric: str, out: str | Path) -> Path:
 
 
 def run_compare(cfg, args: argparse.Namespace) -> None:
-    """CLI ``agentr1 compare``: print the table and write the PNG (``--out``)."""
+    """CLI ``agentr1 compare``: print the table and write the PNG (``--out``, checked first)."""
+    from agentr1.io import check_destination
+
+    check_destination(args.out, "--out", kind="file")
     client, uri, _ = connect(cfg)
     if args.runs:
         rows = rows_for_runs(client, args.runs)
@@ -124,13 +128,35 @@ def run_compare(cfg, args: argparse.Namespace) -> None:
     print(f"plot: {plot(rows, metrics[0], args.out)}")
 
 
+def _one_writer(command):
+    """Run CLI ``command(cfg, args)`` holding the store's writer lock
+    (:func:`agentr1.tracking.writelock.writer_lock`: an evaluation registering and gating, or
+    ``agentr1 track``, waits; and this waits for them); a dry run writes nothing and takes none."""
+
+    @functools.wraps(command)
+    def locked(cfg, args: argparse.Namespace) -> None:
+        if getattr(args, "dry_run", False):
+            return command(cfg, args)
+        from agentr1.tracking.writelock import writer_lock
+
+        with writer_lock(cfg, "agentr1 promote"):
+            return command(cfg, args)
+
+    return locked
+
+
+@_one_writer
 def run_promote(cfg, args: argparse.Namespace) -> None:
-    """CLI ``agentr1 promote``: apply the gate to the ``challenger``/``champion`` aliases; prints
-    the decision in words, then as one JSON line (read by ``flows/promote.py``)."""
+    """CLI ``agentr1 promote``: apply the gate to the ``challenger`` alias's version (or to version
+    ``--version`` where the command has that option) against the ``champion`` alias; prints the
+    decision in words, then as one JSON line (read by ``flows/promote.py``). A store that cannot
+    be read, or a challenger the gate must not take, is an error with no alias moved (exit 1)."""
     client, _, _ = connect(cfg)
     name = args.model or cfg.tracking.registered_model
-    result = promote(name, args.metric or cfg.tracking.gate_metric, dry_run=args.dry_run, client=client)
+    version = getattr(args, "version", None)
+    result = promote(name, args.metric or cfg.tracking.gate_metric, version=version, dry_run=args.dry_run, client=client)
     moved = " (dry run: aliases unchanged)" if args.dry_run else ""
-    print(f"{name} challenger v{result.challenger}: {result.decision}{moved} - {result.reason}")
+    print(f"{name} {'version' if version is not None else 'challenger'} v{result.challenger}: {result.decision}{moved} - "
+          f"{result.reason}")
     print(json.dumps(result.to_dict(), sort_keys=True))
 

@@ -11,11 +11,16 @@ Rule (higher metric = better, e.g. EM):
    on different questions are not comparable;
 4. promote only when the intervals do not overlap: ``challenger.ci_lower > champion.ci_upper``
    (conservative: two disjoint 95% bootstrap intervals); otherwise keep ("within the CI").
+
+The inputs are checked first (:class:`GateStats`): every number finite, the interval around the
+value and, for a share such as EM (:func:`is_proportion`), everything in [0, 1], so a tampered or
+broken metric (EM 1e308, NaN) is an error, never a promotion.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -23,6 +28,19 @@ from typing import Literal
 from agentr1.errors import StageError
 
 Decision = Literal["promote", "keep"]
+
+# the scores that are shares of episodes, in [0, 1], with their CI bounds: the answer scores
+# (agentr1.eval.metrics.SCORES), the per-episode rates of MEANS (format_ok, answered,
+# early_answer) and the sampled ones (agentr1.eval.splits.sampled_flat: sampled_em, pass_at_<k>).
+# Not here: n, tool_calls, turns (counts) and reward (in [-1, 1] or wider, by reward settings).
+PROPORTIONS = ("em", "f1", "subem", "format_ok", "answered", "early_answer", "sampled_em")
+_PROPORTION = re.compile(rf"(?:{'|'.join(PROPORTIONS)}|pass_at_\d+)(?:_ci_lower|_ci_upper)?")
+
+
+def is_proportion(metric: str) -> bool:
+    """Whether metric ``<split>/<score>`` (or a bare ``<score>``, or its ``_ci_lower``/``_ci_upper``)
+    is a share of episodes, so its values lie in [0, 1] (:data:`PROPORTIONS`)."""
+    return _PROPORTION.fullmatch(metric.rpartition("/")[2]) is not None
 
 
 @dataclass(frozen=True)
@@ -38,9 +56,15 @@ class GateStats:
     version: str | None = None
 
     def __post_init__(self) -> None:
+        share = is_proportion(self.metric)
         for name in ("value", "ci_lower", "ci_upper"):
-            if not math.isfinite(getattr(self, name)):
-                raise ValueError(f"{self.metric}: {name} must be finite, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{self.metric}: {name} must be a number, got {value!r}")
+            if not math.isfinite(value):
+                raise ValueError(f"{self.metric}: {name} must be finite, got {value}")
+            if share and not 0.0 <= value <= 1.0:
+                raise ValueError(f"{self.metric}: {name} {value} is outside [0, 1] (a share of episodes)")
         if not self.ci_lower <= self.value <= self.ci_upper:
             raise ValueError(
                 f"{self.metric}: CI [{self.ci_lower}, {self.ci_upper}] does not contain the value {self.value}"

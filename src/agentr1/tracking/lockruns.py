@@ -27,8 +27,9 @@ from mlflow.exceptions import MlflowException
 
 from agentr1.errors import StageError
 from agentr1.tracking.mlflow_adapter import check_reachable, connect, experiment_name, out_tag
+from agentr1.tracking.store import bound_http_client, db_errors, store_error
 from agentr1.tracking.tags import LOGGED_FROM_TAG, PIPELINE_TAG, RUN_NAME_TAG
-from agentr1.tracking.uri import resolve_tracking_uri, sqlite_path
+from agentr1.tracking.uri import resolve_tracking_uri
 
 if TYPE_CHECKING:
     from agentr1.config import Config
@@ -47,17 +48,20 @@ class Found:
 def open_store(cfg: "Config", create: bool = True) -> tuple[MlflowClient | None, str | None]:
     """A client on the stages' store and the id of the profile's experiment: made when missing
     with ``create`` (:func:`connect`), else ``None`` for a missing one, and no client for a
-    SQLite store whose file does not exist (nothing is written)."""
+    SQLite store that does not exist yet (no file, an empty or a half-created one: nothing is
+    written; the next ``create`` makes it). A bad store is a :class:`StageError` naming it."""
     if create:
         client, _, exp_id = connect(cfg)
         return client, exp_id
     uri = resolve_tracking_uri(cfg)
-    db = sqlite_path(uri)
-    if db is not None and not db.is_file():
+    bound_http_client(cfg.tracking)
+    if not check_reachable(uri, cfg.tracking.connect_timeout_s, create=False):
         return None, None
-    check_reachable(uri, cfg.tracking.connect_timeout_s)
-    client = MlflowClient(tracking_uri=uri)
-    exp = client.get_experiment_by_name(experiment_name(cfg))
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        exp = client.get_experiment_by_name(experiment_name(cfg))
+    except (MlflowException, *db_errors()) as exc:
+        raise store_error(uri, exc) from None
     return client, exp.experiment_id if exp is not None and exp.lifecycle_stage == "active" else None
 
 

@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
@@ -36,9 +33,12 @@ from agentr1.errors import StageError
 from agentr1.tracking import provenance
 from agentr1.tracking.logger import check_metrics
 from agentr1.tracking.redact import redact_uri
-from agentr1.tracking.run import StageRun
+from agentr1.tracking.owner import continuable, end_orphans, logged_steps, owner_tags
+from agentr1.tracking.retry import TrackingFailed, is_tracking_error, retrying
+from agentr1.tracking.run import StageRun, TrackingHealth
+from agentr1.tracking.store import bound_http_client, check_store, db_errors, store_error
 from agentr1.tracking.tags import PIPELINE_TAG, ROLE_TAG, RUN_NAME_TAG, STAGE_TAG
-from agentr1.tracking.uri import resolve_tracking_uri, sqlite_path
+from agentr1.tracking.uri import artifact_root, resolve_tracking_uri
 
 if TYPE_CHECKING:
     from agentr1.config import Config
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ARTIFACT_ROOT_ENV = "AGENTR1_ARTIFACT_ROOT"  # overrides tracking.artifact_root (a sqlite store's artifacts)
 _BATCH = 100  # MLflow's MAX_PARAMS_TAGS_PER_BATCH
 _METRIC_BATCH = 1000  # MLflow's MAX_METRICS_PER_BATCH
 
@@ -55,30 +54,13 @@ def _is_server(uri: str) -> bool:
     return uri.startswith(("http://", "https://"))
 
 
-def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
-    """Fail fast with a :class:`StageError` naming ``uri`` when the store cannot be used: a
-    server that does not answer ``GET /health`` with 200 within ``timeout_s``, or a SQLite file
-    whose directory cannot be created. Other schemes are left to MLflow."""
-    if _is_server(uri):
-        url = uri.rstrip("/") + "/health"
-        try:
-            with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 (http(s) only)
-                if resp.status == 200:
-                    return
-                problem = f"HTTP {resp.status} from {url}"
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            problem = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
-        raise StageError(
-            f"MLflow tracking server {redact_uri(uri)} is unreachable ({redact_uri(problem)}). Start it (e.g. `mlflow server "
-            f"--host 127.0.0.1 --port 5000 --backend-store-uri sqlite:///mlflow/mlflow.db`) or point "
-            f"MLFLOW_TRACKING_URI / tracking.uri at a reachable server or a sqlite:/// store."
-        )
-    db = sqlite_path(uri)
-    if db is not None:
-        try:
-            db.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StageError(f"MLflow tracking store {redact_uri(uri)}: cannot create {db.parent} ({exc})") from None
+def check_reachable(uri: str, timeout_s: float = 5.0, create: bool = True) -> bool:
+    """Fail fast with a :class:`StageError` naming ``uri`` and the fix when the store cannot be
+    used (:func:`agentr1.tracking.store.check_store`: a server that does not answer ``/health``
+    and its API within ``timeout_s``, a damaged SQLite file or a directory, a database without its
+    driver); with ``create`` a missing SQLite store is created atomically. Returns whether the
+    store exists."""
+    return check_store(uri, timeout_s, create=create)
 
 
 def experiment_name(cfg: "Config") -> str:
@@ -128,39 +110,58 @@ def connect(cfg: "Config") -> tuple[MlflowClient, str, str]:
     Returns ``(client, tracking uri, experiment id)``; raises :class:`StageError` naming the URI
     when the store is unreachable or refuses the setup calls."""
     uri = resolve_tracking_uri(cfg)
+    bound_http_client(cfg.tracking)
     check_reachable(uri, cfg.tracking.connect_timeout_s)
     mlflow.set_tracking_uri(uri)
     artifacts = None
     if not _is_server(uri):  # a server decides where its artifacts go
-        root = os.environ.get(ARTIFACT_ROOT_ENV, "").strip() or cfg.tracking.artifact_root
+        root, _ = artifact_root(cfg)
         artifacts = (Path(root).resolve() / experiment_name(cfg)).as_uri()
     try:
         client = MlflowClient(tracking_uri=uri)
         exp_id = ensure_experiment(client, experiment_name(cfg), artifacts, cfg.profile)
         mlflow.set_experiment(experiment_id=exp_id)  # fluent calls (tables, traces) default to it
-    except MlflowException as exc:
-        raise StageError(f"MLflow tracking store {redact_uri(uri)} refused the experiment setup: {exc}") from None
+    except (MlflowException, *db_errors()) as exc:
+        raise store_error(uri, exc) from None
     return client, uri, exp_id
 
 
 class MLflowLogger:
     """:class:`MetricsLogger` writing to one MLflow run (``log_batch``, explicit ``step``), so it
     works from any thread and does not depend on the active-run stack; also a
-    :class:`TrajectoryLogger` (``trace_sample`` episodes per call as traces, seeded by step)."""
+    :class:`TrajectoryLogger` (``trace_sample`` episodes per call as traces, seeded by step).
+
+    Each ``log_batch`` is retried while the store is busy (``health``: :class:`TrackingHealth`,
+    up to its ``retry_timeout_s``); once a write failed for good the logger records nothing more
+    (warned once), so a trainer keeps training. ``logged`` (``{metric: step}``, a continued run's,
+    ``train --resume``): a metric is not logged again at or before the last step the run holds
+    of it - a resume is byte-identical, those steps are there already."""
 
     def __init__(self, run_id: str, client: MlflowClient | None = None, trace_sample: int = 16, seed: int = 0,
-                 trace_tags: Mapping[str, str] | None = None) -> None:
+                 trace_tags: Mapping[str, str] | None = None, health: TrackingHealth | None = None,
+                 logged: Mapping[str, int] | None = None) -> None:
         self.run_id = run_id
         self.client = client or MlflowClient()
         self.trace_sample = trace_sample
         self.seed = seed
         self.trace_tags = dict(trace_tags or {})  # on every trace (the stage run's name, its policy)
+        self.health = health or TrackingHealth(run_id=run_id)
+        self.logged = dict(logged or {})
+        self.traced_through = max(self.logged.values(), default=-1)  # traces of those steps are there too
+
+    def _try(self, fn, *args, what: str, retry: bool = True, **kwargs) -> None:
+        if self.health.failure is not None:
+            return
+        with contextlib.suppress(TrackingFailed):  # recorded and warned by health.write
+            self.health.write(fn, *args, what=f"{what} of run {self.run_id}", retry=retry, **kwargs)
 
     def log_trajectories(self, trajectories: Sequence["Trajectory"], step: int, split: str = "train") -> None:
         from agentr1.tracking.traces import log_trajectory_traces
 
-        log_trajectory_traces(trajectories, self.trace_sample, run_id=self.run_id, seed=self.seed + step, split=split,
-                              step=step, tags=self.trace_tags)
+        if step <= self.traced_through:
+            return
+        self._try(log_trajectory_traces, trajectories, self.trace_sample, what=f"traces of step {step}", retry=False,
+                  run_id=self.run_id, seed=self.seed + step, split=split, step=step, tags=self.trace_tags)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         self.log_steps([(step, metrics)])
@@ -169,9 +170,11 @@ class MLflowLogger:
         """Every ``(step, metrics)`` of ``series`` in as few ``log_batch`` calls as MLflow allows
         (a curve replayed from a CSV: hundreds of steps, a handful of requests)."""
         now = int(time.time() * 1000)
-        items = [Metric(k, v, now, step) for step, metrics in series for k, v in check_metrics(metrics, step).items()]
+        items = [Metric(k, v, now, step) for step, metrics in series for k, v in check_metrics(metrics, step).items()
+                 if step > self.logged.get(k, -1)]
         for i in range(0, len(items), _METRIC_BATCH):
-            self.client.log_batch(self.run_id, metrics=items[i : i + _METRIC_BATCH])
+            batch = items[i : i + _METRIC_BATCH]
+            self._try(self.client.log_batch, self.run_id, what=f"metrics of step {batch[0].step}", metrics=batch)
 
 
 def _git_state(lock_path: str | Path) -> tuple[str, bool | None]:
@@ -267,7 +270,8 @@ def variant_tags(cfg: "Config", variant: str) -> dict[str, str]:
 
 @contextlib.contextmanager
 def stage_run(cfg: "Config", stage: str, run_name: str | None = None, lock_path: str | Path = "dvc.lock",
-              variant: str | None = None, extra_tags: Mapping[str, str] | None = None) -> Iterator[StageRun]:
+              variant: str | None = None, extra_tags: Mapping[str, str] | None = None,
+              continue_run: str | None = None) -> Iterator[StageRun]:
     """One MLflow run for one execution of ``stage`` (the active run inside the block).
 
     Logs the config as flat params (and ``config.json``), tags it with provenance and the
@@ -278,7 +282,24 @@ def stage_run(cfg: "Config", stage: str, run_name: str | None = None, lock_path:
     are added, so MLflow's compare view and group-by show what differs between runs; the
     provenance (params hash, pipeline id) stays that of the whole params file. ``extra_tags`` go on
     the run from its start (``agentr1.logged_from`` for a run reconstructed by ``agentr1 track``).
-    Raises :class:`StageError` naming the URI before any work when the store is unreachable."""
+    Raises :class:`StageError` naming the URI before any work when the store is unreachable.
+
+    Kills and resumes (:mod:`agentr1.tracking.owner`): the run is tagged with its process; RUNNING
+    runs of the same name left by a process that is gone are set KILLED first. ``continue_run``
+    (``train --resume``: the run of the killed execution) is continued instead of starting a new
+    run when it is still there and unfinished - no params logged again, its logger skipping the
+    metrics at the steps the run holds (:attr:`StageRun.logged_through`); else a new run starts.
+
+    A busy store (:mod:`agentr1.tracking.retry`): every write is retried up to
+    ``tracking.retry_timeout_s``; setting the run up fails the stage before any work
+    (:class:`StageError`). A write that fails for good later does not stop the stage (the
+    logger goes on without MLflow; the stage catches the :class:`TrackingFailed` of its other
+    writes): a stage that ends normally ends its run FAILED, tagged ``agentr1.tracking_error``,
+    with a warning naming its outputs and ``agentr1 track``, which logs the stage again from its
+    outputs (it takes only FINISHED runs as logged). The exit status stays 0 so that DVC locks the
+    stage: a failed command would leave it out of ``dvc.lock``, and then neither the next
+    ``dvc repro`` (it would run the stage again) nor ``agentr1 track`` (it logs locked stages only)
+    would keep the work."""
     name = run_name or stage
     if not cfg.tracking.enabled:
         log.info("tracking disabled (tracking.enabled: false): stage %s runs without MLflow", stage)
@@ -291,30 +312,97 @@ def stage_run(cfg: "Config", stage: str, run_name: str | None = None, lock_path:
         logged = cfg.for_run(variant)
         tags.update(variant_tags(logged, variant))
     tags.update(extra_tags or {})
+    tags.update(owner_tags())
+    health = TrackingHealth(run_name=name, retry_timeout_s=cfg.tracking.retry_timeout_s)
+    setup = health.deadline()  # one budget for the whole set-up
+
+    def write(fn, *args, what: str, **kwargs):
+        return retrying(fn, *args, what=f"{what} ({name})", deadline=setup, **kwargs)
+
+    resumed, held = None, {}
     try:
-        parent = _parent_run(client, exp_id, tags) if cfg.tracking.parent_run else None
-        active = mlflow.start_run(experiment_id=exp_id, run_name=name, parent_run_id=parent, tags=tags)
-    except MlflowException as exc:
-        raise StageError(f"MLflow tracking store {redact_uri(uri)}: cannot start a run for stage {stage}: {exc}") from None
-    run_id = active.info.run_id
+        if continue_run:
+            resumed, why = write(continuable, client, exp_id, continue_run, name, what="look up the run to continue")
+            if resumed is None:
+                log.warning("cannot continue MLflow run %s of %s (%s): logging into a new run", continue_run, name, why)
+        write(end_orphans, client, exp_id, name, keep=continue_run if resumed else None, what="end orphan runs")
+        parent = write(_parent_run, client, exp_id, tags, what="the pipeline run") if cfg.tracking.parent_run else None
+        if resumed is not None:
+            held = write(logged_steps, client, resumed, what="read the run's metrics")
+            if parent:
+                tags["mlflow.parentRunId"] = parent
+            active = write(mlflow.start_run, run_id=resumed.info.run_id, tags=tags, what="continue the run")
+        else:
+            active = write(mlflow.start_run, experiment_id=exp_id, run_name=name, parent_run_id=parent, tags=tags,
+                           what="start a run")
+    except (MlflowException, TrackingFailed) as exc:
+        raise StageError(f"MLflow tracking store {redact_uri(uri)}: cannot start a run for stage {stage}: "
+                         f"{redact_uri(str(exc))}") from None
+    run_id = health.run_id = active.info.run_id
     status = "FAILED"
     trace_tags = {"agentr1.run_name": name, **({"agentr1.policy": variant} if variant else {})}
+    run, done = None, False
     try:
-        _log_params(client, run_id, logged)
-        mlflow.log_dict(logged.model_dump(mode="json", by_alias=True), "config.json", run_id=run_id)
-        log.info("MLflow run %s (%s) for stage %s in %s", run_id, name, stage, redact_uri(uri))
-        logger = MLflowLogger(run_id, client, cfg.tracking.trace_sample, cfg.seed, trace_tags)
-        pipeline = StageRun(cfg, "pipeline", parent, exp_id, uri, tags[PIPELINE_TAG], MLflowLogger(parent, client)) \
-            if parent else None
-        yield StageRun(cfg, stage, run_id, exp_id, uri, tags[PIPELINE_TAG], logger, trace_tags, pipeline)
-        for key, value in output_tags(name, lock_path).items():
-            client.set_tag(run_id, key, value)
-        status = "FINISHED"
+        if resumed is None:
+            write(_log_params, client, run_id, logged, what="params")
+            write(mlflow.log_dict, logged.model_dump(mode="json", by_alias=True), "config.json", run_id=run_id,
+                  what="config.json")
+            log.info("MLflow run %s (%s) for stage %s in %s", run_id, name, stage, redact_uri(uri))
+        else:
+            log.info("continuing MLflow run %s (%s, was %s) for stage %s in %s: it holds steps through %d", run_id, name,
+                     resumed.info.status, stage, redact_uri(uri), max(held.values(), default=-1))
+        logger = MLflowLogger(run_id, client, cfg.tracking.trace_sample, cfg.seed, trace_tags, health, held)
+        pipeline = StageRun(cfg, "pipeline", parent, exp_id, uri, tags[PIPELINE_TAG],
+                            MLflowLogger(parent, client, health=health), health=health) if parent else None
+        run = StageRun(cfg, stage, run_id, exp_id, uri, tags[PIPELINE_TAG], logger, trace_tags, pipeline, health,
+                       max(held.values(), default=-1))
+        yield run
+        done = True
+        with contextlib.suppress(TrackingFailed):  # recorded in health
+            run.set_tags(output_tags(name, lock_path))
+        status = "FINISHED" if health.failure is None else "FAILED"
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
+        _end_run(client, run_id, parent, status, health, run.outputs if run else None, done)
+
+
+def _end_run(client: MlflowClient, run_id: str, parent: str | None, status: str, health: TrackingHealth,
+             outputs: str | None, done: bool) -> None:
+    """End the stage run (and mark its parent) with ``status``, retrying a busy store within one
+    ``tracking.retry_timeout_s``; a tracking failure is tagged on the run (``agentr1.tracking_error``)
+    and, when the stage itself got through (``done``), reported in one warning. A store that
+    still refuses leaves the run RUNNING, to be marked KILLED by the next start of a run of the
+    same name (:func:`agentr1.tracking.owner.end_orphans`)."""
+    deadline = health.deadline()
+
+    def attempt(fn, *args, what: str) -> bool:
+        try:
+            retrying(fn, *args, what=what, deadline=deadline)
+            return True
+        except TrackingFailed as exc:
+            log.warning("MLflow: %s", exc)
+            return False
+
+    if health.failure is not None:
+        attempt(client.set_tag, run_id, "agentr1.tracking_error", health.failure[:5000], what=f"tag run {run_id}")
+        if done:
+            where = f"outputs saved in {outputs}" if outputs else "the stage's outputs are saved"
+            log.warning("%s: %s; MLflow tracking failed (%s): its run %s ends FAILED; run `agentr1 track` (after "
+                        "`dvc repro` locked the stage) to log this stage from its outputs", health.run_name, where,
+                        health.failure, run_id)
+    with contextlib.suppress(Exception):
         mlflow.flush_trace_async_logging()
-        mlflow.end_run(status)
-        if parent:
-            client.set_terminated(parent, status)
+    try:
+        mlflow.end_run(status)  # pops the fluent run stack, then sets the status
+        ended = True
+    except Exception as exc:
+        if not is_tracking_error(exc):
+            raise
+        ended = attempt(client.set_terminated, run_id, status, what=f"end run {run_id} as {status}")
+    if not ended:
+        log.warning("MLflow run %s (%s) stays RUNNING: the next start of %s marks it KILLED", run_id, health.run_name,
+                    health.run_name)
+    if parent:
+        attempt(client.set_terminated, parent, status, what=f"end the pipeline run {parent}")

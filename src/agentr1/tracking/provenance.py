@@ -22,6 +22,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from agentr1.config import flatten
+from agentr1.errors import StageError
 
 # libyaml's parser when PyYAML has it: dvc.lock is read at every stage start (about 0.5 s in pure
 # Python for the nano pipeline's 85 kB lock, 0.05 s in C)
@@ -85,17 +86,58 @@ def entry_hash(item: Mapping[str, Any]) -> str | None:
 _LOCKS: dict[tuple[str, int, int], dict[str, Any]] = {}
 
 
+LOCK_FIX = "restore it from git (`git checkout dvc.lock`) or re-create it with `dvc repro`"
+
+
+def _read_lock(lock_path: Path) -> dict[str, Any]:
+    """The ``stages`` mapping of ``lock_path``; :class:`StageError` in one line naming the file (and
+    the line of a YAML error) when it is not YAML/UTF-8, its root is not a mapping or its
+    ``stages`` is not a mapping."""
+    try:
+        lock = yaml.load(lock_path.read_text(encoding="utf-8"), Loader=_YAML_LOADER)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise StageError(f"{lock_path} is not valid YAML{where} ({problem}): {LOCK_FIX}") from None
+    except UnicodeDecodeError as exc:
+        raise StageError(f"{lock_path} is not UTF-8 text (byte offset {exc.start}): {LOCK_FIX}") from None
+    except OSError as exc:
+        raise StageError(f"cannot read {lock_path} ({exc.strerror or exc}): {LOCK_FIX}") from None
+    if lock is None:
+        return {}
+    if not isinstance(lock, dict):
+        raise StageError(f"{lock_path}: the top level is a {type(lock).__name__}, not a mapping with `stages`: {LOCK_FIX}")
+    stages = lock.get("stages")
+    if stages is None:
+        return {}
+    if not isinstance(stages, dict):
+        raise StageError(f"{lock_path}: `stages` is a {type(stages).__name__}, not a mapping of stage entries: {LOCK_FIX}")
+    return stages
+
+
 def lock_stages(lock_path: str | Path) -> dict[str, Any]:
     """The ``stages`` of a ``dvc.lock`` (key -> entry, in the lock's order), parsed once per
-    (path, size, mtime)."""
+    (path, size, mtime); :class:`StageError` naming the file when it cannot be (:func:`_read_lock`).
+    An entry may still be anything YAML holds: the readers below take what is a mapping
+    (:func:`entry_items`), ``agentr1 track`` checks every entry (:func:`agentr1.stages.track.lock_entries`)."""
     lock_path = Path(lock_path)
     st = lock_path.stat()
     key = (str(lock_path.resolve()), st.st_size, st.st_mtime_ns)
     if key not in _LOCKS:
-        lock = yaml.load(lock_path.read_text(), Loader=_YAML_LOADER) or {}
+        stages = _read_lock(lock_path)
         _LOCKS.clear()
-        _LOCKS[key] = lock.get("stages") or {}
+        _LOCKS[key] = stages
     return _LOCKS[key]
+
+
+def entry_items(entry: Any, field: str) -> list[dict[str, Any]]:
+    """The ``deps``/``outs`` items of a lock entry that are mappings with a string ``path``
+    (anything else in a hand-edited lock is left out here)."""
+    items = entry.get(field) if isinstance(entry, dict) else None
+    if not isinstance(items, list):
+        return []
+    return [i for i in items if isinstance(i, dict) and isinstance(i.get("path"), str) and i["path"]]
 
 
 def dvc_dep_hashes(stage: str, lock_path: str | Path = "dvc.lock", root: str | Path | None = None) -> dict[str, dict[str, str]]:
@@ -108,20 +150,13 @@ def dvc_dep_hashes(stage: str, lock_path: str | Path = "dvc.lock", root: str | P
         return {}
     stages = lock_stages(lock_path)
     entry = stages.get(stage)
-    if not entry:
+    if not entry or not isinstance(entry, dict):
         return {}
-    produced = {
-        out["path"]: entry_hash(out)
-        for name, other in stages.items()
-        if name != stage
-        for out in (other or {}).get("outs") or []
-        if isinstance(out, dict) and "path" in out
-    }
+    produced = {out["path"]: entry_hash(out) for name, other in stages.items() if name != stage
+                for out in entry_items(other, "outs")}
     result: dict[str, dict[str, str]] = {}
-    for dep in entry.get("deps") or []:
-        path = dep.get("path")
-        if not path:
-            continue
+    for dep in entry_items(entry, "deps"):
+        path = dep["path"]
         if produced.get(path):
             result[path] = {"hash": produced[path], "source": "upstream"}
         elif (root / path).is_file():
@@ -137,8 +172,7 @@ def pipeline_outputs(lock_path: str | Path = "dvc.lock") -> list[str]:
     lock_path = Path(lock_path)
     if not lock_path.is_file():
         return []
-    paths = {out["path"] for entry in lock_stages(lock_path).values()
-             for out in (entry or {}).get("outs") or [] if isinstance(out, dict) and out.get("path")}
+    paths = {out["path"] for entry in lock_stages(lock_path).values() for out in entry_items(entry, "outs")}
     return [lock_path.name, *sorted(paths)]
 
 
@@ -147,8 +181,7 @@ def stage_outputs(stage: str, lock_path: str | Path = "dvc.lock") -> list[str]:
     lock_path = Path(lock_path)
     if not lock_path.is_file():
         return []
-    entry = lock_stages(lock_path).get(stage) or {}
-    return [out["path"] for out in entry.get("outs") or [] if isinstance(out, dict) and out.get("path")]
+    return [out["path"] for out in entry_items(lock_stages(lock_path).get(stage), "outs")]
 
 
 def dvc_hash(path: str | Path) -> str | None:

@@ -25,6 +25,8 @@ rewrite the tag can also bless a tampered artifact.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import tempfile
 import warnings
@@ -49,6 +51,11 @@ from agentr1.tracking.tags import ARTIFACT_TAG, CHECKPOINT_TAG, EVAL_DATA_TAG, S
 log = logging.getLogger(__name__)
 
 CHALLENGER, CHAMPION = "challenger", "champion"
+# a version's registration state: created "pending", "complete" once every tag, the description and
+# the alias are written (log_policy_model); an evaluation's version is found again by its identity
+REGISTRATION_TAG, PENDING, COMPLETE = "agentr1.registration", "pending", "complete"
+VARIANT_TAG = "agentr1.variant"
+METRICS_TAG = "agentr1.metrics_sha256"  # digest of the evaluation metrics a version was registered with
 # how a store gets its registered policies, for every "no such alias" error
 REGISTER_HINT = ("the evaluate stages register the policies they evaluate: run `agentr1 track` in the project root "
                  "(it registers those of the evaluations DVC skipped or restored, e.g. after a fresh clone's `dvc repro` "
@@ -104,7 +111,11 @@ def log_policy_model(
     register it as a new version of ``registered_name`` with tags ``agentr1.eval_data`` =
     ``eval_data``, ``agentr1.artifact_sha256`` and ``tags``, and ``description``, and point
     ``alias`` at it (``challenger`` for a trained policy; a baseline gets its own alias, or
-    ``None``). Returns the registered version."""
+    ``None``). Returns the registered version.
+
+    The version is created with ``tags``, ``agentr1.eval_data`` and ``agentr1.registration =
+    pending``; the last step sets ``agentr1.registration = complete``. A version still pending
+    was interrupted (a killed process) before its description, digest or alias were written."""
     ckpt = Path(checkpoint_dir)
     if not (ckpt / "config.json").is_file() or not any(ckpt.glob("*.safetensors")):
         raise StageError(f"{ckpt} is not a checkpoint (needs config.json and *.safetensors): train or fix the path")
@@ -118,15 +129,15 @@ def log_policy_model(
             artifacts={"checkpoint": str(ckpt)},
             signature=SIGNATURE,
             pip_requirements=_requirements(),
-            registered_model_name=registered_name,
             metadata={"agentr1.eval_data": eval_data, "agentr1.checkpoint": str(ckpt)},
         )
         if metrics:
             mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, run_id=rid, model_id=info.model_id)
-    version = str(info.registered_model_version)
-    client.set_model_version_tag(registered_name, version, EVAL_DATA_TAG, eval_data)
-    for key, value in (tags or {}).items():
-        client.set_model_version_tag(registered_name, version, key, value)
+        # the version is created with the tags that identify it (one insert) and marked pending, so
+        # a registration interrupted from here on is recognisable (register_evaluation deletes it)
+        mv = mlflow.register_model(info.model_uri, registered_name,
+                                   tags={**(tags or {}), EVAL_DATA_TAG: eval_data, REGISTRATION_TAG: PENDING})
+    version = str(mv.version)
     if description:
         client.update_model_version(registered_name, version, description=description)
     with tempfile.TemporaryDirectory(prefix="agentr1-model-") as tmp:  # the files as stored, not as sent
@@ -134,6 +145,7 @@ def log_policy_model(
         client.set_model_version_tag(registered_name, version, ARTIFACT_TAG, tree_digest(stored))
     if alias:
         client.set_registered_model_alias(registered_name, alias, version)
+    client.set_model_version_tag(registered_name, version, REGISTRATION_TAG, COMPLETE)  # last: the version is whole
     log.info("registered %s version %s (alias %s), model %s", registered_name, version, alias, info.model_id)
     return client.get_model_version(registered_name, version)
 
@@ -215,16 +227,61 @@ def version_metrics(client: MlflowClient, mv: ModelVersion) -> dict[str, float]:
     return dict(client.get_run(mv.run_id).data.metrics) if mv.run_id else {}
 
 
+def alias_unset(exc: BaseException) -> bool:
+    """Whether ``exc`` is MLflow's answer for an alias that is not set (``INVALID_PARAMETER_VALUE``
+    "Registered model alias ... not found.") or a registered model that does not exist
+    (``RESOURCE_DOES_NOT_EXIST``): the SQL and file stores raise these, a server forwards them."""
+    if not isinstance(exc, MlflowException):
+        return False
+    if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+        return True
+    text = exc.message.lower()
+    return exc.error_code == "INVALID_PARAMETER_VALUE" and "alias" in text and "not found" in text
+
+
 def version_by_alias(client: MlflowClient, name: str, alias: str) -> ModelVersion | None:
-    """The version ``alias`` points at, or ``None`` when the alias (or the model) is unset."""
+    """The version ``alias`` points at, or ``None`` when the alias is not set or the model does not
+    exist (:func:`alias_unset`). Any other failure (a locked SQLite store, a server error) is no
+    answer at all, never "no version" (the gate would crown any challenger over a champion it
+    could not read): :class:`agentr1.tracking.retry.TrackingFailed` naming the model, the alias
+    and the fix."""
+    from agentr1.tracking.retry import TrackingFailed, is_tracking_error, short
+
     try:
         return client.get_model_version_by_alias(name, alias)
-    except MlflowException:
-        return None
+    except Exception as exc:
+        if alias_unset(exc):
+            return None
+        if not is_tracking_error(exc):
+            raise
+        raise TrackingFailed(
+            f"registered model {name!r}: reading alias '{alias}' failed ({type(exc).__name__}: {short(exc, 160)}); "
+            "nothing decided, no alias moved: run it again once the tracking store answers (another writer holding "
+            "the SQLite file? a server down? check tracking.uri / MLFLOW_TRACKING_URI)") from exc
+
+
+def version_by_number(client: MlflowClient, name: str, version: str | int) -> ModelVersion:
+    """Version ``version`` of ``name``; :class:`StageError` when there is none, and
+    :class:`agentr1.tracking.retry.TrackingFailed` when the store does not answer."""
+    from agentr1.tracking.retry import TrackingFailed, is_tracking_error, short
+
+    try:
+        return client.get_model_version(name, str(version))
+    except Exception as exc:
+        if isinstance(exc, MlflowException) and exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            raise StageError(f"registered model {name!r} has no version {version!r} ({exc.message}): pass a version "
+                             f"`agentr1 compare` lists, or gate the '{CHALLENGER}' alias") from None
+        if not is_tracking_error(exc):
+            raise
+        raise TrackingFailed(f"registered model {name!r}: reading version {version} failed ({type(exc).__name__}: "
+                             f"{short(exc, 160)}); nothing decided, no alias moved: run it again once the tracking "
+                             "store answers") from exc
 
 
 def gate_stats(client: MlflowClient, mv: ModelVersion, metric: str) -> GateStats:
-    """:class:`GateStats` of a version; :class:`StageError` naming the missing metric keys."""
+    """:class:`GateStats` of a version; :class:`StageError` naming the missing metric keys, or the
+    value the gate cannot compare (not finite, outside [0, 1] for a share such as EM, outside its
+    own CI: :class:`GateStats`)."""
     values = version_metrics(client, mv)
     keys = (metric, f"{metric}_ci_lower", f"{metric}_ci_upper")
     missing = [k for k in keys if k not in values]
@@ -233,12 +290,23 @@ def gate_stats(client: MlflowClient, mv: ModelVersion, metric: str) -> GateStats
             f"{mv.name} version {mv.version} lacks metric(s) {missing} needed by the gate "
             f"(has {sorted(values)}): log them with the model or choose another --metric"
         )
-    return GateStats(metric, values[keys[0]], values[keys[1]], values[keys[2]], mv.tags.get(EVAL_DATA_TAG, ""), str(mv.version))
+    try:
+        return GateStats(metric, values[keys[0]], values[keys[1]], values[keys[2]], mv.tags.get(EVAL_DATA_TAG, ""),
+                         str(mv.version))
+    except ValueError as exc:
+        raise StageError(f"{mv.name} version {mv.version}: {exc}, so the gate cannot compare it and no alias moved: "
+                         "evaluate it again (`dvc repro -f evaluate@<run>`, then `agentr1 track`) or gate another "
+                         "version") from None
+
+
+POLICY_KIND_TAG = "agentr1.policy_kind"  # a version's policy kind (register_evaluation): only "rl" is gated
 
 
 @dataclass(frozen=True)
 class Promotion:
-    """The outcome of :func:`promote` (``champion`` = the champion version after it)."""
+    """The outcome of :func:`promote`: ``challenger`` = the version gated (the one asked for by
+    number, else the one the ``challenger`` alias pointed at), ``champion`` = the champion version
+    after it."""
 
     model: str
     metric: str
@@ -254,16 +322,33 @@ class Promotion:
 
 
 def promote(
-    registered_name: str = "agentr1-policy", metric: str = "test/em", *, dry_run: bool = False, client: MlflowClient | None = None
+    registered_name: str = "agentr1-policy", metric: str = "test/em", *, version: str | int | None = None,
+    dry_run: bool = False, client: MlflowClient | None = None,
 ) -> Promotion:
-    """Apply the gate to the ``challenger`` and ``champion`` aliases of ``registered_name`` and
-    move ``champion`` to the challenger when it passes (unless ``dry_run``). The decision is
-    also recorded as tags on the challenger version (``agentr1.gate.decision`` /
-    ``agentr1.gate.reason``). Uses the current MLflow tracking URI unless ``client`` is given."""
+    """Apply the gate to the challenger and the ``champion`` alias of ``registered_name`` and move
+    ``champion`` to the challenger when it passes (unless ``dry_run``). The challenger is version
+    ``version`` when given (an evaluation gates the version it registered, whatever another writer
+    did to the ``challenger`` alias meanwhile), else the version the ``challenger`` alias points
+    at. The decision is also recorded as tags on the challenger version (``agentr1.gate.decision``
+    / ``agentr1.gate.reason``). Uses the current MLflow tracking URI unless ``client`` is given.
+
+    :class:`StageError` (no alias moved, no tag written) when the challenger is not a trained
+    policy (tag ``agentr1.policy_kind`` other than ``rl``: a baseline aliased as challenger), when
+    either side's gate metric is missing or out of range (:func:`gate_stats`), and when an alias
+    cannot be read (:func:`version_by_alias`: a store error is never "no champion")."""
     client = client or MlflowClient()
-    challenger = version_by_alias(client, registered_name, CHALLENGER)
-    if challenger is None:
-        raise StageError(f"{registered_name} has no '{CHALLENGER}' alias: {REGISTER_HINT}")
+    if version is not None:
+        challenger = version_by_number(client, registered_name, version)
+    else:
+        challenger = version_by_alias(client, registered_name, CHALLENGER)
+        if challenger is None:
+            raise StageError(f"{registered_name} has no '{CHALLENGER}' alias: {REGISTER_HINT}")
+    kind = challenger.tags.get(POLICY_KIND_TAG)
+    if kind is not None and kind != "rl":
+        raise StageError(
+            f"{registered_name} version {challenger.version} is a {kind!r} policy ({POLICY_KIND_TAG}), not a trained "
+            f"one ('rl'): baselines are never gated, no alias moved; point '{CHALLENGER}' back at an RL version "
+            f"(`agentr1 track` or `dvc repro` of its evaluate@<run> stage re-registers it) or pass that version")
     champion = version_by_alias(client, registered_name, CHAMPION)
     decision, reason = gate(
         gate_stats(client, challenger, metric), gate_stats(client, champion, metric) if champion else None
@@ -280,6 +365,54 @@ def promote(
     return Promotion(registered_name, metric, decision, reason, str(challenger.version), before, after, dry_run)
 
 
+def evaluation_identity(digest: str, variant: str, eval_data: str, metrics: Mapping[str, float]) -> dict[str, str]:
+    """The version tags that identify one evaluation: the checkpoint digest, the variant, the
+    evaluated questions (``eval_data``) and the digest of its metrics (the same checkpoint
+    evaluated with other rollout or bootstrap settings is another evaluation, another version)."""
+    flat = json.dumps({k: float(v) for k, v in sorted(metrics.items())}, sort_keys=True)
+    return {CHECKPOINT_TAG: digest, VARIANT_TAG: variant, EVAL_DATA_TAG: eval_data,
+            METRICS_TAG: hashlib.sha256(flat.encode()).hexdigest()}
+
+
+def registered_version(client: MlflowClient, name: str, identity: Mapping[str, str]) -> ModelVersion | None:
+    """The newest complete version of ``name`` whose tags equal ``identity``
+    (:func:`evaluation_identity`), else ``None``; every matching version still pending (its
+    registration was interrupted: no digest, description or alias) is deleted first, with a
+    warning. Versions registered before the ``agentr1.registration`` tag existed never match."""
+    try:
+        found = client.search_model_versions(f"name = '{name}' and tags.`{CHECKPOINT_TAG}` = '{identity[CHECKPOINT_TAG]}'")
+    except MlflowException as exc:
+        if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return None
+        raise
+    same = sorted((v for v in found if all(v.tags.get(k) == value for k, value in identity.items())),
+                  key=lambda v: int(v.version))
+    for v in same:
+        if v.tags.get(REGISTRATION_TAG) != COMPLETE:
+            log.warning("%s version %s: an unfinished registration of this evaluation (%s = %s: its process was "
+                        "interrupted before the digest, description or alias were written); deleting it and "
+                        "registering again", name, v.version, REGISTRATION_TAG, v.tags.get(REGISTRATION_TAG))
+            client.delete_model_version(name, str(v.version))
+    complete = [v for v in same if v.tags.get(REGISTRATION_TAG) == COMPLETE]
+    return complete[-1] if complete else None
+
+
+def _recorded_promotion(client: MlflowClient, mv: ModelVersion, metric: str) -> dict[str, Any] | None:
+    """The gate decision a reused version already carries, as :meth:`Promotion.to_dict` (``None``
+    when it has none, or when it says ``promote`` but ``champion`` is elsewhere: the run that
+    decided was interrupted before moving the alias, so the gate runs again). The previous
+    champion of a recorded promotion is not recorded (``None``)."""
+    decision, reason = mv.tags.get("agentr1.gate.decision"), mv.tags.get("agentr1.gate.reason", "")
+    if not decision:
+        return None
+    champion = version_by_alias(client, mv.name, CHAMPION)
+    now = str(champion.version) if champion is not None else None
+    if decision == "promote" and now != str(mv.version):
+        return None
+    return Promotion(mv.name, metric, decision, f"{reason} (recorded when this evaluation was first registered)",
+                     str(mv.version), None if decision == "promote" else now, now, False).to_dict()
+
+
 def register_evaluation(run: Any, checkpoint: str | Path, variant: str, kind: str, metrics: Mapping[str, float],
                         eval_data: str, registered_name: str, gate_metric: str) -> dict[str, Any]:
     """Register an evaluated checkpoint from the evaluation's run ``run`` (a
@@ -288,17 +421,42 @@ def register_evaluation(run: Any, checkpoint: str | Path, variant: str, kind: st
     with the headline EM. A trained policy (``kind`` ``rl``) becomes ``challenger`` and goes
     through the gate (:func:`promote` on ``gate_metric``); a baseline (the cold start) gets its
     own alias (``variant``) and never takes ``challenger``. Returns the model, the version, the
-    train run id and, for a trained policy, the gate's :class:`Promotion` as a dict."""
+    train run id and, for a trained policy, the gate's :class:`Promotion` as a dict.
+
+    Idempotent (a re-run after a ``kill -9``, ``agentr1 track`` after an interrupted stage): an
+    evaluation is identified by its checkpoint digest, variant, ``eval_data`` and metrics
+    (:func:`evaluation_identity`). A complete version of it is reused (no new version: the alias is
+    pointed at it again, the metrics go to this run, and an RL one is gated unless its decision is
+    already recorded, :func:`_recorded_promotion`); an unfinished one is deleted first
+    (:func:`registered_version`). Callers hold :func:`agentr1.tracking.writelock.writer_lock`."""
     digest = _tree_digest(checkpoint)  # the checkpoint as the trainer wrote it (agentr1.io.tree_digest)
     rl = kind == "rl"
-    train_run = train_run_of(run.client(), run.experiment_id, digest) if rl else None
-    tags = {CHECKPOINT_TAG: digest, "agentr1.variant": variant, "agentr1.policy_kind": kind}
-    if train_run is not None:
-        tags["agentr1.train_run_id"] = train_run.info.run_id
-    mv = run.log_model(checkpoint, metrics, eval_data=eval_data, name=f"policy-{variant}",
-                       alias=CHALLENGER if rl else variant, tags=tags,
-                       description=describe_version(variant, metrics, train_run), registered_name=registered_name)
-    info: dict[str, Any] = {"model": registered_name, "version": str(mv.version), "train_run_id": tags.get("agentr1.train_run_id")}
-    if rl:
-        info["promotion"] = promote(registered_name, gate_metric).to_dict()
+    alias = CHALLENGER if rl else variant
+    client = run.client()
+    identity = evaluation_identity(digest, variant, eval_data, metrics)
+    mv = registered_version(client, registered_name, identity)
+    reused = mv is not None
+    if mv is not None:
+        client.set_registered_model_alias(registered_name, alias, str(mv.version))
+        run.log_metrics(metrics, step=0)  # a registered model's metrics go to its own run: this one has none yet
+        run.set_tags({"agentr1.registered_version": f"{registered_name}/{mv.version}"})
+        log.info("%s version %s already holds this evaluation (%s): reused, alias %s", registered_name, mv.version,
+                 variant, alias)
+        train_run_id = mv.tags.get("agentr1.train_run_id")
+    else:
+        train_run = train_run_of(client, run.experiment_id, digest) if rl else None
+        tags = {k: v for k, v in identity.items() if k != EVAL_DATA_TAG} | {"agentr1.policy_kind": kind}
+        if train_run is not None:
+            tags["agentr1.train_run_id"] = train_run.info.run_id
+        mv = run.log_model(checkpoint, metrics, eval_data=eval_data, name=f"policy-{variant}", alias=alias, tags=tags,
+                           description=describe_version(variant, metrics, train_run), registered_name=registered_name)
+        train_run_id = tags.get("agentr1.train_run_id")
+    info: dict[str, Any] = {"model": registered_name, "version": str(mv.version), "train_run_id": train_run_id}
+    if reused:
+        info["reused"] = True
+    recorded = _recorded_promotion(client, mv, gate_metric) if rl and reused else None
+    if recorded is not None:
+        info["promotion"] = recorded
+    elif rl:
+        info["promotion"] = promote(registered_name, gate_metric, version=str(mv.version)).to_dict()  # this run's, by number
     return info

@@ -10,6 +10,14 @@ if TYPE_CHECKING:
     from agentr1.config import Config
 
 SQLITE = "sqlite:///"
+ARTIFACT_ROOT_ENV = "AGENTR1_ARTIFACT_ROOT"  # overrides tracking.artifact_root (a sqlite store's artifacts)
+
+
+def artifact_root(cfg: Config) -> tuple[str, str]:
+    """Where a local (SQLite) store keeps its artifacts, and the setting that chose it:
+    ``AGENTR1_ARTIFACT_ROOT`` when set, else ``tracking.artifact_root``."""
+    env = os.environ.get(ARTIFACT_ROOT_ENV, "").strip()
+    return (env, ARTIFACT_ROOT_ENV) if env else (cfg.tracking.artifact_root, "tracking.artifact_root")
 
 
 def resolve_tracking_uri(cfg: Config, uri: str | None = None, project_dir: str | os.PathLike[str] | None = None) -> str:
@@ -26,5 +34,9 @@ def resolve_tracking_uri(cfg: Config, uri: str | None = None, project_dir: str |
 
 
 def sqlite_path(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` store, None for any other store."""
-    return Path(uri[len(SQLITE):]) if uri.startswith(SQLITE) else None
+    """The database file of a ``sqlite:///`` store (without a ``?query`` of driver options),
+    None for any other store (``sqlite://`` in memory included)."""
+    if not uri.startswith(SQLITE):
+        return None
+    path = uri[len(SQLITE):].split("?", 1)[0]
+    return Path(path) if path and path != ":memory:" else None
