@@ -58,6 +58,8 @@ def project(work: Path) -> Path:
     import yaml
     from test_track_pipeline import PARAMS, tiny_dvc_yaml
 
+    if (work / "proj" / "dvc.lock").is_file():  # --work of an earlier run: already reproduced
+        return work / "proj"
     params = deep_merge(PARAMS, {"train": {"steps": 4, "checkpoint": {"every": 1}}})
     root = make_project(work / "proj", params=params, extra_stages=tiny_dvc_yaml())
     (root / ".gitignore").write_text("timing.json\n")
@@ -132,9 +134,13 @@ def curve(client, runs) -> list[tuple[int, float]] | None:
     return sorted((m.step, round(m.value, 6)) for m in hist)
 
 
+DVC_OUTS = ("checkpoint", "curve.csv", "metrics.json")  # a train run's DVC outputs (not state/, timing, mlflow_run.json)
+
+
 def digest(root: Path, rel: str) -> str:
     h = hashlib.sha256()
-    for f in sorted(p for p in (root / rel).rglob("*") if p.is_file() and p.name != "timing.json" and "state" not in p.parts):
+    files = [p for out in DVC_OUTS for p in ([root / rel / out] if (root / rel / out).is_file() else (root / rel / out).rglob("*"))]
+    for f in sorted(p for p in files if p.is_file()):
         h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
     return h.hexdigest()
 
@@ -167,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tiny pipeline reproduced in {time.monotonic() - t0:.0f} s ({root})", flush=True)
 
     # references: uninterrupted commands on fresh stores, and their durations
+    for name in ("ref", "ref_train"):  # an earlier run's (--work)
+        shutil.rmtree(work / name, ignore_errors=True)
     ref_env = store(work, "ref")
     t = time.monotonic(); res = run(root, ref_env, "track"); t_track = time.monotonic() - t
     assert res.returncode == 0, res.stderr[-2000:]
@@ -215,7 +223,10 @@ def main(argv: list[str] | None = None) -> int:
                 miss.insert(0, f"second command exit {second.returncode}: {second.stderr.strip().splitlines()[-1:]}")
             if kind == "train" and digest(root, "data/runs/ppo") != ref_bytes:
                 miss.append("train outputs differ from the uninterrupted run's")
-            rows.append({"kind": kind, "trial": i, "killed_at_s": at, "survived": not miss, "lost": miss})
+            row = {"kind": kind, "trial": i, "killed_at_s": at, "survived": not miss, "lost": miss}
+            if miss:  # what the second command said, to find out why
+                row["second_log_tail"] = (second.stdout + second.stderr).strip().splitlines()[-15:]
+            rows.append(row)
             print(f"{kind:<9} #{i} killed at {at:6.2f} s: {'survived' if not miss else 'LOST ' + '; '.join(miss)}", flush=True)
             shutil.rmtree(db.parent, ignore_errors=True)
 

@@ -13,7 +13,7 @@ and calls the stage module's ``run(ctx, args)``. Before the run opens, a stage m
 * ``names(cfg, args) -> (run name, variant)``: the MLflow run name (the stage's ``dvc.lock`` key,
   e.g. ``train@ppo``) and the named run of params ``runs`` whose effective config the run logs;
 * ``continues(cfg, args) -> run id or None``: the MLflow run of an interrupted execution that
-  this one continues (``train --resume``), when the store still has it unfinished.
+  this one continues (``train --resume``), when the store still has it (not owned by a live process).
 
 Any of them may raise :class:`agentr1.errors.StageError`; no run is opened then.
 

@@ -34,7 +34,7 @@ processed dataset is not the one the state was trained on (their digests,
 copy when it verifies; temporaries of killed writes in the run's directory are removed at the start.
 
 MLflow across a kill: ``mlflow_run.json`` beside ``state/`` (git-ignored, no DVC output) names the
-run this execution logs to. ``--resume`` continues that run when the store still has it unfinished
+run this execution logs to. ``--resume`` continues that run when the store still has it
 (:func:`continues`; a killed process leaves it RUNNING, marked KILLED by the next start): the
 steps of the state it lacks are logged (:meth:`agentr1.tracking.run.StageRun.catch_up`) and the
 steps it already holds are not logged twice, so it ends FINISHED with the whole curve, as after an
@@ -194,7 +194,7 @@ def _run_file(cfg, args: Any) -> Path:
 
 def continues(cfg, args: Any = None) -> str | None:
     """With ``--resume``: the MLflow run the interrupted execution logged to (:data:`RUN_FILE`),
-    which the stage run continues when the store still has it unfinished, so that one run holds
+    which the stage run continues when the store still has it, so that one run holds
     the whole curve (:func:`agentr1.tracking.mlflow_adapter.stage_run`)."""
     if not getattr(args, "resume", False):
         return None

@@ -287,7 +287,7 @@ def stage_run(cfg: "Config", stage: str, run_name: str | None = None, lock_path:
     Kills and resumes (:mod:`agentr1.tracking.owner`): the run is tagged with its process; RUNNING
     runs of the same name left by a process that is gone are set KILLED first. ``continue_run``
     (``train --resume``: the run of the killed execution) is continued instead of starting a new
-    run when it is still there and unfinished - no params logged again, its logger skipping the
+    run when it is still there and no live process owns it - no params logged again, its logger skipping the
     metrics at the steps the run holds (:attr:`StageRun.logged_through`); else a new run starts.
 
     A busy store (:mod:`agentr1.tracking.retry`): every write is retried up to

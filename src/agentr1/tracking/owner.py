@@ -99,8 +99,10 @@ def end_orphans(client: "MlflowClient", experiment_id: str, run_name: str, keep:
 
 def continuable(client: "MlflowClient", experiment_id: str, run_id: str, run_name: str) -> tuple["Run | None", str]:
     """The run ``run_id`` when a resumed stage may continue it - in ``experiment_id``, not
-    deleted, named ``run_name``, not FINISHED, and not RUNNING under a live (or unknown) owner -
-    else ``None``; and why (for the log)."""
+    deleted, named ``run_name`` and not RUNNING under a live (or unknown) owner - else ``None``;
+    and why (for the log). A FINISHED run is continued too: a process killed after its run ended
+    (writing its last outputs) is resumed at its last step, and a second run would hold the same
+    curve again (its steps are skipped, the run ends FINISHED once more)."""
     from mlflow.exceptions import MlflowException
 
     try:
@@ -112,8 +114,6 @@ def continuable(client: "MlflowClient", experiment_id: str, run_id: str, run_nam
         return None, f"it is {'deleted' if info.lifecycle_stage != 'active' else 'in another experiment'}"
     if run.data.tags.get(RUN_NAME_TAG, info.run_name) != run_name:
         return None, f"it is named {run.data.tags.get(RUN_NAME_TAG, info.run_name)!r}"
-    if info.status == "FINISHED":
-        return None, "it already FINISHED"
     if info.status in ("RUNNING", "SCHEDULED") and not owner_gone(run.data.tags):
         return None, "its process may still be running"
     return run, info.status
