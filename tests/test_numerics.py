@@ -76,9 +76,10 @@ def test_the_cli_pins_before_it_runs_a_stage(monkeypatch):
     calls = []
     monkeypatch.setattr(cli, "pin_cpu_numerics", lambda: calls.append("pin"))
     monkeypatch.setattr(cli, "load_config", lambda *a, **k: calls.append("config"))
+    monkeypatch.setattr(cli, "check_stage_destinations", lambda stage, cfg, args: calls.append("destinations"))
     monkeypatch.setattr(cli, "run_stage", lambda stage, cfg, args: calls.append(stage))
     assert cli.main(["prepare"]) == 0
-    assert calls == ["pin", "config", "prepare"]
+    assert calls == ["pin", "config", "destinations", "prepare"]
 
 
 @pytest.mark.slow
