@@ -22,6 +22,7 @@ import csv
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -31,9 +32,13 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results" / "cold_start_rl.jsonl"
 
 
-def agentr1(args: list[str], sets: list[str], log: Path) -> float:
-    """Run ``agentr1 <args>`` with ``--set`` overrides (tracking off); wall seconds."""
-    cmd = [str(Path(sys.executable).parent / "agentr1"), "--set", "tracking.enabled=false"]
+def agentr1(args: list[str], sets: list[str], log: Path, threads: int | None = None) -> float:
+    """Run ``agentr1 <args>`` with ``--set`` overrides (tracking off; ``threads``: torch threads of
+    the sft and train stages); wall seconds."""
+    exe = Path(sys.executable).parent / "agentr1"
+    cmd = [str(exe) if exe.exists() else shutil.which("agentr1") or "agentr1", "--set", "tracking.enabled=false"]
+    if threads:
+        sets = [*sets, f"sft.num_threads={threads}", f"train.num_threads={threads}"]
     for s in sets:
         cmd += ["--set", s]
     t0 = time.perf_counter()

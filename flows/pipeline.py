@@ -44,6 +44,7 @@ REPORT_KEY = "agentr1-pipeline-report"
 METRICS_KEY = "agentr1-pipeline-metrics"
 # Read directly when `dvc metrics show` cannot answer (the stages' metrics files so far).
 KNOWN_METRICS = ("data/validation/summary.json", "data/retrieval/report.json", "data/sft/metrics.json",
+                 "data/sft_reference/metrics.json",
                  "reports/report.json")
 # The markdown shows metric paths up to this depth; the table artifact has all of them.
 MD_DEPTH = 3

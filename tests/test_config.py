@@ -18,9 +18,11 @@ def test_repo_params_load_and_match_defaults(repo_root: Path) -> None:
     assert isinstance(cfg, Config)
     assert cfg.profile == "nano"
     # params.yaml states the defaults explicitly: it must not drift from agentr1.config.
-    assert cfg.model_dump(exclude={"runs"}) == Config().model_dump(exclude={"runs"})
-    # ... except the named runs, which live in params.yaml only
-    assert Config().runs == {} and cfg.train_for("ppo").estimator == "gae" and len(cfg.runs) == 10
+    assert cfg.model_dump(exclude={"runs", "sft_reference"}) == Config().model_dump(exclude={"runs", "sft_reference"})
+    # ... except the named runs and the reference cold start, named variants that live in params.yaml only
+    assert Config().runs == {} and cfg.train_for("ppo").estimator == "gae" and len(cfg.runs) == 11
+    assert Config().sft_reference is None and cfg.sft_for("reference").oracle_noise == 0.2
+    assert cfg.train_for("grpo_reference").cold_start == "reference"
 
 
 def test_unknown_key_names_its_path() -> None:

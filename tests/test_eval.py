@@ -21,7 +21,7 @@ from agentr1.eval.episodes import EPISODE_FIELDS, naive_rag_batch, tool_policy_b
 from agentr1.eval.metrics import bootstrap_ci, paired_bootstrap_diff, summarize_split
 from agentr1.eval.quick import episode_metrics
 from agentr1.eval.setup import EvalSetup
-from agentr1.eval.support import early_answer, recording
+from agentr1.eval.support import early_answer, recording, support_found
 from agentr1.env.rewards import answer_scores
 from agentr1.rollout.trajectory import Trajectory
 
@@ -191,6 +191,8 @@ def test_early_answer_definition():
     assert early_answer({"hops": 1, "supporting_ids": ["a"]}, True, []) == 0.0  # single hop: never early
     assert early_answer({"hops": 2, "supporting_ids": []}, True, []) == 0.0  # nothing to retrieve
     assert early_answer({"hops": 0}, True, []) == 0.0 and early_answer({"hops": None, "supporting_ids": ["a"]}, True, []) == 0.0
+    assert support_found(two, ["b", "x"]) == 0.5 and support_found(two, ["a", "b"]) == 1.0 and support_found(two, []) == 0.0
+    assert support_found({"supporting_ids": []}, ["a"]) is None  # nothing to find: no breakdown for it
 
 
 def test_early_answer_of_hand_played_episodes():
@@ -270,11 +272,13 @@ def test_stage_rows_carry_early_answer_for_agents_and_naive_rag(scripted):
     rows, _ = tool_policy_batch(EvalSetup(Scripted(" <answer>Derlin Brisarn</answer>"), tok, env, rollout, reward), qs,
                                 "test")
     assert [r["early_answer"] for r in rows] == [1.0, 0.0, 1.0, 0.0] and all(r["tool_calls"] == 0.0 for r in rows)
-    assert list(rows[0])[-1] == "early_answer" and list(rows[0])[:-1] == list(EPISODE_FIELDS)[:-1]
+    assert [r["support_found"] for r in rows] == [0.0] * 4  # no search: no supporting passage in context
+    assert list(rows[0]) == list(EPISODE_FIELDS)
     # one search for the film, then (the same turn text again) the turn limit: never answered, never early
     rows, _ = tool_policy_batch(EvalSetup(Scripted(f" <search>{FILM}</search>"), tok, env, rollout, reward), qs[:1],
                                 "test")
     assert rows[0]["answered"] == 0.0 and rows[0]["early_answer"] == 0.0
+    assert rows[0]["support_found"] == 0.5  # the film's passage, not its company's
     # naive RAG makes no call: its retrieved passages are its one retrieval's (the question as the query,
     # BM25 top 2): both supports of b0 ([f0, c0]) but not both of b1, nor the founder's passage p0
     deeper = {**qs[0], "id": "test-b0-deeper", "supporting_ids": ["f0", "c0", "p0"], "hops": 3}
@@ -283,6 +287,7 @@ def test_stage_rows_carry_early_answer_for_agents_and_naive_rag(scripted):
     for q, r in zip([*qs, deeper], rows):
         got = set(env.tools["search"].execute_batch([{"query": q["question"]}])[0].metadata["ids"])
         assert r["answered"] == 1.0 and r["early_answer"] == float(q["hops"] >= 2 and not set(q["supporting_ids"]) <= got)
+        assert r["support_found"] == len(set(q["supporting_ids"]) & got) / len(q["supporting_ids"])
     assert [r["early_answer"] for r in rows] == [0.0, 0.0, 1.0, 0.0, 1.0]
 
 

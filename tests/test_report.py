@@ -149,6 +149,11 @@ def behaviour_fields(policy: str, split: str, i: int, q: dict) -> dict:
     return {"tool_calls": float(calls), "answered": answered, "format_ok": answered, "early_answer": early}
 
 
+def support_of(em: float, i: int) -> float:
+    """Supporting passages retrieved: all of them for a right answer; a wrong one cycles all / half / none."""
+    return 1.0 if em else (1.0, 0.5, 0.0)[i % 3]
+
+
 def write_eval(eval_dir: Path, policy: str) -> None:
     rows, splits = [], {}
     for split in ("test", "ood"):
@@ -156,7 +161,8 @@ def write_eval(eval_dir: Path, policy: str) -> None:
         for i, em in enumerate(ems):
             q = question(split, i)
             rows.append({**q, "split": split, "em": em, "f1": em, "subem": em, **behaviour_fields(policy, split, i, q),
-                         "turns": 3, "reward": em, "answer": "x", "golds": ["x"], "reason": "answer"})
+                         "turns": 3, "reward": em, "answer": "x", "golds": ["x"], "reason": "answer",
+                         "support_found": support_of(em, i)})
         lo, hi = bootstrap_ci(ems, 1000, 0.95, 0)
         splits[split] = {"n": len(ems), "em": sum(ems) / len(ems), "em_ci_lower": lo, "em_ci_upper": hi}
     kind = policy if policy in BASELINE_KINDS else "rl"
@@ -345,7 +351,8 @@ def test_report_json_breakdown_and_vs_baselines(report):
 def test_behaviour_table_numbers(report):
     rows = {(r["split"], r["by"], r["group"], r["policy"]): r for r in read_csv(report.out / "behaviour.csv")}
     assert list(next(iter(rows.values()))) == ["split", "by", "group", "policy", "name", "kind", "runs", "n", "n_multihop",
-                                               "em", "tool_calls", "early_answer", "format_ok", "answered"]
+                                               "em", "tool_calls", "early_answer", "format_ok", "answered", "right",
+                                               "wrong_all", "wrong_some", "wrong_none"]
 
     def num(split, by, group, policy, field):
         v = rows[(split, by, group, policy)][field]
@@ -376,6 +383,14 @@ def test_behaviour_table_numbers(report):
                                                                                   "early_answer")
     assert num("test", "all", "all", "naive_rag", "tool_calls") == 0.0 and num("test", "all", "all", "naive_rag",
                                                                                "early_answer") == 1.0
+    # failure breakdown: right, then the wrong answers by the share of supporting passages retrieved (seeds averaged)
+    for policy, runs in (("cold_start", ["cold_start"]), ("grpo", ["grpo", "grpo_s1", "grpo_s2"])):
+        ems = [em_vector(r, "test") for r in runs]
+        want = {"right": mean([mean(e) for e in ems])}
+        for k, found in (("wrong_all", 1.0), ("wrong_some", 0.5), ("wrong_none", 0.0)):
+            want[k] = mean([mean([float(not x and support_of(x, i) == found) for i, x in enumerate(e)]) for e in ems])
+        assert {k: num("test", "all", "all", policy, k) for k in want} == pytest.approx(want, abs=1e-5)
+        assert sum(want.values()) == pytest.approx(1.0)
     assert ("test", "all", "all", "grpo_no_loss_mask") in rows  # ablations are policies too
     assert report.data["behaviour"]["splits"]["test"]["all"]["all"]["grpo"]["tool_calls"] == pytest.approx(1.5)
 
@@ -385,6 +400,11 @@ def test_behaviour_table_numbers(report):
     assert "| Naive RAG * | naive_rag | 0.200 | 0.00 | 1.000 | 1.000 | 1.000 |" in md
     assert "| Base Tool Call | base_tool_call | 0.100 | 3.00 | 0.000 | 0.000 | 0.000 |" in md
     calls_table, early_table = md.split("### test: tool calls")[1].split("### test: early-answer")
+    breakdown = md.split("### test: failure breakdown by question type")[1].split("## ood")[0]
+    assert "| Method | all (n=20) | bridge (n=10) | comparison (n=10) |" in breakdown
+    assert "| Naive RAG" not in breakdown and "| Base Tool Call" not in breakdown  # no search: no chain to break
+    g = {k: num("test", "all", "all", "grpo", k) for k in ("right", "wrong_all", "wrong_some", "wrong_none")}
+    assert "| GRPO | " + " / ".join(f"{v:.2f}" for v in g.values()) + " |" in breakdown
     assert "| Method | bridge (n=10) | comparison (n=10) | 1 hop (n=4) | 2 hops (n=16) |" in calls_table
     assert "| Method | bridge (n=8) | comparison (n=8) | 2 hops (n=16) |" in early_table.split("## ood")[0]
 
@@ -560,3 +580,33 @@ def test_flat_panels_say_so_and_bars_carry_their_values():
     _bars(some, [0, 1], [Cell(0.25, None, 0.1, 0.4, 10), Cell(0.0, None, 0.0, 0.0, 10)])
     assert [t.get_text() for t in some.texts] == ["0.25", "0.00"]
     plt.close(fig)
+
+
+def test_reference_cold_start_rows_and_each_method_against_its_own_cold_start(tmp_path):
+    """With params sft_reference, Table 3 has the reference cold start and GRPO from it; every RL
+    method is compared with the cold start it started from, per split, and GRPO with the reference."""
+    CORRECT["cold_start_reference"] = (range(14), range(4))  # the better demonstrator's SFT
+    CORRECT["grpo_reference"] = (range(15), range(4))
+    try:
+        runs = {**RUNS, "grpo_reference": {"estimator": "grpo", "cold_start": "reference"}}
+        cfg = make_cfg(tmp_path, runs)
+        write_eval(Path(cfg.evaluate.out_dir), "cold_start_reference")
+        object.__setattr__(cfg, "sft_reference", {"oracle_noise": 0.2, "out_dir": "ref", "report_dir": str(tmp_path / "sft_ref")})
+        data = stages.run("report", cfg, SimpleNamespace())
+    finally:
+        del CORRECT["cold_start_reference"], CORRECT["grpo_reference"]
+    t3 = read_csv(tmp_path / "reports" / "table3.csv")
+    names = {r["method"]: r["name"] for r in t3}
+    assert names["cold_start_reference"] == "Cold start SFT, reference demonstrator"
+    assert names["grpo_reference"] == "GRPO from the reference cold start" and names["grpo"] == "GRPO"
+    vs = data["summary"]["vs_cold_start"]["test"]
+    assert vs["grpo_reference"]["cold_start"] == "cold_start_reference" and vs["grpo"]["cold_start"] == "cold_start"
+    assert vs["grpo_reference"]["diff"] == pytest.approx(1 / 20)  # 15 - 14 of 20, against its own start
+    grpo_mean = mean([mean(em_vector(r, "test")) for r in ("grpo", "grpo_s1", "grpo_s2")])
+    assert vs["grpo"]["diff"] == pytest.approx(grpo_mean - 6 / 20) and vs["grpo"]["beyond_noise"]
+    ref = data["summary"]["grpo_vs_reference"]["test"]
+    assert ref["diff"] == pytest.approx(grpo_mean - 14 / 20) and ref["ratio_vs_naive_rag"] == pytest.approx(grpo_mean / 0.2)
+    text = (tmp_path / "reports" / "summary.md").read_text()
+    assert "- On test, each RL method minus the cold start it started from" in text
+    assert f"- GRPO on test: {grpo_mean:.3f} ({grpo_mean / 0.2:.1f}x Naive RAG's 0.200)" in text
+    assert "against Cold start SFT, reference demonstrator (0.700" in text

@@ -250,3 +250,20 @@ def test_run_index_requires_validation(tmp_path):
     with pytest.raises(StageError, match="validate"):
         stages.run("index", _stage_cfg(tmp_path), None)
     assert not (tmp_path / "index").exists()
+
+
+def test_bm25_keeps_jax_off_the_gpu_unless_asked():
+    """bm25s runs a JAX top-k at import when JAX is installed, and JAX then reserves 75% of a GPU's
+    memory (a policy beside it ran out of memory on a GPU machine): the retriever module makes JAX
+    default to the CPU without preallocation, and leaves a user's own choice alone."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import os, agentr1.retrieval.bm25; print(os.environ['JAX_PLATFORMS'], os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'])"
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_PYTHON_CLIENT_PREALLOCATE")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["cpu", "false"]
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "JAX_PLATFORMS": "cuda"}, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.split() == ["cuda", "false"]

@@ -106,7 +106,7 @@ def model(tok):
 
 
 def _engine(model, tok, never_answer=False, max_turns=None, reuse_cache=True, **cfg):
-    rcfg = RolloutConfig(**{"max_turn_tokens": 12, "max_total_tokens": 400, "batch_size": 8, **cfg})
+    rcfg = RolloutConfig(**{"max_turn_tokens": 12, "max_total_tokens": 400, "batch_size": 8, "temperature": 1.0, **cfg})
     env = FakeEnv(never_answer=never_answer)
     backend = HFBackend(model, tok, reuse_cache=reuse_cache)
     return RolloutEngine(SpyBackend(backend), env, tok, rcfg, max_turns=max_turns), env

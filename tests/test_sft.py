@@ -176,7 +176,7 @@ def _stage_cfg(tmp_path, **sft):
     return tw.stage_config(
         tmp_path, {"train": tw.questions("train"), "dev": tw.questions("dev")[:4]},
         rollout={"max_turn_tokens": 24, "max_total_tokens": 1024, "batch_size": 4},
-        sft={"steps": 4, "batch_size": 4, "warmup_steps": 1, "train_examples": 8, **sft},
+        sft={"steps": 4, "batch_size": 4, "warmup_steps": 1, "train_examples": 8, "oracle_noise": 0.2, **sft},
     )
 
 

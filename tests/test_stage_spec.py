@@ -15,7 +15,7 @@ import pytest
 from agentr1.stages import STAGES
 from agentr1.stages.spec import Arg, SpecError, StageSpec, add_arguments, discover, read_spec
 
-PIPELINE = ["prepare", "validate", "index", "pretrain", "sft", "train", "evaluate", "report"]
+PIPELINE = ["prepare", "validate", "index", "pretrain", "sft", "sft_reference", "train", "evaluate", "report"]
 
 
 def test_the_stages_are_the_pipeline_in_order_with_their_lock_keys() -> None:

@@ -258,11 +258,15 @@ class _Echo(Tool):
     def validate(self, args):
         if self.crash == "validate":
             raise RuntimeError("validator bug")
+        if self.crash == "missing_dependency":
+            raise ModuleNotFoundError("No module named 'jsonschema'")
         return super().validate(args)
 
     def execute(self, args):
         if self.crash == "execute":
             raise RuntimeError("tool bug")
+        if self.crash == "missing_dependency_execute":
+            raise ModuleNotFoundError("No module named 'faiss'")
         if self.crash == "wrong":
             return "not a ToolResult"
         return ToolResult(args["text"][::-1], True)
@@ -276,6 +280,18 @@ def test_misbehaving_tools_never_raise(crash, message):
     assert message in res.outcomes[0].error
     ok = ToolEnv([_Echo()], "tags").step("<echo>abc</echo>", 0)
     assert ok.observation == "\n\n<information>cba</information>\n\n" and ok.outcomes[0].success
+
+
+def test_a_missing_dependency_is_no_silent_invalid_call():
+    """A validator that cannot import what it needs (an installation without jsonschema: seen on a
+    GPU machine, where every search became an "invalid call" and the runs trained on that) stops
+    the step instead of scoring the model's call as malformed."""
+    env = ToolEnv({"echo": _Echo("missing_dependency")}, "tags", max_turns=3)
+    with pytest.raises(ModuleNotFoundError, match="jsonschema"):
+        env.step("<echo>abc</echo>", 0)
+    env = ToolEnv({"echo": _Echo("missing_dependency_execute")}, "tags", max_turns=3)
+    with pytest.raises(ModuleNotFoundError, match="faiss"):
+        env.step("<echo>abc</echo>", 0)
 
 
 def test_registered_user_tool_works_in_both_formats():

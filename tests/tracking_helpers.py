@@ -58,8 +58,10 @@ def tracking_cfg(uri: str, artifact_root: Path, **tracking) -> Config:
     pointed at ``uri`` (artifacts of a SQLite store under ``artifact_root``)."""
     import yaml
 
+    params = yaml.safe_load((Path(__file__).resolve().parents[1] / "params.yaml").read_text())
     cfg = Config()
-    cfg.runs = yaml.safe_load((Path(__file__).resolve().parents[1] / "params.yaml").read_text())["runs"]
+    cfg.sft_reference = params["sft_reference"]  # before the runs: one of them starts from the reference
+    cfg.runs = params["runs"]
     cfg.tracking.uri = uri
     cfg.tracking.artifact_root = str(artifact_root)
     for key, value in tracking.items():

@@ -14,7 +14,7 @@ from agentr1.registry import DATASETS
 class SplitCounts(_Section):
     train: int = Field(4000, ge=0)
     dev: int = Field(200, ge=0)
-    test: int = Field(200, ge=0)
+    test: int = Field(600, ge=0)
     ood: int = Field(200, ge=0)
 
 

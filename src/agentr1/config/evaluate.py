@@ -20,8 +20,8 @@ class SamplingEvalConfig(_Section):
     ``rollout.temperature`` (the RL setting) - the mean EM of the samples and pass@k, per split
     and question type: how much a policy can sample that greedy decoding misses (RL's headroom)."""
 
-    k: int = Field(8, ge=1, le=64)
-    policies: list[str] = Field(default_factory=lambda: ["cold_start"])
+    k: int = Field(4, ge=1, le=64)
+    policies: list[str] = Field(default_factory=lambda: ["cold_start", "cold_start_reference"])
 
 
 class EvaluateConfig(_Section):

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agentr1.config.sft import SFTConfig
 from agentr1.config.train import TrainConfig
 
 
@@ -44,4 +45,14 @@ def merge_run(train: TrainConfig, override: dict[str, Any], name: str = "<run>")
         return TrainConfig.model_validate(deep_merge(train.model_dump(), override or {}))
     except ValidationError as exc:
         msgs = [f"runs.{name}." + ".".join(str(p) for p in e["loc"]) + f": {e['msg']}" for e in exc.errors()]
+        raise ValueError("; ".join(msgs)) from None
+
+
+def merge_sft(sft: SFTConfig, override: dict[str, Any]) -> SFTConfig:
+    """``sft`` with the overrides of ``sft_reference`` (nested keys merge) -> a validated
+    SFTConfig; ``ValueError`` naming ``sft_reference.<key>`` when an override is invalid."""
+    try:
+        return SFTConfig.model_validate(deep_merge(sft.model_dump(by_alias=True), override or {}))
+    except ValidationError as exc:
+        msgs = ["sft_reference." + ".".join(str(p) for p in e["loc"]) + f": {e['msg']}" for e in exc.errors()]
         raise ValueError("; ".join(msgs)) from None

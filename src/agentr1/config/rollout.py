@@ -27,7 +27,7 @@ class RolloutConfig(_Section):
     ``hermes``, else ``inline``."""
 
     backend: Annotated[str, AfterValidator(BACKENDS.check)] = "hf"
-    temperature: float = Field(1.0, ge=0)
+    temperature: float = Field(0.7, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     max_turn_tokens: int = Field(48, ge=1)
     max_total_tokens: int = Field(2048, ge=16)

@@ -14,7 +14,7 @@ from agentr1.config.base import ConfigError, _clip_value, _Section
 from agentr1.config.data import DataConfig
 from agentr1.config.env import EnvConfig, RewardConfig
 from agentr1.config.evaluate import EvaluateConfig
-from agentr1.config.merge import merge_run
+from agentr1.config.merge import merge_run, merge_sft
 from agentr1.config.model import ModelConfig
 from agentr1.config.pretrain import PretrainConfig
 from agentr1.config.report import ReportConfig
@@ -40,6 +40,8 @@ class Config(_Section):
     rollout: RolloutConfig = RolloutConfig()
     pretrain: PretrainConfig = PretrainConfig()
     sft: SFTConfig = SFTConfig()
+    # the reference cold start (stage sft_reference): keys of `sft` it overrides; null = none
+    sft_reference: dict[str, Any] | None = None
     train: TrainConfig = TrainConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
     report: ReportConfig = ReportConfig()
@@ -59,9 +61,33 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _runs_valid(self) -> "Config":
-        for name, override in self.runs.items():
-            merge_run(self.train, override, name)
+        reference = self.sft_for("reference") if self.sft_reference is not None else None
+        if reference is not None:
+            for key in ("out_dir", "report_dir"):
+                if getattr(reference, key) == getattr(self.sft, key):
+                    raise ValueError(f"sft_reference.{key} is sft.{key} ({getattr(self.sft, key)}): the reference cold "
+                                     f"start would overwrite the cold start; give it its own {key}")
+        starts = {"train": self.train.cold_start} | {f"runs.{n}": merge_run(self.train, o, n).cold_start
+                                                     for n, o in self.runs.items()}
+        if reference is None and "reference" in starts.values():
+            who = ", ".join(k for k, v in starts.items() if v == "reference")
+            raise ValueError(f"{who} train(s) from the reference cold start (cold_start: reference), but params define no "
+                             "sft_reference: add it (the keys of sft the reference demonstrator changes) or use cold_start: sft")
         return self
+
+    def sft_for(self, cold_start: str = "sft") -> SFTConfig:
+        """The ``sft`` section of a cold start: ``sft`` as is, or (``reference``) with the
+        ``sft_reference`` overrides merged in."""
+        if cold_start == "sft":
+            return self.sft
+        if self.sft_reference is None:
+            raise ConfigError("params define no sft_reference: there is no reference cold start")
+        return merge_sft(self.sft, self.sft_reference)
+
+    def reference_config(self) -> "Config":
+        """This config as the reference cold start's SFT runs with it (``sft`` = :meth:`sft_for`
+        ``("reference")``): what stage ``sft_reference`` runs the sft stage with."""
+        return self.model_copy(update={"sft": self.sft_for("reference")})
 
     def train_for(self, run: str | None) -> TrainConfig:
         """The ``train`` section with the named run's overrides merged in (``None`` = as is)."""

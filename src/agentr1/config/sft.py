@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from agentr1.config.base import _Section
 
@@ -22,6 +22,18 @@ class CopyGateConfig(_Section):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
 
 
+class FreshDemosConfig(_Section):
+    """Demonstrations over freshly generated worlds (``agentr1.data.fresh``, synthetic data only),
+    besides or instead of the train split's: ``worlds`` worlds (0 = none) of ``families``
+    clusters and ``questions`` questions each, sampled as the train split's are; each world's
+    passages are searched alone. A world's entities occur nowhere else, so these episodes cannot
+    be memorized across epochs the way a fixed set can."""
+
+    worlds: int = Field(0, ge=0)
+    families: int = Field(200, ge=2)
+    questions: int = Field(800, ge=1)
+
+
 class SFTConfig(_Section):
     """The supervised cold start on oracle trajectories (stage ``sft``, ``agentr1.lm.sft``).
 
@@ -34,7 +46,8 @@ class SFTConfig(_Section):
     it from an observation easier; ``train_examples``: the demonstrations, oracle episodes of the
     first distinct train questions (null = all, the default: a few hundred are memorized by a
     model without instruction tuning and do not carry its reading into the agent's format;
-    bench/RESULTS.md section 12);
+    bench/RESULTS.md section 12; 0 = none, with ``fresh`` demonstrations only); ``fresh``: more
+    demonstrations over freshly generated worlds (:class:`FreshDemosConfig`);
     ``steps``/``batch_size``/``lr``/``warmup_steps``/``weight_decay``/``grad_clip``
     (0 = off): AdamW on the NLL of ``loss_on`` (``actions``: the policy's tokens; ``response``:
     every response token, observations included), from the base policy ``pretrain.out_dir``;
@@ -48,10 +61,11 @@ class SFTConfig(_Section):
     enabled: bool = True
     loss_on: Literal["actions", "response"] = "actions"
     copy_gate: CopyGateConfig = CopyGateConfig()
-    oracle_noise: Share | dict[Literal["wrong_query", "redundant_query", "early_answer"], Share] = 0.2
+    oracle_noise: Share | dict[Literal["wrong_query", "redundant_query", "early_answer"], Share] = {"early_answer": 0.6}
     oracle_lead_space: bool = True
-    train_examples: int | None = Field(None, ge=1)
-    steps: int = Field(300, ge=0)
+    train_examples: int | None = Field(None, ge=0)
+    fresh: FreshDemosConfig = FreshDemosConfig()
+    steps: int = Field(600, ge=0)
     batch_size: int = Field(16, ge=1)
     lr: float = Field(3e-3, gt=0)
     warmup_steps: int = Field(15, ge=0)
@@ -61,6 +75,13 @@ class SFTConfig(_Section):
     out_dir: str = "data/models/sft"
     report_dir: str = "data/sft"
     num_threads: int | None = Field(2, ge=1)
+
+    @model_validator(mode="after")
+    def _demonstrates_something(self) -> "SFTConfig":
+        if self.train_examples == 0 and self.fresh.worlds == 0 and self.enabled and self.steps > 0:
+            raise ValueError("sft.train_examples is 0 and sft.fresh.worlds is 0: there is no demonstration to train "
+                             "on; set train_examples (null = every train question) or fresh.worlds")
+        return self
 
     @field_validator("oracle_noise")
     @classmethod

@@ -39,7 +39,7 @@ class DevEvalConfig(_Section):
     """Greedy dev EM during training every ``every`` steps (0 = off; always after the last step
     when on) on the first ``examples`` dev questions."""
 
-    every: int = Field(20, ge=0)
+    every: int = Field(10, ge=0)
     examples: int = Field(128, ge=1)
 
 
@@ -83,6 +83,18 @@ class FilterGroupsConfig(_Section):
     max_rounds: int = Field(2, ge=1, le=16)
 
 
+class FreshWorldsConfig(_Section):
+    """``train.questions: fresh`` (``agentr1.rl.sources``, synthetic data only): a new world of
+    ``families`` clusters every ``every`` steps, ``questions`` questions sampled from it as the
+    train split's are (types, 3-hop share, templates); ``with_corpus``: its passages are searched
+    together with the dataset's corpus (the evaluation's distractors), else alone."""
+
+    families: int = Field(24, ge=2)
+    questions: int = Field(96, ge=1)
+    every: int = Field(4, ge=1)
+    with_corpus: bool = True
+
+
 class TrainConfig(_Section):
     """The RL trainer (stage ``train``, ``agentr1.rl.trainer``). One step: ``batch_questions``
     train questions x ``group_size`` rollouts -> rewards -> old/ref log-probs (+ values) ->
@@ -96,7 +108,10 @@ class TrainConfig(_Section):
     ``num_threads``: torch CPU threads per process (null = torch's default; see ``SFTConfig``).
     ``seed``: the run's seed (null = the top-level ``seed``); runs whose overrides differ only in
     ``seed`` are replicas of one method (the report groups them). ``filter_groups``: dynamic
-    sampling (:class:`FilterGroupsConfig`). Named runs (``runs`` at the top level) override these
+    sampling (:class:`FilterGroupsConfig`). ``questions``: where a step's questions come from,
+    the train split (``dataset``) or freshly generated worlds (``fresh``, :class:`FreshWorldsConfig`).
+    ``cold_start``: the policy RL starts from, the cold start of stage ``sft`` or the reference
+    demonstrator's of stage ``sft_reference`` (params ``sft_reference``). Named runs (``runs`` at the top level) override these
     keys."""
 
     steps: int = Field(40, ge=0)
@@ -136,6 +151,9 @@ class TrainConfig(_Section):
     seed: int | None = Field(None, ge=0)  # null = the top-level seed; a run's own seed makes it a replica
     trace_every: int = Field(10, ge=0)  # every N steps a sample of the rollouts as MLflow traces (0 = off)
     filter_groups: FilterGroupsConfig = FilterGroupsConfig()
+    questions: Literal["dataset", "fresh"] = "fresh"
+    cold_start: Literal["sft", "reference"] = "sft"
+    fresh: FreshWorldsConfig = FreshWorldsConfig()
 
     @model_validator(mode="after")
     def _trains_something(self) -> "TrainConfig":
@@ -147,6 +165,9 @@ class TrainConfig(_Section):
         if batch % self.mini_batches:
             raise ValueError(f"mini_batches {self.mini_batches} does not divide the batch of {batch} episodes "
                              f"(batch_questions x group_size): pick a divisor of {batch}")
+        if self.questions == "fresh" and self.fresh.questions < self.batch_questions:
+            raise ValueError(f"train.fresh.questions ({self.fresh.questions}) < train.batch_questions "
+                             f"({self.batch_questions}): a fresh world must hold a step's questions; raise it")
         if self.filter_groups.enabled and self.group_size < 2:
             raise ValueError("filter_groups keeps groups whose rewards differ, which needs group_size >= 2")
         return self

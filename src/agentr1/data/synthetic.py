@@ -57,10 +57,11 @@ def allocate(total: int, weights: Sequence[float]) -> list[int]:
     return parts
 
 
-def type_counts(cfg: SyntheticConfig, split: str) -> dict[str, int]:
-    """Questions per type for one split (ood: per ``chain-<hops>``; train: ``train_chain`` for
-    its 3-hop chains, ``round(train_chains * n)``, then the in-domain types)."""
-    n = getattr(cfg.questions, split)
+def type_counts(cfg: SyntheticConfig, split: str, n: int | None = None) -> dict[str, int]:
+    """Questions per type for one split of ``n`` questions (default ``questions[split]``; ood: per
+    ``chain-<hops>``; train: ``train_chain`` for its 3-hop chains, ``round(train_chains * n)``,
+    then the in-domain types)."""
+    n = getattr(cfg.questions, split) if n is None else n
     if split == "ood":
         hops = sorted(set(cfg.ood_hops))
         return {f"chain-{h}": c for h, c in zip(hops, allocate(n, [1.0] * len(hops)))}
@@ -70,10 +71,12 @@ def type_counts(cfg: SyntheticConfig, split: str) -> dict[str, int]:
     return {**counts, "train_chain": chains} if chains else counts
 
 
-def _split_questions(w: World, cfg: SyntheticConfig, split: str, rng: random.Random,
-                     reg: Registry) -> list[SynQuestion]:
+def split_questions(w: World, cfg: SyntheticConfig, split: str, rng: random.Random, reg: Registry,
+                    counts: dict[str, int] | None = None) -> list[SynQuestion]:
+    """The questions of ``split`` of ``w``, ``counts`` per type (default :func:`type_counts`);
+    :class:`TooSmall` when the world cannot supply them."""
     out: list[SynQuestion] = []
-    for kind, count in type_counts(cfg, split).items():
+    for kind, count in (type_counts(cfg, split) if counts is None else counts).items():
         if count == 0:
             continue
         if kind == "comparison":
@@ -103,7 +106,7 @@ def generate(cfg: SyntheticConfig, seed: int,
     for split in SAMPLING_ORDER:
         rng = random.Random(f"{seed}/questions/{split}")
         try:
-            qs = _split_questions(w, cfg, split, rng, reg)
+            qs = split_questions(w, cfg, split, rng, reg)
         except TooSmall as exc:
             raise ValueError(
                 f"the synthetic world is too small for data.synthetic.questions.{split}="

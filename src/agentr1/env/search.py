@@ -143,6 +143,8 @@ class SearchTool(Tool):
             return fail(f"retriever error: {exc}")
         except TimeoutError as exc:
             return fail(f"retriever timed out: {exc or 'no answer in time'}")
+        except ImportError:  # the installation lacks the backend's package: no call could ever succeed
+            raise
         except Exception as exc:  # noqa: BLE001 - a broken backend must not kill a rollout batch
             return fail(f"retriever raised {type(exc).__name__}: {exc}")
         try:

@@ -26,7 +26,9 @@ turn that ends the episode (answer or turn limit) are validated but not executed
 (``success=False``, ``error="not executed: ..."``).
 
 No exception escapes ``step_batch`` for anything a model can generate: parser, validator and
-tool failures all become error observations and failed outcomes, and a turn that is not a string
+tool failures all become error observations and failed outcomes (an ``ImportError`` excepted: a
+dependency missing from the installation is no fault of the model's call, and scoring every call
+as failed would train on it silently), and a turn that is not a string
 at all (``None``, bytes) is a malformed turn ("could not read the turn"). The batch's structure is
 the caller's contract and is checked first, before any tool runs: ``turn_texts`` and
 ``turn_indices`` must be lists of one entry per episode, each turn index an int >= 0, and
@@ -269,6 +271,8 @@ class ToolEnv:
             for a in plan.attempts:  # validated, never executed
                 a.error = a.error or why
             return plan
+        except ImportError:  # the installation's fault (see _check): stop, never score it as the model's
+            raise
         except Exception as exc:  # noqa: BLE001
             end = len(text) if isinstance(text, str) else 0
             return _Plan("continue", None, [_Attempt(end, None, error=f"could not read the turn ({type(exc).__name__}: {exc})")])
@@ -286,6 +290,8 @@ class ToolEnv:
             return _Attempt(call.end, call.name, error=f"unknown tool {call.name!r}; available tools: {known}")
         try:
             problems = tool.validate(call.arguments)
+        except ImportError:  # a missing dependency is the installation's fault, not the model's: never a silent "invalid call"
+            raise
         except Exception as exc:  # noqa: BLE001 - a user tool's validator must not kill the batch
             problems = [f"validation failed ({type(exc).__name__}: {exc})"]
         if problems:
@@ -307,6 +313,8 @@ class ToolEnv:
                 results = list(results)
                 if len(results) != len(attempts) or not all(isinstance(r, ToolResult) for r in results):
                     raise RuntimeError(f"execute_batch returned {len(results)} results for {len(attempts)} calls")
+            except ImportError:  # a tool that cannot run here at all (a missing dependency) stops the step
+                raise
             except Exception as exc:  # noqa: BLE001
                 results = [ToolResult(f"{name} failed: {type(exc).__name__}: {exc}", False) for _ in attempts]
             for a, r in zip(attempts, results):

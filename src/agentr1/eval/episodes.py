@@ -28,16 +28,17 @@ from agentr1.eval.metrics import MEANS
 from agentr1.eval.quick import calls_by_tool, episode_metrics, evaluate_tool_policy
 from agentr1.eval.setup import EvalSetup
 from agentr1.eval.splits import select_questions
-from agentr1.eval.support import early_answer, recording
+from agentr1.eval.support import early_answer, recording, support_found
 from agentr1.rollout.engine import decode
 from agentr1.rollout.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
 
-# early_answer (appended last): 1.0 for a multi-hop question answered before its supporting passages
-# were all retrieved, 0.0 otherwise (single-hop or unanswered: 0.0); agentr1.eval.support
+# early_answer: 1.0 for a multi-hop question answered before its supporting passages were all retrieved,
+# 0.0 otherwise (single-hop or unanswered: 0.0); support_found (last): the share of its supporting passages
+# the episode retrieved (None without any); agentr1.eval.support
 EPISODE_FIELDS = ("id", "split", "question", "type", "hops", "em", "f1", "subem", "format_ok", "answered",
-                  "tool_calls", "turns", "reward", "answer", "golds", "reason", "early_answer")
+                  "tool_calls", "turns", "reward", "answer", "golds", "reason", "early_answer", "support_found")
 
 
 def episode_row(q: Mapping[str, Any], split: str, scores: Mapping[str, Any], answer: str | None) -> dict[str, Any]:
@@ -45,7 +46,8 @@ def episode_row(q: Mapping[str, Any], split: str, scores: Mapping[str, Any], ans
     row = {"id": str(q["id"]), "split": split, "question": q["question"], "type": q.get("type"),
            "hops": None if q.get("hops") is None else int(q["hops"])}
     row.update({k: float(scores[k]) for k in MEANS})
-    row.update(answer=answer, golds=[str(g) for g in q.get("answers", [])], reason=str(scores.get("reason", "")))
+    row.update(answer=answer, golds=[str(g) for g in q.get("answers", [])], reason=str(scores.get("reason", "")),
+               support_found=scores.get("support_found"))
     return {k: row[k] for k in EPISODE_FIELDS}
 
 
@@ -78,7 +80,9 @@ def tool_policy_batch(setup: EvalSetup, questions: Sequence[Mapping[str, Any]],
     rows, tools = [], per_tool_names(env)
     for q, t in zip(questions, trajs):
         scores = episode_metrics(t, setup.reward)
-        scores["early_answer"] = early_answer(q, bool(scores["answered"]), log.retrieved(t))
+        retrieved = log.retrieved(t)
+        scores["early_answer"] = early_answer(q, bool(scores["answered"]), retrieved)
+        scores["support_found"] = support_found(q, retrieved)
         t.outcome_reward = float(scores["reward"])
         rows.append(episode_row(q, split, scores, t.answer))
         if tools:
@@ -101,7 +105,7 @@ def naive_rag_batch(setup: EvalSetup, questions: Sequence[Mapping[str, Any]],
                            f"{len(records)} questions")
     rows, trajs = [], []
     for q, r, (prompt_ids, gen), passages in zip(questions, records, rec.calls, retrieved):
-        r = {**r, "early_answer": early_answer(q, r["answer"] is not None, passages)}
+        r = {**r, "early_answer": early_answer(q, r["answer"] is not None, passages), "support_found": support_found(q, passages)}
         ids = list(gen.token_ids)
         text = decode(tokenizer, ids)
         t = Trajectory(

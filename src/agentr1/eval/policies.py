@@ -5,7 +5,8 @@ NAME is a named run of params ``runs`` (kind ``rl``: the checkpoint
 :data:`BASELINES`: ``cold_start`` (the SFT checkpoint ``sft.out_dir`` as an agent),
 ``base_tool_call`` (the base policy ``pretrain.out_dir`` as an agent: the paper's
 prompted-base-model baseline) and ``naive_rag`` (the cold-start weights, one retrieval, one
-answer turn: :func:`agentr1.eval.baselines.naive_rag`).
+answer turn: :func:`agentr1.eval.baselines.naive_rag`) and ``cold_start_reference`` (the reference
+demonstrator's cold start, stage ``sft_reference``, as an agent; never registered).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from agentr1.errors import StageError
 from agentr1.models import is_checkpoint
 
-BASELINES = ("cold_start", "base_tool_call", "naive_rag")
+BASELINES = ("cold_start", "base_tool_call", "naive_rag", "cold_start_reference")
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,11 @@ def resolve_policy(cfg, name: str | None) -> Policy:
         ckpt = Path(cfg.train_for(name).out_dir) / name / "checkpoint"
         policy = Policy(name, "rl", ckpt, True, f"evaluate@{name}",
                         f"`agentr1 train --run {name}` (or `dvc repro train@{name}`)")
+    elif name == "cold_start_reference":
+        if cfg.sft_reference is None:
+            raise StageError("--policy cold_start_reference: params define no sft_reference (the reference cold start)")
+        policy = Policy(name, name, Path(cfg.sft_for("reference").out_dir), False, f"evaluate_baseline@{name}",
+                        "`agentr1 sft_reference` (or `dvc repro sft_reference`)")
     elif name in BASELINES:
         base = name == "base_tool_call"
         ckpt = Path(cfg.pretrain.out_dir if base else cfg.sft.out_dir)

@@ -8,6 +8,9 @@ Per episode of a question with ``hops`` and supporting passages S (its ``support
   turn that answers executes none of its calls), so R is what the episode had when it answered.
   The naive-RAG baseline makes no call: its R is the passages of its one retrieval (the question
   as the query) that its prompt holds.
+* **support_found** = |S & R| / |S| (:func:`support_found`; None without S): the failure breakdown
+  of the report tells a wrong answer with every supporting passage in context (reading) from one
+  whose searches missed some (a broken chain) or all of them;
 * **early_answer** = 1.0 when hops >= 2, the episode answered, S is not empty and S is not a
   subset of R (some supporting passage had not been retrieved when it answered); 0.0 otherwise:
   a single-hop question, an episode without an answer and a question without supporting passages
@@ -40,6 +43,17 @@ def early_answer(question: Mapping[str, Any], answered: bool, retrieved: Iterabl
     if hops is None or int(hops) < MULTI_HOP or not answered or not support:
         return 0.0
     return float(not support <= {str(r) for r in retrieved})
+
+
+def support_found(question: Mapping[str, Any], retrieved: Iterable[str]) -> float | None:
+    """The share of the question's supporting passages S that the episode retrieved (|S & R| / |S|),
+    None for a question without supporting passages: with a wrong answer, 1.0 is a *reading* failure
+    (every passage was there), 0 < x < 1 a chain that broke on the way, 0.0 a search that never found
+    the first passage."""
+    support = {str(s) for s in question.get("supporting_ids") or ()}
+    if not support:
+        return None
+    return len(support & {str(r) for r in retrieved}) / len(support)
 
 
 def result_ids(result: ToolResult) -> tuple[str, ...]:

@@ -14,7 +14,13 @@ with a method's seeds together) on every split, from the episodes of ``episodes.
   supporting ids (a FlashRAG record whose support could not be derived) is never early and still
   counts among the multi-hop episodes;
 * ``format_ok``: the share of episodes with a valid format (every call valid and an answer);
-* ``answered``: the share of episodes that gave an answer.
+* ``answered``: the share of episodes that gave an answer;
+* the **failure breakdown**: the shares of episodes that are right (the metric is 1), wrong with
+  every supporting passage retrieved (``wrong_all``: a reading failure, the evidence was in the
+  context), wrong with some of them (``wrong_some``: the chain broke on the way) and wrong with
+  none (``wrong_none``); they sum to 1 over the questions that have supporting passages (the
+  per-episode ``support_found`` of :mod:`agentr1.eval.support`), None for an evaluation that
+  predates the field.
 
 Each number is computed per run, then averaged over a method's seeds (evaluated on the same
 questions, :func:`agentr1.report.tables.seed_average`); ``n`` is the group's questions and
@@ -29,10 +35,11 @@ from typing import Any
 
 from agentr1.eval.support import MULTI_HOP
 from agentr1.report.inputs import Evaluation, Question
-from agentr1.report.summary import COLD_START, grpo_row
+from agentr1.report.summary import COLD_START, PAPER_BASELINES, grpo_row
 from agentr1.report.tables import Row, _hops_key, _md_table, csv_text, fmt, split_header
 
 FIELDS = ("score", "tool_calls", "early_answer", "format_ok", "answered")
+BREAKDOWN = ("right", "wrong_all", "wrong_some", "wrong_none")
 BY = ("all", "type", "hops")
 NAIVE_RAG = "naive_rag"
 
@@ -47,6 +54,25 @@ def _multi_hop(q: Question) -> bool:
     return q.hops is not None and q.hops >= MULTI_HOP
 
 
+def _failure(q: Question) -> str | None:
+    """The breakdown class of one episode (module docstring); None without supporting passages."""
+    found = q.values.get("support_found")
+    if found is None:
+        return None
+    if q.score >= 1:
+        return "right"
+    return "wrong_all" if found >= 1 else "wrong_some" if found > 0 else "wrong_none"
+
+
+def _breakdown(qs: Sequence[Question]) -> dict[str, float | None]:
+    """The failure breakdown's shares over the questions of ``qs`` that have supporting passages
+    (all None when an episode row predates ``support_found``)."""
+    if any("support_found" not in q.values for q in qs):
+        return dict.fromkeys(BREAKDOWN)
+    classes = [c for c in map(_failure, qs) if c is not None]
+    return {k: (sum(c == k for c in classes) / len(classes) if classes else None) for k in BREAKDOWN}
+
+
 def _stats(qs: Sequence[Question]) -> dict[str, Any]:
     """One run's numbers over the questions ``qs`` (module docstring)."""
     multi = [q for q in qs if _multi_hop(q)]
@@ -54,7 +80,7 @@ def _stats(qs: Sequence[Question]) -> dict[str, Any]:
             "tool_calls": _mean(q.values.get("tool_calls") for q in qs),
             "early_answer": _mean(q.values.get("early_answer") for q in multi),
             "format_ok": _mean(q.values.get("format_ok") for q in qs),
-            "answered": _mean(q.values.get("answered") for q in qs)}
+            "answered": _mean(q.values.get("answered") for q in qs), **_breakdown(qs)}
 
 
 def _group(q: Question, by: str) -> str:
@@ -84,7 +110,7 @@ def behaviour(rows: Sequence[Row], evals: Mapping[str, Evaluation], splits: Sequ
                     runs = [p.get(g, {}) for p in per_run]
                     groups.setdefault(g, {})[r.label] = {
                         "n": first["n"], "n_multihop": first["n_multihop"],
-                        **{f: _mean(s.get(f) for s in runs) for f in FIELDS}}
+                        **{f: _mean(s.get(f) for s in runs) for f in (*FIELDS, *BREAKDOWN)}}
             out[split][by] = {g: groups[g] for g in sorted(groups, key=_order)}
     return out
 
@@ -109,6 +135,22 @@ def _by_tables(rows: Sequence[Row], split_data: Mapping, field: str, count: str,
     return _md_table(header, body)
 
 
+def _breakdown_table(rows: Sequence[Row], split_data: Mapping) -> str:
+    """One row per policy, a column for the whole split then one per question type (the agent's
+    policies: naive RAG and the untrained base are left out, their episodes make no search)."""
+    cols = [("all", "all")] + [("type", g) for g in split_data["type"]]
+    header = ["Method", *(f"{g} (n={max(p['n'] for p in split_data[by][g].values())})" for by, g in cols)]
+
+    def cell(s: Mapping | None) -> str:
+        if s is None or any(s.get(k) is None for k in BREAKDOWN):
+            return "—"
+        return " / ".join(f"{s[k]:.2f}" for k in BREAKDOWN)
+
+    body = [[_name(r), *(cell(split_data[by][g].get(r.label)) for by, g in cols)]
+            for r in rows if r.label not in PAPER_BASELINES]
+    return _md_table(header, body)
+
+
 def behaviour_tables(rows: Sequence[Row], data: Mapping, splits: Sequence[str], metric: str) -> tuple[str, str]:
     """behaviour.md and behaviour.csv (long: split, by, group, policy, ..., one row per policy and group)."""
     m = metric.upper()
@@ -121,7 +163,7 @@ def behaviour_tables(rows: Sequence[Row], data: Mapping, splits: Sequence[str], 
           "\\* Naive RAG makes no search: its retrieved passages are the ones its prompt holds (one retrieval, "
           "the question as the query).\n"]
     cols = ["split", "by", "group", "policy", "name", "kind", "runs", "n", "n_multihop", metric, "tool_calls",
-            "early_answer", "format_ok", "answered"]
+            "early_answer", "format_ok", "answered", *BREAKDOWN]
     csv_rows = []
     for split in splits:
         d = data[split]
@@ -136,10 +178,14 @@ def behaviour_tables(rows: Sequence[Row], data: Mapping, splits: Sequence[str], 
         md.append(_by_tables(rows, d, "tool_calls", "n", 2))
         md.append(f"### {split}: early-answer share by question type and hops (n = multi-hop episodes)\n")
         md.append(_by_tables(rows, d, "early_answer", "n_multihop", 3))
+        md.append(f"### {split}: failure breakdown by question type\n")
+        md.append("Each cell: right / wrong with every supporting passage retrieved (reading) / wrong with some "
+                  "(a broken chain) / wrong with none, as shares of the group's episodes.\n")
+        md.append(_breakdown_table(rows, d))
         for by in BY:
             for g, per in d[by].items():
                 csv_rows += [[split, by, g, r.label, r.display, r.kind, ";".join(r.runs), s["n"], s["n_multihop"],
-                              *(s[f] for f in FIELDS)] for r in rows if (s := per.get(r.label)) is not None]
+                              *(s[f] for f in (*FIELDS, *BREAKDOWN))] for r in rows if (s := per.get(r.label)) is not None]
     return "\n".join(md), csv_text(cols, csv_rows)
 
 

@@ -55,8 +55,10 @@ def _demonstrator(sft: dict[str, Any]) -> str:
     return text + "."
 
 
-def foundation(pretrain_dir: Path, sft_dir: Path, eval_dir: Path, splits: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
-    """``(numbers, markdown lines)`` of the module docstring."""
+def foundation(pretrain_dir: Path, sft_dir: Path, eval_dir: Path, splits: Sequence[str],
+               reference_dir: Path | None = None) -> tuple[dict[str, Any], list[str]]:
+    """``(numbers, markdown lines)`` of the module docstring (``reference_dir``: the reference
+    cold start's report folder, params ``sft_reference``, when there is one)."""
     out: dict[str, Any] = {}
     lines: list[str] = ["## What RL starts from", ""]
     pre = _read(pretrain_dir / "metrics.json")
@@ -75,21 +77,43 @@ def foundation(pretrain_dir: Path, sft_dir: Path, eval_dir: Path, splits: Sequen
                   f"**{'passed' if gate.get('passed') else 'not passed'}**; the base policy before SFT: "
                   f"{copy['base']['start']['top1']:.3f} / {copy['base']['continue']['top1']:.3f}. "
                   f"{_demonstrator(sft)}", ""]
-    cold = _read(eval_dir / "cold_start" / "metrics.json")
-    sampling = (cold or {}).get("sampling")
-    if sampling:
-        k = sampling["k"]
-        out["headroom"] = {s: {"greedy_em": cold[f"{s}/em"], **{key: v for key, v in sampling["splits"][s].items()}}
-                           for s in splits if s in sampling["splits"]}
-        lines += [f"The cold start's headroom for RL: greedy EM against {k} samples per question at temperature "
-                  f"{sampling['temperature']:g} (the RL setting).", "",
-                  f"| split / type | n | greedy EM | sampled EM | pass@{k} |", "|---|---|---|---|---|"]
-        for s, h in out["headroom"].items():
-            lines.append(f"| **{s}** | {h['n']} | {h['greedy_em']:.3f} | {h['sampled_em']:.3f} | {h['pass_at_k']:.3f} |")
-            greedy_by_type = cold["splits"][s].get("by_type", {})
-            for t, ht in h["types"].items():
-                g = greedy_by_type.get(t, {}).get("em")
-                lines.append(f"| {s} / {t} | {ht['n']} | {'-' if g is None else f'{g:.3f}'} | {ht['sampled_em']:.3f} | "
-                             f"{ht['pass_at_k']:.3f} |")
-        lines.append("")
+    ref = _read(reference_dir / "metrics.json") if reference_dir is not None else None
+    if ref is not None and ref.get("train"):
+        out["reference"] = {"oracle_em": ref.get("oracle", {}).get("em"), "kinds": ref.get("oracle", {}).get("kinds")}
+        lines += [f"The reference cold start (params `sft_reference`: the same SFT from a better demonstrator, "
+                  f"Table 3's \"Cold start SFT, reference demonstrator\"): {_demonstrator(ref)}", ""]
+    for policy, name in (("cold_start", "cold start"), ("cold_start_reference", "reference cold start")):
+        cold = _read(eval_dir / policy / "metrics.json")
+        sampling = (cold or {}).get("sampling")
+        if sampling:
+            out["headroom" if policy == "cold_start" else "reference_headroom"] = headroom = _headroom(cold, splits)
+            lines += _headroom_lines(name, cold, sampling, headroom)
     return out, (lines if len(lines) > 2 else [])
+
+
+def _headroom(cold: dict[str, Any], splits: Sequence[str]) -> dict[str, Any]:
+    """Per split: greedy EM, the sampled numbers and ``pass_ratio`` = pass@k / greedy EM."""
+    out = {}
+    for s in splits:
+        if s in cold["sampling"]["splits"]:
+            h = cold["sampling"]["splits"][s]
+            greedy = cold[f"{s}/em"]
+            out[s] = {"greedy_em": greedy, **h, "pass_ratio": h["pass_at_k"] / greedy if greedy > 0 else None}
+    return out
+
+
+def _headroom_lines(name: str, cold: dict[str, Any], sampling: dict[str, Any], headroom: dict[str, Any]) -> list[str]:
+    k = sampling["k"]
+    ratios = "; ".join(f"{s} {h['pass_ratio']:.2f}x" for s, h in headroom.items() if h["pass_ratio"] is not None)
+    lines = [f"The {name}'s headroom for RL: greedy EM against {k} samples per question at temperature "
+             f"{sampling['temperature']:g} (the RL setting; k = the RL group size), pass@{k} / greedy EM: "
+             f"{ratios or '—'}.", "",
+             f"| split / type | n | greedy EM | sampled EM | pass@{k} |", "|---|---|---|---|---|"]
+    for s, h in headroom.items():
+        lines.append(f"| **{s}** | {h['n']} | {h['greedy_em']:.3f} | {h['sampled_em']:.3f} | {h['pass_at_k']:.3f} |")
+        greedy_by_type = cold["splits"][s].get("by_type", {})
+        for t, ht in h["types"].items():
+            g = greedy_by_type.get(t, {}).get("em")
+            lines.append(f"| {s} / {t} | {ht['n']} | {'-' if g is None else f'{g:.3f}'} | {ht['sampled_em']:.3f} | "
+                         f"{ht['pass_at_k']:.3f} |")
+    return [*lines, ""]

@@ -28,7 +28,7 @@ CURVE_FILE = "curve.csv"
 # |mean over episodes.jsonl - metrics.json| above this is reported as a stale evaluation
 CONSISTENCY_TOL = 5e-4
 # per-episode fields the behaviour table reads (None where a row lacks one: an evaluation that predates it)
-BEHAVIOUR = ("tool_calls", "early_answer", "format_ok", "answered")
+BEHAVIOUR = ("tool_calls", "early_answer", "format_ok", "answered", "support_found")
 
 
 @dataclass

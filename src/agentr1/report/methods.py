@@ -9,6 +9,10 @@ A method whose overrides turn ``loss_mask`` and/or ``advantage_mask`` off is an 
 the method with the same overrides minus those keys (``ppo_no_adv_mask = {estimator: gae,
 advantage_mask: false}`` -> ablation of ``ppo = {estimator: gae}``); ``ablation_of`` is ``None``
 when params define no such full-mask method.
+
+A method whose ``cold_start`` is ``reference`` starts from the reference demonstrator's cold start
+(stage ``sft_reference``): it is compared with that baseline, and named "... from the reference
+cold start".
 """
 
 from __future__ import annotations
@@ -25,8 +29,16 @@ SEED_KEY = "seed"
 MASK_KEYS = ("loss_mask", "advantage_mask")
 MASK_WORDS = {"loss_mask": "loss mask", "advantage_mask": "advantage mask"}
 # Table 3 order of the baselines: eval policy name -> row name
-BASELINES = {"base_tool_call": "Base Tool Call", "naive_rag": "Naive RAG", "cold_start": "Cold start SFT"}
+BASELINES = {"base_tool_call": "Base Tool Call", "naive_rag": "Naive RAG", "cold_start": "Cold start SFT",
+             "cold_start_reference": "Cold start SFT, reference demonstrator"}
+REFERENCE = "cold_start_reference"  # a baseline only where params define sft_reference
+COLD_STARTS = {"sft": "cold_start", "reference": REFERENCE}  # train.cold_start -> the baseline RL starts from
 _MISSING = object()
+
+
+def report_baselines(has_reference: bool) -> dict[str, str]:
+    """:data:`BASELINES` the params evaluate: the reference cold start only with ``sft_reference``."""
+    return {k: v for k, v in BASELINES.items() if has_reference or k != REFERENCE}
 
 
 @dataclass
@@ -40,6 +52,7 @@ class Method:
     masks_off: list[str] = field(default_factory=list)
     ablation_of: str | None = None
     display: str = ""
+    cold_start: str = "cold_start"  # the baseline this method starts from (:data:`COLD_STARTS`)
 
     @property
     def is_ablation(self) -> bool:
@@ -77,7 +90,9 @@ def group_methods(runs: Mapping[str, Mapping[str, Any]], defaults: Mapping[str, 
         names = sorted(names, key=lambda n: (len(n), n))
         off = [k for k in MASK_KEYS if _effective(k, canon, defaults, True) is False]
         estimator = str(_effective("estimator", canon, defaults, TrainConfig.model_fields["estimator"].default))
-        methods.append(Method(label=names[0], runs=names, overrides=canon, estimator=estimator, masks_off=off))
+        start = COLD_STARTS[str(_effective("cold_start", canon, defaults, "sft"))]
+        methods.append(Method(label=names[0], runs=names, overrides=canon, estimator=estimator, masks_off=off,
+                              cold_start=start))
 
     by_overrides = {_key(m.overrides): m for m in methods if not m.is_ablation}
     for m in methods:
@@ -110,8 +125,10 @@ def _name_methods(methods: list[Method]) -> None:
     for m in full:
         base = estimator_label(m.estimator)
         shared = sum(1 for o in full if o.estimator == m.estimator) > 1
-        plain = not any(k != "estimator" for k in m.overrides)
+        plain = not any(k not in ("estimator", "cold_start") for k in m.overrides)
         m.display = f"{base} ({m.label})" if shared and not plain else base
+        if m.cold_start == REFERENCE:
+            m.display += " from the reference cold start"
     names = {m.label: m.display for m in full}
     for m in methods:
         if m.is_ablation:

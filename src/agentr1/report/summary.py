@@ -3,7 +3,8 @@
 * the best policy on the average over splits;
 * GRPO against Base Tool Call (ratio) and against the cold start (points);
 * which RL methods beat both Base Tool Call and Naive RAG beyond noise (paired bootstrap vs
-  each), and which beat the cold start;
+  each), and which beat the cold start they started from, on the average and on each split;
+* with a reference cold start (params ``sft_reference``), GRPO against it on each split;
 * which ablation differences exceed the noise.
 
 (How GRPO's tool calls and early-answer share differ from the cold start's is the section of
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from agentr1.report.methods import REFERENCE
 from agentr1.report.stats import AVG
 from agentr1.report.tables import Diff, Row, ablation_pairs, fmt, table3_rows
 
@@ -86,7 +88,7 @@ def summarize(rows: Sequence[Row], vs_baselines: Mapping[str, Mapping[str, list[
 
     rl = [r for r in rows if r.kind == "rl"]
     beat_both = [r for r in rl if all(beats(r, b) for b in PAPER_BASELINES)]
-    beat_cold = [r for r in rl if beats(r, COLD_START)]
+    beat_cold = [r for r in rl if beats(r, _start(r))]
     facts["beat_both_baselines"] = [r.label for r in beat_both]
     facts["beat_cold_start"] = [r.label for r in beat_cold]
     pb = _names([by_label[b].display for b in PAPER_BASELINES])
@@ -97,8 +99,31 @@ def summarize(rows: Sequence[Row], vs_baselines: Mapping[str, Mapping[str, list[
                      + (f"; the others do not: {_names(rest)}." if rest else "."))
     else:
         lines.append(f"- No RL method beats both {pb} beyond noise on the average {m} (paired bootstrap {ci:.0%} CI).")
-    lines.append(f"- Beat {by_label[COLD_START].display} beyond noise: "
+    lines.append(f"- Beat the cold start they started from beyond noise (average {m}): "
                  + (_names([r.display for r in beat_cold]) if beat_cold else "none") + ".")
+    facts["vs_cold_start"] = {}
+    for split in splits:
+        diffs = {r.label: _split(vs_baselines[r.label][_start(r)], split) for r in rl}
+        facts["vs_cold_start"][split] = {k: {"cold_start": _start(by_label[k]), **d.as_dict()} for k, d in diffs.items()}
+        parts = [f"{by_label[k].display} {d.diff:+.3f} [{d.ci_lower:+.3f}, {d.ci_upper:+.3f}]" for k, d in diffs.items()]
+        won = [by_label[k].display for k, d in diffs.items() if d.diff > 0 and d.beyond_noise]
+        lines.append(f"- On {split}, each RL method minus the cold start it started from (paired bootstrap {ci:.0%} CI): "
+                     + "; ".join(parts) + f". Beyond noise: {_names(won) if won else 'none'}"
+                     + (" (all of them)." if len(won) == len(diffs) else "."))
+    if REFERENCE in by_label and grpo is not None:
+        ref, naive = by_label[REFERENCE], by_label["naive_rag"]
+        for split in splits:
+            d = _split(vs_baselines[grpo.label][REFERENCE], split)
+            c = _split(vs_baselines[grpo.label][COLD_START], split)
+            n = naive.cells[split].mean
+            facts.setdefault("grpo_vs_reference", {})[split] = {**d.as_dict(), "naive_rag": n,
+                                                                "ratio_vs_naive_rag": d.a_mean / n if n > 0 else None}
+            lines.append(f"- {grpo.display} on {split}: {d.a_mean:.3f}"
+                         + (f" ({d.a_mean / n:.1f}x {naive.display}'s {n:.3f})" if n > 0 else "")
+                         + f", {c.diff:+.3f} over {by_label[COLD_START].display} ({c.b_mean:.3f}) and {d.diff:+.3f} "
+                         f"[{d.ci_lower:+.3f}, {d.ci_upper:+.3f}] against {ref.display} ({d.b_mean:.3f}, the same SFT "
+                         "from a better demonstrator): " + ("above it beyond noise." if d.diff > 0 and d.beyond_noise else
+                                                            "above it, within noise." if d.diff > 0 else "not above it."))
 
     # ablations
     pairs = ablation_pairs(rows)
@@ -127,7 +152,16 @@ def summarize(rows: Sequence[Row], vs_baselines: Mapping[str, Mapping[str, list[
 
 
 def _avg(diffs: list[Diff]) -> Diff:
-    return next(d for d in diffs if d.split == AVG)
+    return _split(diffs, AVG)
+
+
+def _split(diffs: list[Diff], split: str) -> Diff:
+    return next(d for d in diffs if d.split == split)
+
+
+def _start(r: Row) -> str:
+    """The baseline an RL row started from: its method's cold start."""
+    return r.method.cold_start if r.method is not None else COLD_START
 
 
 def summary_markdown(facts: Mapping, rows: Sequence[Row], metric: str, splits: Sequence[str]) -> str:

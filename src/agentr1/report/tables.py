@@ -102,15 +102,15 @@ def seed_average(label: str, runs: Sequence[str], evals: Mapping[str, Evaluation
 
 
 def build_rows(methods: Sequence[Method], evals: Mapping[str, Evaluation], splits: Sequence[str],
-               samples: int, ci: float, seed: int) -> list[Row]:
-    """The baselines (Table 3 order) then every method (full-mask ones, then the ablations)."""
-    baselines = list(BASELINES)
+               samples: int, ci: float, seed: int, baselines: Mapping[str, str] = BASELINES) -> list[Row]:
+    """The ``baselines`` (Table 3 order) then every method (full-mask ones, then the ablations)."""
+    names = list(baselines)
     rows = []
-    for name, display in BASELINES.items():
-        scores, questions = seed_average(name, [name], evals, splits, baselines)
+    for name, display in baselines.items():
+        scores, questions = seed_average(name, [name], evals, splits, names)
         rows.append(Row(name, display, "baseline", [name], None, scores, questions))
     for m in methods:
-        scores, questions = seed_average(m.label, m.runs, evals, splits, baselines)
+        scores, questions = seed_average(m.label, m.runs, evals, splits, names)
         rows.append(Row(m.label, m.display, "ablation" if m.is_ablation else "rl", list(m.runs), m, scores, questions))
     for row in rows:
         per_run = {r: {s: _mean(evals[r].scores[s].values()) for s in splits} for r in row.runs}

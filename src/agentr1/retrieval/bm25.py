@@ -20,6 +20,7 @@ analysed its passages.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 import time
@@ -34,6 +35,12 @@ from agentr1.retrieval.base import Hit, Retriever, RetrieverError, check_search_
 from agentr1.retrieval.corpus import PassageStore, read_meta, write_meta
 
 log = logging.getLogger(__name__)
+
+# bm25s.selection runs a JAX top-k when it is imported and JAX is installed, and JAX then takes 75% of
+# a GPU's memory for itself (seen on a GPU machine: the policy beside it ran out of memory). This
+# retriever never uses JAX: keep it on the CPU unless the user chose otherwise.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 BACKEND = "bm25"
 MODEL_DIR = "bm25s"

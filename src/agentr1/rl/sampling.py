@@ -40,6 +40,7 @@ class Episodes:
     env: Any = None
     train: Sequence[dict] = ()
     dev: Sequence[dict] = ()
+    fresh: Any = None  # train.questions: fresh - an agentr1.rl.sources.FreshWorlds (its at(step) replaces env/train)
 
 
 def seed_key(*parts: int) -> int:
@@ -85,23 +86,32 @@ def rollout_metrics(trajs: Sequence[Trajectory], scores: Sequence[EpisodeScore],
 class Sampling:
     """Collecting a step's batch and the dev evaluation (module docstring); a mixin of the trainer."""
 
+    def step_pool(self, step: int) -> tuple[Any, Sequence[dict]]:
+        """The environment and the questions step ``step`` draws from: the train split and the
+        dataset's environment, or the step's fresh world (``train.questions: fresh``)."""
+        if self.fresh is not None:
+            return self.fresh.at(step)
+        return self.env, self.train_questions
+
     def sample_questions(self, step: int, round_: int = 0) -> list[dict]:
-        """``batch_questions`` train questions for ``step`` (round ``round_`` > 0: a refill of
-        dynamic sampling, its own draw)."""
-        n = len(self.train_questions)
+        """``batch_questions`` questions of :meth:`step_pool` for ``step`` (round ``round_`` > 0: a
+        refill of dynamic sampling, its own draw)."""
+        pool = self.step_pool(step)[1]
+        n = len(pool)
         if n < self.tcfg.batch_questions:
             raise StageError(f"{n} train questions < train.batch_questions ({self.tcfg.batch_questions})")
         gen = torch.Generator().manual_seed(seed_key(self.seed, step, 1, *([round_] if round_ else [])))
-        return [self.train_questions[i] for i in torch.randperm(n, generator=gen)[: self.tcfg.batch_questions].tolist()]
+        return [pool[i] for i in torch.randperm(n, generator=gen)[: self.tcfg.batch_questions].tolist()]
 
-    def _engine(self, rollout_cfg) -> RolloutEngine:
-        if self.env is None:
+    def _engine(self, rollout_cfg, env=None) -> RolloutEngine:
+        env = self.env if env is None else env
+        if env is None:
             raise ValueError("the trainer needs env= to roll out")
         if rollout_cfg.backend == "vllm":  # under FSDP inside full_params(self.actor), as collect does
             backend = self.weight_sync.synced(rollout_cfg, self.policy)
         else:
             backend = make_backend(rollout_cfg, model=self.policy, tokenizer=self.tokenizer)
-        return RolloutEngine(backend, self.env, self.tokenizer, rollout_cfg)
+        return RolloutEngine(backend, env, self.tokenizer, rollout_cfg)
 
     @torch.no_grad()
     def collect(self, step: int, round_: int = 0) -> list[Trajectory]:
@@ -111,7 +121,8 @@ class Sampling:
         self.policy.eval()
         seed = seed_key(self.seed, step, 2, self.dist.rank, *([round_] if round_ else []))
         with full_params(self.actor):
-            local = self._engine(self.rollout_cfg).rollout(local_q, self.tcfg.group_size, seed=seed)
+            engine = self._engine(self.rollout_cfg, self.step_pool(step)[0])
+            local = engine.rollout(local_q, self.tcfg.group_size, seed=seed)
         return self.dist.all_gather_objects(local)
 
     def collect_batch(self, step: int) -> tuple[list[Trajectory], list[EpisodeScore], dict[str, float]]:

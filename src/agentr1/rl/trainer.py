@@ -97,6 +97,7 @@ class Trainer(Sampling, Optimizers, Resumable):
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         ep = episodes or Episodes()
         self.env, self.train_questions, self.dev_questions = ep.env, list(ep.train or []), list(ep.dev or [])
+        self.fresh = ep.fresh
         self.logger = logger
         self.state_dir = Path(state_dir) if state_dir is not None else None
         self.params = self._params(run_params)  # saved with every checkpoint; a resume must match them

@@ -69,7 +69,7 @@ from agentr1.tracking.retry import TrackingFailed, is_tracking_error
 SPEC = StageSpec(
     "evaluate", "greedy EM/F1 with bootstrap CIs of one policy on evaluate.splits (--policy NAME)", order=70,
     args=(Arg("--policy", required=True, metavar="NAME",
-              help="a named run of params `runs`, or a baseline: cold_start, base_tool_call, naive_rag"),),
+              help="a named run of params `runs`, or a baseline: cold_start, base_tool_call, naive_rag, cold_start_reference"),),
     lock={"evaluate": "policy", "evaluate_baseline": "policy"},  # evaluate@<run>, evaluate_baseline@<name>
 )
 

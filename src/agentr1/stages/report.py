@@ -50,7 +50,7 @@ from agentr1.report import plots
 from agentr1.report.behaviour import behaviour, behaviour_summary, behaviour_tables
 from agentr1.report.foundation import foundation
 from agentr1.report.inputs import check_inputs, load_curve, load_evaluation
-from agentr1.report.methods import BASELINES, group_methods
+from agentr1.report.methods import BASELINES, group_methods, report_baselines
 from agentr1.report.stats import AVG
 from agentr1.report.summary import summarize, summary_markdown
 from agentr1.report.tools import tools_section
@@ -102,7 +102,7 @@ def before(cfg, args: Any = None) -> None:
         raise StageError(f"params runs {clash} reuse a baseline's name ({', '.join(BASELINES)}): rename the run")
     if not runs:
         raise StageError("params `runs` is empty: the report compares named RL runs against the baselines")
-    check_inputs(Path(cfg.evaluate.out_dir), Path(cfg.train.out_dir), runs, list(BASELINES))
+    check_inputs(Path(cfg.evaluate.out_dir), Path(cfg.train.out_dir), runs, list(report_baselines(cfg.sft_reference is not None)))
 
 
 def run(ctx: StageContext, args: Any = None) -> dict:
@@ -111,10 +111,11 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     splits, metric = list(rc.splits), rc.metric
     samples, ci, seed = rc.bootstrap.samples, rc.bootstrap.ci, cfg.seed
     eval_dir, runs_dir, out = Path(cfg.evaluate.out_dir), Path(cfg.train.out_dir), Path(rc.out_dir)
-    runs, baselines = list(cfg.runs), list(BASELINES)
+    named = report_baselines(cfg.sft_reference is not None)
+    runs, baselines = list(cfg.runs), list(named)
     methods = group_methods(cfg.runs, cfg.train.model_dump())
     evals = {p: load_evaluation(eval_dir, p, splits, metric, baselines) for p in [*runs, *baselines]}
-    rows = build_rows(methods, evals, splits, samples, ci, seed)
+    rows = build_rows(methods, evals, splits, samples, ci, seed, named)
     by_label = {r.label: r for r in rows}
     ablation_diffs = {abl.label: compare(abl, full, splits, samples, ci, seed) for abl, full in ablation_pairs(rows)}
     vs_baselines = {r.label: {b: compare(r, by_label[b], splits, samples, ci, seed) for b in baselines}
@@ -130,8 +131,9 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     tools = tools_section(rows, evals, splits, metric, samples, ci, seed)
     if tools is not None:
         report["tools"] = tools[0]
+    reference_dir = Path(cfg.sft_for("reference").report_dir) if cfg.sft_reference is not None else None
     report["foundation"], foundation_md = foundation(Path(cfg.pretrain.report_dir), Path(cfg.sft.report_dir), eval_dir,
-                                                     splits)
+                                                     splits, reference_dir)
 
     t3_md, t3_csv = table3(rows, splits, metric, ci)
     t4_md, t4_csv = table4(rows, ablation_diffs, splits, metric, ci)

@@ -6,8 +6,9 @@ every run):
 
 1. ``load``: the validated dataset, the retriever (``agentr1 index``) and the ToolEnv;
 2. ``oracle_plans``: the oracle's scripts for the first ``sft.train_examples`` train questions
-   with distinct texts - the demonstrations, a small set as in a DeepSeek-R1 cold start
-   (:mod:`agentr1.rollout.oracle`, a share ``sft.oracle_noise`` imperfect, seed ``cfg.seed``);
+   with distinct texts and for the questions of ``sft.fresh.worlds`` freshly generated worlds
+   (:func:`demo_sets`) - the demonstrations (:mod:`agentr1.rollout.oracle`, a share
+   ``sft.oracle_noise`` imperfect, seed ``cfg.seed``);
 3. ``policy``: the base policy ``pretrain.out_dir`` (``agentr1 pretrain``: a reader that has
    never seen a tool call); a pretrained ``hf``/``gguf`` policy may have its vocabulary cut to
    the world's tokens first (``model.restrict_vocab``);
@@ -38,11 +39,14 @@ import json
 import logging
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from agentr1.data.fresh import make_world
+from agentr1.env.load import corpus_env
 from agentr1.errors import StageError
 from agentr1.eval.quick import episode_metrics, summarize
 from agentr1.io import atomic_dir, write_json_atomic
@@ -65,13 +69,37 @@ SFT_METRICS = {"loss": "sft/loss", "lr": "sft/lr", "grad_norm": "sft/grad_norm",
 ORACLE_EXAMPLES = 20
 
 
-def _questions(ds, cfg):
+@dataclass
+class DemoSet:
+    """Questions the oracle demonstrates in one environment (the dataset's, or a fresh world's)."""
+
+    questions: list
+    env: Any
+    corpus: list
+    plans: list = field(default_factory=list)
+
+
+def demo_sets(ctx: StageContext, ds) -> list[DemoSet]:
+    """The demonstrations' questions: the first ``sft.train_examples`` distinct train questions
+    in the dataset's environment, then ``sft.fresh.worlds`` fresh worlds (seeded apart from RL's),
+    each in an environment over its own passages."""
+    cfg = ctx.cfg
     train = unique_questions(ds.split("train"))
     if cfg.sft.train_examples is not None:
         train = train[: cfg.sft.train_examples]
-    if not train:
+    sets = [DemoSet(train, ctx.env(), ds.corpus)] if train else []
+    f = cfg.sft.fresh
+    if f.worlds and cfg.data.source != "synthetic":
+        raise StageError(f"sft.fresh.worlds generates synthetic worlds, but data.source is {cfg.data.source!r}: "
+                         "set sft.fresh.worlds: 0 for real data")
+    taken = frozenset(str(p["title"]) for p in ds.corpus)
+    for k in range(f.worlds):
+        world = make_world(cfg.data.synthetic, k, f.families, f.questions, f"{cfg.seed}/sft", taken)
+        env = corpus_env(cfg.env, cfg.retrieval, world.corpus, cfg.seed)
+        sets.append(DemoSet(unique_questions(world.questions), env, world.corpus))
+    if not sets:
         raise StageError(f"no train questions in {cfg.data.processed_dir}: the oracle has nothing to demonstrate")
-    return train
+    return sets
 
 
 def _oracle_summary(trajs, plans, reward_cfg) -> dict:
@@ -102,27 +130,31 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     with phase("load"):
         ds = ctx.dataset()
         env = ctx.env()
-        train_q = _questions(ds, cfg)
+        demos = demo_sets(ctx, ds)
         base = ctx.checkpoint(cfg.pretrain.out_dir, "agentr1 pretrain (dvc repro pretrain)")
     with phase("oracle_plans"):
-        titles = corpus_titles(ds.corpus)
         try:
-            plans = plan_all(train_q, titles, env.fmt, scfg.oracle_noise, cfg.seed, env.max_turns, scfg.oracle_lead_space)
+            for d in demos:
+                d.plans = plan_all(d.questions, corpus_titles(d.corpus), d.env.fmt, scfg.oracle_noise, cfg.seed,
+                                   d.env.max_turns, scfg.oracle_lead_space)
         except (KeyError, ValueError) as exc:
             raise StageError(f"cannot script the oracle ({exc}): the sft stage needs the synthetic world's "
                              "supporting_ids (one passage per hop, in the corpus) and env.max_turns > hops") from None
+        plans = [p for d in demos for p in d.plans]
     with phase("policy"):
         model, tokenizer = load_checkpoint(base, cfg.model.dtype)
         if cfg.model.kind != "scratch" and cfg.model.restrict_vocab:
-            model, tokenizer, cut = restrict_vocabulary(model, tokenizer, world_texts(ds, env, train_q, plans))
+            texts = [t for d in demos for t in world_texts(ds, d.env, d.questions, d.plans)]
+            texts += [f"{p['title']}\n{p['text']}" for d in demos[1:] for p in d.corpus]
+            model, tokenizer, cut = restrict_vocabulary(model, tokenizer, texts)
             log.info("sft: vocabulary restricted to the world's tokens: %d -> %d", cut["before"], cut["after"])
         model.to(device)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("sft: base policy %s (%s) with %.2fM parameters, vocabulary %d", base, cfg.model.kind, n_params / 1e6,
              len(tokenizer))
     with phase("oracle_rollout"):
-        oracle = oracle_rollout(train_q, env, tokenizer, cfg.rollout, plans)
-        probe_eps = probe_episodes(ds, env, tokenizer, cfg, titles)
+        oracle = [t for d in demos for t in oracle_rollout(d.questions, d.env, tokenizer, cfg.rollout, d.plans)]
+        probe_eps = probe_episodes(ds, env, tokenizer, cfg, corpus_titles(ds.corpus))
     copy = {"split": "dev", "episodes": len(probe_eps)}
     if probe_eps:
         with phase("probe_base"):
@@ -152,6 +184,7 @@ def run(ctx: StageContext, args: Any = None) -> dict:
         "train": {
             "enabled": scfg.enabled,
             "examples": len(oracle),
+            "fresh_examples": sum(len(d.questions) for d in demos if d.corpus is not ds.corpus),
             "steps": len(history),
             "batch_size": scfg.batch_size,
             "epochs": len(history) * scfg.batch_size / len(oracle) if oracle else None,

@@ -1,7 +1,8 @@
 """Stage ``train@<run>``: RL from the SFT cold start with a named run's settings.
 
 ``agentr1 train --run grpo`` merges ``runs.grpo`` into ``train`` (``Config.train_for``), loads the
-validated dataset, the retriever + ToolEnv and the cold-start checkpoint (``sft.out_dir``), and
+validated dataset, the retriever + ToolEnv and the cold-start checkpoint (``sft.out_dir``, or the
+reference cold start's with ``train.cold_start: reference``), and
 runs :class:`agentr1.rl.trainer.Trainer` for ``train.steps`` steps, logging every step to MLflow
 (``tracking.enabled``; a no-op logger otherwise). Under ``torchrun --nproc_per_node N`` the same
 command trains data-parallel (``agentr1.rl.distributed``); rank 0 writes the outputs.
@@ -65,6 +66,7 @@ from agentr1.models import load_checkpoint, save_checkpoint
 from agentr1.rl import checkpoint as ckpt
 from agentr1.rl.distributed import full_params, init_distributed, shutdown
 from agentr1.rl.sampling import Episodes
+from agentr1.rl.sources import FreshWorlds
 from agentr1.rl.state import input_digests
 from agentr1.rl.trainer import Trainer
 from agentr1.stages.context import StageContext
@@ -177,6 +179,17 @@ def _prepare_state(run: str, run_dir: Path, state_dir: Path, resume: bool) -> st
     return None
 
 
+def fresh_source(cfg, tcfg, corpus, seed: int) -> FreshWorlds | None:
+    """The fresh-world question source of ``train.questions: fresh`` (None for ``dataset``);
+    :class:`StageError` when the data has no world to generate (``data.source`` is not synthetic)."""
+    if tcfg.questions != "fresh":
+        return None
+    if cfg.data.source != "synthetic":
+        raise StageError(f"train.questions: fresh generates synthetic worlds, but data.source is {cfg.data.source!r}: "
+                         "set train.questions: dataset (RL on the train split) for real data")
+    return FreshWorlds(cfg.data.synthetic, tcfg.fresh, cfg.retrieval, cfg.env, corpus, seed)
+
+
 def _run_of(args: Any) -> str:
     return getattr(args, "run", None) or "default"
 
@@ -225,7 +238,8 @@ def run(ctx: StageContext, args: Any = None) -> dict | None:
     tcfg = cfg.train_for(None if run == "default" else run)
     run_seed = cfg.seed if tcfg.seed is None else tcfg.seed
     ds = ctx.dataset()
-    sft_dir = ctx.checkpoint(cfg.sft.out_dir, "`agentr1 sft` (or `dvc repro sft`)")
+    stage = "sft" if tcfg.cold_start == "sft" else "sft_reference"
+    sft_dir = ctx.checkpoint(cfg.sft_for(tcfg.cold_start).out_dir, f"`agentr1 {stage}` (or `dvc repro {stage}`)")
     train_q, dev_q = ds.split("train"), ds.split("dev")
     if not train_q:
         raise StageError(f"no train questions in {cfg.data.processed_dir}")
@@ -246,7 +260,8 @@ def run(ctx: StageContext, args: Any = None) -> dict | None:
                       "start_checkpoint": tree_digest(sft_dir), **input_digests(cfg.retrieval, cfg.data.processed_dir)}
         logger = ctx.run.logger
         model, tokenizer = load_checkpoint(sft_dir, cfg.model.dtype, cfg.model.trust_remote_code)
-        trainer = Trainer(model, tokenizer, tcfg, cfg.rollout, cfg.reward, episodes=Episodes(env, train_q, dev_q),
+        trainer = Trainer(model, tokenizer, tcfg, cfg.rollout, cfg.reward,
+                          episodes=Episodes(env, train_q, dev_q, fresh_source(cfg, tcfg, ds.corpus, run_seed)),
                           logger=logger, seed=run_seed, dist=dist, state_dir=state_dir, model_path=sft_dir,
                           run_params=run_params)
         if resume:
