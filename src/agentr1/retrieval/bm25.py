@@ -63,11 +63,21 @@ _STOPWORD_LISTS = {
 }
 
 
+def _bm25s() -> Any:
+    """The ``bm25s`` module, its logger put back under the application's logging: ``bm25s`` sets
+    its own logger to DEBUG when imported, which made its "Building index from IDs" line print at
+    the INFO level every stage logs at; NOTSET makes it follow the root level (``--verbose`` shows it)."""
+    import bm25s
+
+    logging.getLogger("bm25s").setLevel(logging.NOTSET)
+    return bm25s
+
+
 def stopword_set(name: str | None) -> frozenset[str]:
     """The stop-word list called ``name`` (``None`` or ``"none"`` = keep every word)."""
     if name is None or name.lower() == "none":
         return frozenset()
-    import bm25s.stopwords as lists
+    lists = _bm25s().stopwords
 
     attr = _STOPWORD_LISTS.get(name.lower())
     if attr is None:
@@ -138,7 +148,7 @@ class BM25Retriever(Retriever):
     @classmethod
     def build(cls, corpus_rows: Iterable[Mapping[str, Any]], cfg: BM25Config) -> "BM25Retriever":
         """Analyse and index every passage (title + text)."""
-        import bm25s
+        bm25s = _bm25s()
 
         passages = corpus_rows if isinstance(corpus_rows, PassageStore) else PassageStore.from_rows(corpus_rows)
         analyzer = Analyzer(cfg.stopwords, cfg.stemmer)
@@ -184,7 +194,7 @@ class BM25Retriever(Retriever):
     @classmethod
     def load(cls, directory: str | Path) -> "BM25Retriever":
         """Load an index written by :meth:`save` (query analysis follows the stored settings)."""
-        import bm25s
+        bm25s = _bm25s()
 
         directory = Path(directory)
         meta = read_meta(directory)
