@@ -330,7 +330,7 @@ def test_flashrag_questions_metadata_derivations(tmp_path, caplog):
     assert sum(loaded.notes.values()) == 2 and "kept with a caveat" in caplog.text
 
 
-def test_flashrag_corpus_title_line_and_plain_contents(tmp_path):
+def test_flashrag_corpus_title_line_quoted_or_not(tmp_path):
     rows = [
         {"id": "0", "contents": '"Ada Venn"\nAda Venn was born in Quellport.'},
         {"id": 1, "contents": "No title line here.\nSecond line."},
@@ -339,10 +339,12 @@ def test_flashrag_corpus_title_line_and_plain_contents(tmp_path):
     passages = read_flashrag_corpus(write_jsonl(tmp_path / "corpus.jsonl", rows, final_newline=False))
     assert passages == [
         {"id": "0", "title": "Ada Venn", "text": "Ada Venn was born in Quellport."},
-        {"id": "1", "title": "", "text": "No title line here.\nSecond line."},
-        {"id": "2", "title": "", "text": '"Quoted" but not alone\nrest'},
+        {"id": "1", "title": "No title line here.", "text": "Second line."},  # FlashRAG's rule: line 1 = title
+        {"id": "2", "title": '"Quoted" but not alone', "text": "rest"},
     ]
     assert parse_contents('"T"\n') == ("T", "")
+    assert parse_contents("Absalon\ndragged forth") == ("Absalon", "dragged forth")  # unquoted (wiki-18 sample)
+    assert parse_contents("no newline at all") == ("", "no newline at all")
 
 
 # ------------------------------------------------------------------- splits, merge, hub, I/O

@@ -1,8 +1,10 @@
 """FlashRAG / Search-R1 format: import questions and corpora, export a unified Dataset.
 
 Questions (JSON Lines): ``{"id", "question", "golden_answers": [...], "metadata"?: {...}}``.
-Corpus (JSON Lines): ``{"id", "contents": "\\"Title\\"\\ntext"}`` -- the first line is the title
-in double quotes; ``contents`` without such a line is read as text with an empty title.
+Corpus (JSON Lines): ``{"id", "contents": "\\"Title\\"\\ntext"}`` -- the first line is the title,
+in double quotes (stripped) or not (wiki-18 samples hold both: FlashRAG's and Search-R1's own
+readers take the first line as the title either way); ``contents`` without a newline is read as text
+with an empty title.
 
 Importing questions (:func:`load_flashrag`): answers = ``golden_answers``. FlashRAG records carry
 no supporting passage ids of their own, so they are derived from ``metadata`` where it allows:
@@ -29,7 +31,8 @@ A question whose supporting passages are unknown (cases 2 to 4) is kept with ``s
 Exporting (:func:`export_flashrag`) writes ``<split>.jsonl`` per non-empty split and
 ``corpus.jsonl``; metadata keeps ``type, hops, supporting_ids, source, split`` so that
 :func:`import_flashrag` restores the same Dataset. A passage whose title is empty and whose text
-begins with a double-quoted line would not survive the round trip (the format cannot tell).
+holds a newline would not survive the round trip (its first line would be read as the title: the
+format cannot tell).
 """
 
 from __future__ import annotations
@@ -71,12 +74,15 @@ log = logging.getLogger(__name__)
 
 # ------------------------------------------------------------------------------------ corpus
 def parse_contents(contents: str) -> tuple[str, str]:
-    """``("Title", text)`` from ``"\\"Title\\"\\ntext"``; ``("", contents)`` without a title line."""
+    """``("Title", text)`` from ``"\\"Title\\"\\ntext"`` or ``"Title\\ntext"`` (the first line is the
+    title, its surrounding double quotes stripped); ``("", contents)`` without a newline."""
     first, sep, rest = contents.partition("\n")
     first = first.strip()
-    if sep and len(first) >= 2 and first.startswith('"') and first.endswith('"'):
-        return first[1:-1].strip(), rest.strip()
-    return "", contents.strip()
+    if not sep:
+        return "", contents.strip()
+    if len(first) >= 2 and first.startswith('"') and first.endswith('"'):
+        first = first[1:-1].strip()
+    return first, rest.strip()
 
 
 def format_contents(title: str, text: str) -> str:

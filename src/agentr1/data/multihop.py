@@ -156,7 +156,7 @@ def _source_label(i: int, src: RealSource) -> str:
 
 def duplicate_reason(i: int, dataset: str) -> str:
     """The skip reason of a question whose text source ``i`` (dataset ``dataset``) already brought."""
-    return f"same question text as a question of data.real.sources[{i}] ({dataset}): kept once, there"
+    return f"question text already in data.real.sources[{i}] ({dataset})"
 
 
 def _source_entry(i: int, src: RealSource, loaded: Loaded) -> dict[str, Any]:
