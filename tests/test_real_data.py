@@ -246,15 +246,27 @@ def test_json_errors_keep_line_and_column_and_name_the_file_once(tmp_path):
         assert msg.count(path.name) == 1, msg  # main: the path twice
 
 
-def test_bm25s_logger_follows_the_application_level(caplog):
-    from agentr1.config import BM25Config
-    from agentr1.retrieval.bm25 import BM25Retriever
+def test_cli_logging_keeps_a_library_debug_logger_quiet_at_info(capsys):
+    from agentr1.cli import configure_logging
 
-    with caplog.at_level(logging.INFO):
-        BM25Retriever.build([{"id": "p1", "title": "Ada Venn", "text": "Ada Venn is an engineer."},
-                             {"id": "p2", "title": "Bo Tarr", "text": "Bo Tarr is a painter."}], BM25Config())
-    assert logging.getLogger("bm25s").level == logging.NOTSET
-    assert not [r for r in caplog.records if r.name.startswith("bm25s") and r.levelno < logging.INFO]
+    root = logging.getLogger()
+    saved, saved_level = root.handlers[:], root.level
+    root.handlers = []  # as in a fresh `agentr1` process
+    try:
+        configure_logging(verbose=False)
+        chatty = logging.getLogger("bm25s")
+        chatty.setLevel(logging.DEBUG)  # what `import bm25s` does
+        chatty.debug("Building index from IDs")
+        chatty.warning("a real warning")
+        err = capsys.readouterr().err
+        assert "Building index from IDs" not in err and "a real warning" in err  # main: both printed
+        root.handlers = []
+        configure_logging(verbose=True)
+        chatty.debug("Building index from IDs")
+        assert "DEBUG bm25s: Building index from IDs" in capsys.readouterr().err  # --verbose shows it
+    finally:
+        root.handlers, root.level = saved, saved_level
+        logging.getLogger("bm25s").setLevel(logging.NOTSET)
 
 
 def test_no_gold_reason_is_the_loaders_note(tmp_path):
