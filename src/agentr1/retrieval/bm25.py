@@ -63,21 +63,11 @@ _STOPWORD_LISTS = {
 }
 
 
-def _bm25s() -> Any:
-    """The ``bm25s`` module, its logger put back under the application's logging: ``bm25s`` sets
-    its own logger to DEBUG when imported, which made its "Building index from IDs" line print at
-    the INFO level every stage logs at; NOTSET makes it follow the root level (``--verbose`` shows it)."""
-    import bm25s
-
-    logging.getLogger("bm25s").setLevel(logging.NOTSET)
-    return bm25s
-
-
 def stopword_set(name: str | None) -> frozenset[str]:
     """The stop-word list called ``name`` (``None`` or ``"none"`` = keep every word)."""
     if name is None or name.lower() == "none":
         return frozenset()
-    lists = _bm25s().stopwords
+    import bm25s.stopwords as lists
 
     attr = _STOPWORD_LISTS.get(name.lower())
     if attr is None:
@@ -148,7 +138,7 @@ class BM25Retriever(Retriever):
     @classmethod
     def build(cls, corpus_rows: Iterable[Mapping[str, Any]], cfg: BM25Config) -> "BM25Retriever":
         """Analyse and index every passage (title + text)."""
-        bm25s = _bm25s()
+        import bm25s
 
         passages = corpus_rows if isinstance(corpus_rows, PassageStore) else PassageStore.from_rows(corpus_rows)
         analyzer = Analyzer(cfg.stopwords, cfg.stemmer)
@@ -194,7 +184,7 @@ class BM25Retriever(Retriever):
     @classmethod
     def load(cls, directory: str | Path) -> "BM25Retriever":
         """Load an index written by :meth:`save` (query analysis follows the stored settings)."""
-        bm25s = _bm25s()
+        import bm25s
 
         directory = Path(directory)
         meta = read_meta(directory)
