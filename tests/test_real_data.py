@@ -30,7 +30,7 @@ from agentr1.data.schema import NO_GOLD, canonical_ids, gold_unknown
 from agentr1.data.validation import hops_support_problem, leaked_answer
 from agentr1.retrieval.base import Hit
 from agentr1.retrieval.recall import recall_report
-from agentr1.stages.outputs import metric_key
+from agentr1.stages.records import metric_key
 from agentr1.stages.prepare import manifest_metrics
 from agentr1.stages.validate import summary_metrics
 

@@ -15,9 +15,8 @@ import logging
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
-
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from agentr1.config import SPLITS
 from agentr1.data.schema import canonical_ids

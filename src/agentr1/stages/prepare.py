@@ -25,7 +25,7 @@ from agentr1.data.prepare import MANIFEST_FILE, build_dataset, build_manifest
 from agentr1.data.schema import write_dataset
 from agentr1.io import atomic_dir, write_json_atomic
 from agentr1.stages.context import StageContext
-from agentr1.stages.outputs import records_metrics
+from agentr1.stages.records import records_metrics
 from agentr1.stages.spec import StageSpec
 
 SPEC = StageSpec("prepare", "build the unified dataset (data/processed)", order=10)

@@ -34,7 +34,7 @@ from agentr1.data.validation import (
 from agentr1.errors import StageError
 from agentr1.io import write_json_atomic
 from agentr1.stages.context import StageContext
-from agentr1.stages.outputs import metric_key, records_metrics
+from agentr1.stages.records import metric_key, records_metrics
 from agentr1.stages.spec import StageSpec
 
 SPEC = StageSpec("validate", "validate the dataset with Great Expectations", order=20)
