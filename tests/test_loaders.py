@@ -28,7 +28,7 @@ from agentr1.data.multihop import (
     split_counts,
 )
 from agentr1.data.realformat import join_sentences, passage_id
-from agentr1.data.schema import QUESTION_FIELDS, Dataset
+from agentr1.data.schema import NO_GOLD, QUESTION_FIELDS, Dataset, gold_unknown
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -211,7 +211,7 @@ def test_hotpot_official_maps_fields_and_joins_sentences(tmp_path):
     assert [p["title"] for p in loaded.passages] == ["Ada Venn", "Zorbix Labs", "Nimo Park", "Bo Tarr"]
     ada = loaded.passages[0]
     assert ada["text"] == "Ada Venn is an engineer. She was born in Quellport."
-    assert ada["id"] == passage_id("hotpotqa", "Ada Venn", ada["text"]) == q1["supporting_ids"][1]
+    assert ada["id"] == passage_id("Ada Venn", ada["text"]) == q1["supporting_ids"][1]
 
 
 def test_hotpot_hf_jsonl_and_parquet_equal_official(tmp_path):
@@ -226,15 +226,17 @@ def test_hotpot_hf_jsonl_and_parquet_equal_official(tmp_path):
         assert other.passages == official.passages
 
 
-def test_hotpot_fullwiki_record_without_gold_paragraph_is_skipped(tmp_path, caplog):
+def test_hotpot_fullwiki_record_without_gold_paragraph_is_kept_without_gold(tmp_path, caplog):
     rec = dict(HOTPOT_OFFICIAL[0], _id="fw", context=[["Nimo Park", ["Nimo Park is a park."]]])
     path = write_json(tmp_path / "fullwiki.json", [rec, HOTPOT_OFFICIAL[1]])
     with caplog.at_level(logging.WARNING):
         loaded = load_file("hotpotqa", path)
-    assert [q["id"] for q in loaded.questions] == ["hotpotqa:hp2"]
-    assert loaded.skipped == Counter({"supporting passage not in context": 1})
-    assert "Nimo Park" not in [p["title"] for p in loaded.passages]  # skipped records add nothing
-    assert "skipped 1 record(s)" in caplog.text
+    assert [q["id"] for q in loaded.questions] == ["hotpotqa:fw", "hotpotqa:hp2"]
+    fw = loaded.questions[0]
+    assert (fw["hops"], fw["supporting_ids"]) == (2, []) and gold_unknown(fw)  # the one rule (data/schema.py)
+    assert not loaded.skipped and loaded.notes == Counter({NO_GOLD: 1})
+    assert "Nimo Park" in [p["title"] for p in loaded.passages]  # its context is still corpus
+    assert "1 record(s) kept with a caveat: gold passages not in the corpus" in caplog.text
 
 
 # ------------------------------------------------------------------------ 2Wiki, small files
@@ -328,7 +330,7 @@ def test_flashrag_questions_metadata_derivations(tmp_path, caplog):
     assert sum(loaded.notes.values()) == 2 and "kept with a caveat" in caplog.text
 
 
-def test_flashrag_corpus_title_line_and_plain_contents(tmp_path):
+def test_flashrag_corpus_title_line_quoted_or_not(tmp_path):
     rows = [
         {"id": "0", "contents": '"Ada Venn"\nAda Venn was born in Quellport.'},
         {"id": 1, "contents": "No title line here.\nSecond line."},
@@ -337,10 +339,12 @@ def test_flashrag_corpus_title_line_and_plain_contents(tmp_path):
     passages = read_flashrag_corpus(write_jsonl(tmp_path / "corpus.jsonl", rows, final_newline=False))
     assert passages == [
         {"id": "0", "title": "Ada Venn", "text": "Ada Venn was born in Quellport."},
-        {"id": "1", "title": "", "text": "No title line here.\nSecond line."},
-        {"id": "2", "title": "", "text": '"Quoted" but not alone\nrest'},
+        {"id": "1", "title": "No title line here.", "text": "Second line."},  # FlashRAG's rule: line 1 = title
+        {"id": "2", "title": '"Quoted" but not alone', "text": "rest"},
     ]
     assert parse_contents('"T"\n') == ("T", "")
+    assert parse_contents("Absalon\ndragged forth") == ("Absalon", "dragged forth")  # unquoted (wiki-18 sample)
+    assert parse_contents("no newline at all") == ("", "no newline at all")
 
 
 # ------------------------------------------------------------------- splits, merge, hub, I/O
@@ -485,8 +489,7 @@ EXPORTED_META = {"supporting_ids": [], "type": "bridge", "hops": 2, "source": "f
          r"paragraphs\[1\]: required field 'paragraph_text' is missing"),
         ("flashrag", lambda r: r.update(golden_answers="x"), r"field 'golden_answers' must be a list"),
         ("flashrag", lambda r: r.update(golden_answers=[""]), r"field 'golden_answers' holds no non-empty answer"),
-        ("flashrag", lambda r: r.update(metadata=dict(EXPORTED_META, source="hotpotqa")),
-         r"supporting_ids is empty, which only source 'flashrag' allows"),
+        ("flashrag", lambda r: r.update(metadata=dict(EXPORTED_META, hops=0)), r"field 'hops' must be >= 1 \(got 0\)"),
     ],
 )
 def test_malformed_record_names_file_record_and_field(tmp_path, dataset, mutate, message):
@@ -527,7 +530,7 @@ def test_file_level_errors_name_the_source(tmp_path):
     with pytest.raises(RealDataError, match=r"sources\[1\].*'2wiki:w1' was already loaded by data\.real\.sources\[0\]"):
         load_sources(twice, seed=0)
     bad_corpus = write_jsonl(tmp_path / "c.jsonl", [{"id": "1", "text": "no contents"}])
-    message = r"data\.real\.corpus .*c\.jsonl line 1 \(id '1'\): required field 'contents'"
+    message = r"^data\.real\.corpus: \S*c\.jsonl line 1 \(id '1'\): required field 'contents'"
     with pytest.raises(RealDataError, match=message):
         load_sources(cfg({"dataset": "2wiki", "path": str(files["twowiki_array"])}, corpus=str(bad_corpus)), seed=0)
     assert isinstance(RealDataError("x"), ValueError)
@@ -535,9 +538,9 @@ def test_file_level_errors_name_the_source(tmp_path):
 
 def test_read_records_reports_positions(tmp_path):
     lines = write_jsonl(tmp_path / "a.json", [{"x": 1}, {"x": 2}], final_newline=False)
-    assert [w for w, _ in read_records(lines)] == ["a.json line 1", "a.json line 2"]
+    assert [w for w, _ in read_records(lines)] == [f"{lines} line 1", f"{lines} line 2"]  # the path as given
     arr = write_json(tmp_path / "b.jsonl", [{"x": 1}])
-    assert [w for w, _ in read_records(arr)] == ["b.jsonl record 0"]
+    assert [w for w, _ in read_records(arr)] == [f"{arr} record 0"]
     with pytest.raises(RealDataError, match="record 0 is a int"):
         list(read_records(write_json(tmp_path / "c.json", [3])))
 
@@ -636,7 +639,7 @@ def test_fixture_musique(shared_fixtures):
         want: list[str] = []  # by paragraph, not title: some records hold two paragraphs of one title
         for s in steps:
             p = rec["paragraphs"][s["paragraph_support_idx"]]
-            pid = passage_id("musique", p["title"], p["paragraph_text"])
+            pid = passage_id(p["title"], p["paragraph_text"])
             want += [pid] if pid not in want else []
         assert q["supporting_ids"] == want
 

@@ -104,25 +104,30 @@ def test_too_small_world_is_a_stage_error(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_real_source_goes_through_load_sources(tmp_path, monkeypatch):
+def test_real_source_goes_through_load_real(tmp_path, monkeypatch):
     import agentr1.data.multihop as multihop
 
     calls = []
     row = {"id": "hp-1", "question": "Q?", "answers": ["A"], "type": "bridge", "hops": 2,
            "supporting_ids": ["d1", "d2"], "source": "hotpotqa", "split": "dev"}
 
+    records = {"sources": [{"source": "data.real.sources[0]", "dataset": "hotpotqa", "location": "missing.json",
+                            "split": "auto", "questions": 1, "skipped": {"why": 2}, "without_gold": 0, "passages": 2,
+                            "passages_already_in_corpus": 0}]}
+
     def fake_load(real_cfg, seed):
         calls.append((len(real_cfg.sources), seed))
         return Dataset(questions={"dev": [row]},
-                       corpus=[{"id": "d1", "title": "T1", "text": "x"}, {"id": "d2", "title": "T2", "text": "A"}])
+                       corpus=[{"id": "d1", "title": "T1", "text": "x"}, {"id": "d2", "title": "T2", "text": "A"}]), records
 
-    monkeypatch.setattr(multihop, "load_sources", fake_load)
+    monkeypatch.setattr(multihop, "load_real", fake_load)
     out = tmp_path / "processed"
     cfg = make_cfg(out, source="real", real={"sources": [{"dataset": "hotpotqa", "path": "missing.json"}]})
     stages.run("prepare", cfg, None)
     assert calls == [(1, 3)]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["source"] == "real" and manifest["corpus_size"] == 2
+    assert manifest["records"] == records  # what the loaders skipped, per source and reason
     assert manifest["splits"]["dev"] == {"questions": 1, "by_type": {"bridge": 1}, "by_hops": {"2": 1}}
     assert read_dataset(out).questions["dev"] == [row]
     assert read_dataset(out).questions["train"] == []

@@ -40,7 +40,7 @@ def run_cli(argv, capsys):
 
 
 # --------------------------------------------------------------------------- the two profiles
-@pytest.mark.parametrize("name", ["smol", "paper"])
+@pytest.mark.parametrize("name", ["smol", "paper", "real"])
 def test_profile_validates_and_sets_only_keys_that_differ(name):
     p = load_profile(name, PARAMS)
     assert p.cfg.profile == name
@@ -258,7 +258,7 @@ def test_invalid_profiles_are_config_errors(tmp_path, text, message):
 
 
 def test_unknown_profile_lists_the_available_ones():
-    with pytest.raises(ConfigError, match=r"profile 'tiny' not found.*available: nano, paper, smol"):
+    with pytest.raises(ConfigError, match=r"profile 'tiny' not found.*available: nano, paper, real, smol, tools"):
         load_profile("tiny", PARAMS)
     assert load_profile("nano", PARAMS).raw == yaml.safe_load(PARAMS.read_text())
 
@@ -304,18 +304,21 @@ def test_paper_data_sources_through_prepare(monkeypatch, tmp_path):
     from agentr1 import stages
     from agentr1.data.schema import read_dataset
 
+    def asked(rec, qid):  # each its own question text: a repeated text is dropped as a duplicate (issue 40)
+        return dict(rec, question=f"{rec['question']} ({qid})")
+
     def hotpot(tag, n):
-        return [dict(to_hf_hotpot(HOTPOT_OFFICIAL[i % 2]), id=f"{tag}{i}") for i in range(n)]
+        return [asked(dict(to_hf_hotpot(HOTPOT_OFFICIAL[i % 2]), id=f"{tag}{i}"), f"{tag}{i}") for i in range(n)]
 
     def twowiki(tag, n):
-        return [dict(TWOWIKI[(0, 2)[i % 2]], _id=f"{tag}{i}") for i in range(n)]
+        return [asked(dict(TWOWIKI[(0, 2)[i % 2]], _id=f"{tag}{i}"), f"{tag}{i}") for i in range(n)]
 
     rows = {
         ("hotpotqa/hotpot_qa", "distractor", "train"): hotpot("htr", 6),
         ("framolfese/2WikiMultihopQA", None, "train"): twowiki("wtr", 4) + [dict(TWOWIKI[1], _id="wtr-noctx")],
         ("hotpotqa/hotpot_qa", "distractor", "validation"): hotpot("hva", 10),
         ("framolfese/2WikiMultihopQA", None, "validation"): twowiki("wva", 10),
-        ("dgslibisey/MuSiQue", None, "validation"): [musique_record(f"2hop__{i}") for i in range(3)]
+        ("dgslibisey/MuSiQue", None, "validation"): [asked(musique_record(f"2hop__{i}"), i) for i in range(3)]
         + [musique_record("2hop__unanswerable", answerable=False)],
     }
     calls = []

@@ -148,6 +148,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def configure_logging(verbose: bool) -> None:
+    """INFO (DEBUG with ``--verbose``) to stderr, unless logging is configured already. The level is
+    also the handler's: a library that sets its own logger to DEBUG (``bm25s`` does when imported)
+    would otherwise print its debug lines among the stage's INFO lines."""
+    level = logging.DEBUG if verbose else logging.INFO
+    root = logging.getLogger()
+    fresh = not root.handlers
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if fresh:
+        for handler in root.handlers:
+            handler.setLevel(level)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         pin_cpu_numerics()  # before any stage imports torch (agentr1.numerics)
@@ -155,10 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"agentr1: {exc}", file=sys.stderr)
         return 2
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args.verbose)
     try:
         overrides = parse_sets(args.set)
         cfg = load_config(args.params, overrides)

@@ -30,7 +30,7 @@ RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a name in `runs` (n
 
 class Config(_Section):
     seed: int = Field(0, ge=0)
-    profile: Literal["nano", "smol", "paper", "tools"] = "nano"
+    profile: Literal["nano", "smol", "paper", "tools", "real"] = "nano"
     data: DataConfig = DataConfig()
     validate_: ValidateConfig = Field(ValidateConfig(), alias="validate")
     retrieval: RetrievalConfig = RetrievalConfig()

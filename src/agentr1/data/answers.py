@@ -1,6 +1,8 @@
 """Answer normalization (SQuAD / HotpotQA convention), shared by the reward metrics
 (:mod:`agentr1.env.rewards`) and the dataset checks (:mod:`agentr1.data.validation`, which
-refuses golds that normalize to nothing).
+refuses golds that normalize to nothing); :func:`normalize_text`, the key under which two
+question texts are the same question (the split-overlap and leak checks, the real loaders'
+deduplication of questions across sources).
 
 Numbers: a string that reads as one number (:func:`normalize_number`: optional sign, optional
 ``$``, digits with or without thousands commas, an optional decimal part) normalizes to its
@@ -13,11 +15,13 @@ from __future__ import annotations
 
 import re
 import string
+import unicodedata
 from decimal import Decimal
 
 _PUNCT = set(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _NUMBER = re.compile(r"([-+]?)\s*\$?\s*(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?")
+_NON_WORD = re.compile(r"[^\w\s]+", re.UNICODE)
 MAX_NUMBER_CHARS = 100  # a longer digit string takes the text path (no huge int conversions)
 
 
@@ -55,3 +59,10 @@ def normalize_answer(text: str) -> str:
     text = "".join(ch for ch in text if ch not in _PUNCT)
     text = _ARTICLES.sub(" ", text)
     return " ".join(text.split())
+
+
+def normalize_text(text: str) -> str:
+    """Unicode NFC, lowercase, punctuation -> space, whitespace collapsed (used for leak and overlap
+    checks and question deduplication: texts that differ only in normalization, ``e`` + U+0301 vs
+    ``é``, are one text)."""
+    return " ".join(_NON_WORD.sub(" ", unicodedata.normalize("NFC", text).lower()).split())

@@ -1,8 +1,10 @@
 """FlashRAG / Search-R1 format: import questions and corpora, export a unified Dataset.
 
 Questions (JSON Lines): ``{"id", "question", "golden_answers": [...], "metadata"?: {...}}``.
-Corpus (JSON Lines): ``{"id", "contents": "\\"Title\\"\\ntext"}`` -- the first line is the title
-in double quotes; ``contents`` without such a line is read as text with an empty title.
+Corpus (JSON Lines): ``{"id", "contents": "\\"Title\\"\\ntext"}`` -- the first line is the title,
+in double quotes (stripped) or not (wiki-18 samples hold both: FlashRAG's and Search-R1's own
+readers take the first line as the title either way); ``contents`` without a newline is read as text
+with an empty title.
 
 Importing questions (:func:`load_flashrag`): answers = ``golden_answers``. FlashRAG records carry
 no supporting passage ids of their own, so they are derived from ``metadata`` where it allows:
@@ -10,24 +12,27 @@ no supporting passage ids of their own, so they are derived from ``metadata`` wh
 1. ``metadata.supporting_ids`` (files written by :func:`export_flashrag`): id, type, hops,
    supporting ids and source are taken verbatim from the record and its metadata.
 2. ``metadata.context`` (+ ``supporting_facts``; FlashRAG's HotpotQA and 2Wiki files): the context
-   paragraphs become passages ``flashrag:<sha1(title, text)[:16]>``; supporting ids are those of
-   the supporting-fact titles in first-appearance order -- or an empty list when any of them is
-   missing from the context (HotpotQA **fullwiki** contexts often lack the gold paragraphs);
-   hops = the number of distinct supporting titles; type = ``metadata.type``.
+   paragraphs become passages (:func:`~agentr1.data.realformat.passage_id`: the same id as the
+   same paragraph from any other source); supporting ids are those of the supporting-fact titles
+   in first-appearance order -- or an empty list when any of them is missing from the context
+   (HotpotQA **fullwiki** contexts often lack the gold paragraphs); hops = the number of distinct
+   supporting titles; type = ``metadata.type``.
 3. ``metadata.question_decomposition`` with ``support_paragraph`` per step (FlashRAG's MuSiQue):
    the support paragraphs become passages, supporting ids follow the steps; hops = the number of
    steps; type ``chain``; ``answerable: false`` records are skipped.
 4. Otherwise (e.g. NQ): supporting ids empty, hops 1, type ``metadata.type`` or ``unknown``.
 
-**An empty ``supporting_ids`` list is allowed only for source ``flashrag``**; every other source
-must name its supporting passages. Foreign records get the id ``flashrag:<namespace>:<id>``
+A question whose supporting passages are unknown (cases 2 to 4) is kept with ``supporting_ids:
+[]`` and counted under :data:`~agentr1.data.schema.NO_GOLD`: the one rule of
+:func:`~agentr1.data.schema.gold_unknown`, which ``validate`` applies too. Foreign records get the id ``flashrag:<namespace>:<id>``
 (FlashRAG ids such as ``dev_0`` repeat across files; the namespace is the file stem) and source
 ``flashrag``.
 
 Exporting (:func:`export_flashrag`) writes ``<split>.jsonl`` per non-empty split and
 ``corpus.jsonl``; metadata keeps ``type, hops, supporting_ids, source, split`` so that
 :func:`import_flashrag` restores the same Dataset. A passage whose title is empty and whose text
-begins with a double-quoted line would not survive the round trip (the format cannot tell).
+holds a newline would not survive the round trip (its first line would be read as the title: the
+format cannot tell).
 """
 
 from __future__ import annotations
@@ -58,25 +63,26 @@ from agentr1.data.realformat import (
     supporting_titles,
     where_id,
 )
-from agentr1.data.schema import Dataset
+from agentr1.data.schema import NO_GOLD, Dataset
 from agentr1.io import write_text_atomic
 
 SOURCE = "flashrag"
 CORPUS_JSONL = "corpus.jsonl"
-NOT_IN_CONTEXT = "a supporting paragraph is not in metadata.context: supporting_ids left empty"
-NO_SUPPORT = "no supporting passages derivable from metadata: supporting_ids left empty"
 UNANSWERABLE = "metadata.answerable is false"
 log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------ corpus
 def parse_contents(contents: str) -> tuple[str, str]:
-    """``("Title", text)`` from ``"\\"Title\\"\\ntext"``; ``("", contents)`` without a title line."""
+    """``("Title", text)`` from ``"\\"Title\\"\\ntext"`` or ``"Title\\ntext"`` (the first line is the
+    title, its surrounding double quotes stripped); ``("", contents)`` without a newline."""
     first, sep, rest = contents.partition("\n")
     first = first.strip()
-    if sep and len(first) >= 2 and first.startswith('"') and first.endswith('"'):
-        return first[1:-1].strip(), rest.strip()
-    return "", contents.strip()
+    if not sep:
+        return "", contents.strip()
+    if len(first) >= 2 and first.startswith('"') and first.endswith('"'):
+        first = first[1:-1].strip()
+    return first, rest.strip()
 
 
 def format_contents(title: str, text: str) -> str:
@@ -117,14 +123,12 @@ def _from_context(meta: Mapping[str, Any], where: str, loaded: Loaded, corpus: C
     context = parse_context(meta["context"], where, "metadata.context")
     facts = meta.get("supporting_facts")
     titles = supporting_titles(facts, where, "metadata.supporting_facts") if facts else []
-    match = match_context(SOURCE, context, titles)
+    match = match_context(context, titles)
     for pid, title, text in match.passages:
         corpus.add(pid, title, text, where)
-    if not titles:
-        loaded.notes[NO_SUPPORT] += 1
-    elif match.missing_titles:
-        loaded.notes[NOT_IN_CONTEXT] += 1
-        return len(titles), []
+    if not titles or match.missing_titles:
+        loaded.notes[NO_GOLD] += 1
+        return max(len(titles), 1), []
     return max(len(titles), 1), match.supporting_ids
 
 
@@ -136,11 +140,11 @@ def _from_decomposition(steps: Any, where: str, loaded: Loaded, corpus: CorpusBu
     for j, step in enumerate(steps):
         para = step.get("support_paragraph") if isinstance(step, Mapping) else None
         if not isinstance(para, Mapping):
-            loaded.notes[NO_SUPPORT] += 1
+            loaded.notes[NO_GOLD] += 1
             return len(steps), []
         at = f"{where}: metadata.question_decomposition[{j}].support_paragraph"
         title, text = require_text(para, "title", at), require_text(para, "paragraph_text", at)
-        pid = passage_id(SOURCE, title, text)
+        pid = passage_id(title, text)
         corpus.add(pid, title, text, at)
         if pid not in sup:
             sup.append(pid)
@@ -180,13 +184,8 @@ def load_flashrag(
             hops, sup = _from_decomposition(meta["question_decomposition"], where, loaded, corpus)
             qtype = "chain"
         else:
-            loaded.notes[NO_SUPPORT] += 1
+            loaded.notes[NO_GOLD] += 1
             hops, sup = 1, []
-        if not sup and source != SOURCE:
-            raise RealDataError(
-                f"{where}: metadata.supporting_ids is empty, which only source 'flashrag' allows "
-                f"(source is {source!r})"
-            )
         loaded.questions.append(question(qid, text, answers, qtype, hops, sup, source))
     loaded.passages = corpus.passages()
     log_skipped(log, origin, loaded)

@@ -9,10 +9,10 @@ Reads both layouts, per record:
 
 Mapping: id ``hotpotqa:<_id|id>``; answers ``[answer]``; type ``bridge`` or ``comparison``;
 hops 2; ``supporting_ids`` = the supporting paragraphs in order of first appearance in
-``supporting_facts``. Every context paragraph (gold and distractor) becomes a passage with id
-``hotpotqa:<sha1(title, text)[:16]>`` and text = its sentences joined. Fullwiki records whose gold
-paragraph is not among their retrieved context paragraphs are skipped and counted (see
-:func:`agentr1.data.realformat.add_context_question`). Test-set files have no answers and fail on
+``supporting_facts``. Every context paragraph (gold and distractor) becomes a passage
+(id :func:`~agentr1.data.realformat.passage_id`) with text = its sentences joined. Fullwiki records
+whose gold paragraph is not among their retrieved context paragraphs are kept with
+``supporting_ids: []`` and counted (see :func:`agentr1.data.realformat.add_context_question`). Test-set files have no answers and fail on
 the missing ``answer`` field.
 """
 

@@ -17,26 +17,36 @@ Per-dataset mapping rules live in :mod:`.hotpotqa`, :mod:`.twowiki`, :mod:`.musi
 :data:`agentr1.registry.DATASETS` (entry-point group ``agentr1.datasets``, where a plug-in adds
 its own); file reading, passage ids and errors in :mod:`.realformat`.
 
-:func:`load_sources` loads every source (``limit`` = at most that many questions), assigns splits
-(``split: auto`` = a seeded shuffle cut by ``data.real.ratios``; other values put the whole source
-in that split, e.g. MuSiQue as ``ood``), merges the corpora built from the records' own context
-paragraphs (deduplicated by passage id) and adds ``data.real.corpus`` (a FlashRAG/Search-R1 corpus
-jsonl) when set. Bad input raises :class:`RealDataError` (a ``ValueError``) naming the source
-(``data.real.sources[1].path``), the file, the record and the field.
+:func:`load_real` loads every source (``limit`` = at most that many questions), drops a question
+whose text (:func:`~agentr1.data.answers.normalize_text`) an earlier source or record already
+brought (counted under a reason that names that source: :func:`duplicate_reason`), assigns
+splits (``split: auto`` = a seeded shuffle cut by ``data.real.ratios``; other values put the whole
+source in that split, e.g. MuSiQue as ``ood``), merges the corpora built from the records' own
+context paragraphs (equal passages of two sources share one id and are kept once) and adds
+``data.real.corpus`` (a FlashRAG/Search-R1 corpus jsonl) when set, less the passages equal to
+one already there. It returns the dataset and the *records report* (``manifest.json``
+``records``): per source, the questions kept, the records skipped per reason, the questions kept
+without gold passages and the passages it brought that the corpus already held. Bad input raises
+:class:`RealDataError` (a ``ValueError``) naming the source (``data.real.sources[1].path``), the
+file, the record and the field.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from agentr1.config import SPLITS, RealConfig, RealSource, SplitRatios
+from agentr1.data.answers import normalize_text
 from agentr1.data.flashrag import export_flashrag, import_flashrag, read_flashrag_corpus
 from agentr1.data.realformat import CorpusBuilder, Loaded, Record, RealDataError, clean_value, read_records
-from agentr1.data.schema import Dataset
+from agentr1.data.schema import Dataset, gold_unknown
 from agentr1.registry import DATASETS, UnknownName
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "LOADER_OPTIONS",
@@ -47,6 +57,7 @@ __all__ = [
     "hub_rows",
     "import_flashrag",
     "load_file",
+    "load_real",
     "load_source",
     "load_sources",
     "read_flashrag_corpus",
@@ -137,21 +148,48 @@ def assign_splits(
 
 
 def _source_label(i: int, src: RealSource) -> str:
-    where = f"path {src.path}" if src.path is not None else f"hub_id {src.hub_id}"
+    """``data.real.sources[i].path (dataset)``: the config key; the errors behind it name the file
+    (or the hub id) themselves."""
     field = "path" if src.path is not None else "hub_id"
-    return f"data.real.sources[{i}].{field} ({src.dataset}, {where})"
+    return f"data.real.sources[{i}].{field} ({src.dataset})"
 
 
-def load_sources(real_cfg: RealConfig, seed: int) -> Dataset:
-    """Load, split and merge every source in ``real_cfg`` into one :class:`Dataset`.
+def duplicate_reason(i: int, dataset: str) -> str:
+    """The skip reason of a question whose text source ``i`` (dataset ``dataset``) already brought."""
+    return f"question text already in data.real.sources[{i}] ({dataset})"
+
+
+def _source_entry(i: int, src: RealSource, loaded: Loaded) -> dict[str, Any]:
+    """The records report of one source before deduplication (see :func:`load_real`)."""
+    return {
+        "source": f"data.real.sources[{i}]",
+        "dataset": src.dataset,
+        "location": str(src.path) if src.path is not None else f"{src.hub_id}[{src.hub_config or 'default'}:{src.hub_split}]",
+        "split": src.split,
+        "questions": 0,
+        "skipped": dict(sorted(loaded.skipped.items())),
+        "without_gold": 0,
+        "passages": len(loaded.passages),
+        "passages_already_in_corpus": 0,
+    }
+
+
+def load_real(real_cfg: RealConfig, seed: int) -> tuple[Dataset, dict[str, Any]]:
+    """Load, deduplicate, split and merge every source in ``real_cfg``: the :class:`Dataset` and
+    the records report (module docstring; deterministic, sorted reasons).
 
     The shuffle of source ``i`` is seeded with ``"<seed>:<i>:<dataset>"`` (deterministic across
-    runs and processes). A question id seen in two sources, a source that yields no question, and
-    any bad file or record raise :class:`RealDataError` naming the source.
+    runs and processes). A question whose normalized text an earlier question (of any source, this
+    one included) has is dropped before the split is cut and counted under
+    :func:`duplicate_reason`, naming the source that keeps it; a warning names both ids. A
+    question id seen twice (the same file listed twice, say), a source that yields no question,
+    and any bad file or record raise :class:`RealDataError` naming the source.
     """
     questions: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
     corpus = CorpusBuilder()
     owner: dict[str, int] = {}
+    texts: dict[str, tuple[int, str]] = {}  # normalized question text -> (source index, question id)
+    report: list[dict[str, Any]] = []
     for i, src in enumerate(real_cfg.sources):
         label = _source_label(i, src)
         try:
@@ -161,20 +199,47 @@ def load_sources(real_cfg: RealConfig, seed: int) -> Dataset:
         if not loaded.questions:
             skipped = ", ".join(f"{n} {why}" for why, n in sorted(loaded.skipped.items())) or "none"
             raise RealDataError(f"{label}: no usable question (skipped: {skipped})")
-        for q in assign_splits(loaded.questions, src.split, real_cfg.ratios, f"{seed}:{i}:{src.dataset}"):
+        entry = _source_entry(i, src, loaded)
+        kept, duplicates = [], []
+        for q in loaded.questions:
             if q["id"] in owner:
                 raise RealDataError(
                     f"{label}: question id {q['id']!r} was already loaded by data.real.sources[{owner[q['id']]}]"
                 )
             owner[q["id"]] = i
+            key = normalize_text(q["question"])
+            if key in texts:
+                j, first = texts[key]
+                reason = duplicate_reason(j, real_cfg.sources[j].dataset)
+                entry["skipped"][reason] = entry["skipped"].get(reason, 0) + 1
+                duplicates.append(f"{q['id']} (= {first})")
+                continue
+            texts[key] = (i, q["id"])
+            kept.append(q)
+        if duplicates:
+            log.warning("%s: dropped %d question(s) whose text an earlier question has: %s%s", label, len(duplicates),
+                        ", ".join(duplicates[:5]), f" (+{len(duplicates) - 5} more)" if len(duplicates) > 5 else "")
+        entry["skipped"] = dict(sorted(entry["skipped"].items()))
+        entry["questions"] = len(kept)
+        entry["without_gold"] = sum(gold_unknown(q) for q in kept)
+        for q in assign_splits(kept, src.split, real_cfg.ratios, f"{seed}:{i}:{src.dataset}"):
             questions[q["split"]].append(q)
         try:
-            corpus.extend(loaded.passages, label)
+            entry["passages_already_in_corpus"] = corpus.extend(loaded.passages, label)
         except RealDataError as exc:
             raise RealDataError(f"{label}: {exc}") from None
+        report.append(entry)
+    records: dict[str, Any] = {"sources": report}
     if real_cfg.corpus is not None:
         try:
-            corpus.extend(read_flashrag_corpus(real_cfg.corpus), "data.real.corpus")
+            passages = read_flashrag_corpus(real_cfg.corpus)
+            records["corpus"] = {"location": str(real_cfg.corpus), "passages": len(passages),
+                                 "passages_already_in_corpus": corpus.extend(passages, "data.real.corpus")}
         except RealDataError as exc:
-            raise RealDataError(f"data.real.corpus ({real_cfg.corpus}): {exc}") from None
-    return Dataset(questions=questions, corpus=corpus.passages())
+            raise RealDataError(f"data.real.corpus: {exc}") from None
+    return Dataset(questions=questions, corpus=corpus.passages()), records
+
+
+def load_sources(real_cfg: RealConfig, seed: int) -> Dataset:
+    """The dataset of :func:`load_real`, without its records report."""
+    return load_real(real_cfg, seed)[0]

@@ -10,7 +10,7 @@ hops = the number of decomposition steps; type ``musique_<prefix>`` from the id 
 (``2hop__...`` -> ``musique_2hop``, ``3hop1__...`` -> ``musique_3hop1``), or ``chain`` when the id
 has none; ``supporting_ids`` = the paragraphs named by ``paragraph_support_idx`` in decomposition
 order (a paragraph used by two steps appears once). All paragraphs of a record become passages
-``musique:<sha1(title, text)[:16]>``. Records with ``answerable: false`` are skipped and counted.
+(:func:`~agentr1.data.realformat.passage_id`). Records with ``answerable: false`` are skipped and counted.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def _paragraphs(rec: Mapping[str, Any], where: str) -> dict[int, tuple[str, str,
         text = require_text(p, "paragraph_text", at)
         if idx in out:
             raise RealDataError(f"{at}: duplicate paragraph idx {idx}")
-        out[idx] = (passage_id(SOURCE, title, text), title, text)
+        out[idx] = (passage_id(title, text), title, text)
     return out
 
 

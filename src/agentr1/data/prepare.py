@@ -2,7 +2,9 @@
 
 :func:`build_dataset` generates the synthetic world or loads the real sources;
 :func:`build_manifest` summarises it (counts per split/type/hops, corpus size; deterministic, no
-timestamps) for ``manifest.json``.
+timestamps) for ``manifest.json``; for real sources it adds ``records`` (per source: questions kept,
+records skipped per reason, questions kept without gold passages, passages already in the corpus;
+:func:`agentr1.data.multihop.load_real`).
 """
 
 from __future__ import annotations
@@ -29,10 +31,11 @@ def build_dataset(cfg: Config) -> tuple[Dataset, dict[str, Any]]:
             raise StageError(str(exc)) from exc
         ds = synthetic.to_dataset(world, questions, cfg.data.synthetic, cfg.seed)
         return ds, {"entities": synthetic.world_stats(world)}
-    from agentr1.data.multihop import load_sources
+    from agentr1.data.multihop import load_real
 
     try:
-        return load_sources(cfg.data.real, seed=cfg.seed), {}
+        ds, records = load_real(cfg.data.real, seed=cfg.seed)
+        return ds, {"records": records}
     except ValueError as exc:
         raise StageError(str(exc)) from exc
 

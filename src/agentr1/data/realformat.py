@@ -3,11 +3,15 @@
 * :func:`read_records` reads a local file in any of the layouts the datasets ship in: one JSON
   array, JSON Lines (whatever the file suffix says; 2Wiki ships JSON Lines named ``.json``) or
   Parquet (hub downloads). It yields ``(where, record)`` pairs; ``where`` names the file and the
-  record (``dev.json record 4`` / ``dev.jsonl line 5``) so every error can point at it.
-* :func:`passage_id` gives corpus passages stable ids: ``<source>:`` + the first 16 hex digits of
-  sha1(title NUL text). Equal (title, text) pairs get equal ids, so deduplicating by id is
-  deduplicating by (title, text), and ids do not depend on record order.
-* :class:`CorpusBuilder` collects passages in first-appearance order.
+  record (``data/dev.json record 4`` / ``data/dev.jsonl line 5``: the path as given) so every
+  error can point at it.
+* :func:`passage_id` gives corpus passages stable ids: ``p:`` + the first 16 hex digits of
+  sha1(title NUL text) of the NFC text. The id does not name the source: the same paragraph
+  brought by HotpotQA and by a FlashRAG file is one passage with one id (the corpus keeps it
+  once), and ids do not depend on record order.
+* :class:`CorpusBuilder` collects passages in first-appearance order, one per
+  :func:`~agentr1.data.schema.passage_key` (title and text): a passage equal to one already there
+  (e.g. a FlashRAG/Search-R1 corpus line equal to a context paragraph) is dropped and counted.
 * :func:`parse_context` / :func:`supporting_titles` read the two layouts of HotpotQA-style
   contexts and supporting facts (official lists of pairs, Hugging Face dicts of columns);
   :func:`load_context_records` is the whole loader of such records (HotpotQA and 2Wiki).
@@ -43,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentr1.data.schema import Passage, Question
+from agentr1.data.schema import NO_GOLD, Passage, Question, passage_key
 
 Record = tuple[str, Mapping[str, Any]]  # (where, record)
 
@@ -76,7 +80,9 @@ class Loaded:
 
 # ------------------------------------------------------------------------------- reading files
 def _describe(path: Path) -> str:
-    return path.name if path.name else str(path)
+    """How errors name the file: its path as given (the source labels of :mod:`.multihop` name the
+    config key, not the path again)."""
+    return str(path)
 
 
 def read_records(path: str | Path) -> Iterator[Record]:
@@ -147,9 +153,9 @@ def _json(text: str, path: Path, lineno: int | None = None) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         if lineno is None:
-            raise RealDataError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-        raise RealDataError(f"{path}: line {lineno} is not valid JSON ({exc.msg}); JSON Lines needs one "
-                            "complete object per line") from None
+            raise RealDataError(f"{path}: not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})") from None
+        raise RealDataError(f"{path}: line {lineno} is not valid JSON (column {exc.colno}: {exc.msg}); JSON Lines "
+                            "needs one complete object per line") from None
     except RecursionError:
         what = "the file" if lineno is None else f"line {lineno}"
         raise RealDataError(
@@ -298,10 +304,16 @@ def answer_list(values: Iterable[Any], where: str, name: str) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------- passages
-def passage_id(source: str, title: str, text: str) -> str:
-    """Stable passage id: ``<source>:`` + 16 hex digits of sha1(title NUL text)."""
+PASSAGE_PREFIX = "p"
+
+
+def passage_id(title: str, text: str) -> str:
+    """Stable passage id of a (title, text) pair: ``p:`` + 16 hex digits of sha1(title NUL text),
+    both in Unicode NFC (:func:`~agentr1.data.schema.passage_key`); equal passages of any source
+    get the same id."""
+    title, text = passage_key(title, text)
     digest = hashlib.sha1(f"{title}\x00{text}".encode("utf-8")).hexdigest()[:16]
-    return f"{source}:{digest}"
+    return f"{PASSAGE_PREFIX}:{digest}"
 
 
 def join_sentences(sentences: Iterable[str]) -> str:
@@ -319,25 +331,39 @@ def join_sentences(sentences: Iterable[str]) -> str:
 
 
 class CorpusBuilder:
-    """Passages in first-appearance order, deduplicated by id (= by (title, text))."""
+    """Passages in first-appearance order, one per id and one per (title, text)
+    (:func:`~agentr1.data.schema.passage_key`)."""
 
     def __init__(self) -> None:
         self._passages: dict[str, dict[str, Any]] = {}
+        self._by_key: dict[tuple[str, str], str] = {}
 
-    def add(self, pid: str, title: str, text: str, where: str = "") -> None:
-        """Add a passage; an id already present with other content is an error."""
+    def add(self, pid: str, title: str, text: str, where: str = "") -> str:
+        """Add a passage unless it is already there; returns the id the corpus keeps for it (``pid``,
+        or the id of an earlier passage with the same title and text). An id already used by a
+        different passage is an error."""
         old = self._passages.get(pid)
-        if old is None:
-            self._passages[pid] = Passage(pid, title, text).to_dict()
-        elif old["title"] != title or old["text"] != text:
-            raise RealDataError(
-                f"{where or 'corpus'}: passage id {pid!r} is already used by a different passage "
-                f"(title {old['title']!r} vs {title!r})"
-            )
+        if old is not None:
+            if old["title"] != title or old["text"] != text:
+                raise RealDataError(
+                    f"{where or 'corpus'}: passage id {pid!r} is already used by a different passage "
+                    f"(title {old['title']!r} vs {title!r})"
+                )
+            return pid
+        key = passage_key(title, text)
+        if key in self._by_key:
+            return self._by_key[key]
+        self._by_key[key] = pid
+        self._passages[pid] = Passage(pid, title, text).to_dict()
+        return pid
 
-    def extend(self, passages: Iterable[Mapping[str, Any]], where: str = "") -> None:
+    def extend(self, passages: Iterable[Mapping[str, Any]], where: str = "") -> int:
+        """Add ``passages``; returns how many were already in the corpus (kept once)."""
+        before, n = len(self._passages), 0
         for p in passages:
             self.add(p["id"], p["title"], p["text"], where)
+            n += 1
+        return n - (len(self._passages) - before)
 
     def __contains__(self, pid: object) -> bool:
         return pid in self._passages
@@ -450,7 +476,7 @@ class ContextMatch:
     missing_titles: list[str]
 
 
-def match_context(source: str, context: list[tuple[str, str]], titles: list[str]) -> ContextMatch:
+def match_context(context: list[tuple[str, str]], titles: list[str]) -> ContextMatch:
     """Give context paragraphs passage ids and resolve supporting titles to them.
 
     A title that occurs more than once in a context resolves to its first paragraph (in the
@@ -458,7 +484,7 @@ def match_context(source: str, context: list[tuple[str, str]], titles: list[str]
     """
     passages, by_title = [], {}
     for title, text in context:
-        pid = passage_id(source, title, text)
+        pid = passage_id(title, text)
         passages.append((pid, title, text))
         by_title.setdefault(title, pid)
     sup, missing = [], []
@@ -495,18 +521,20 @@ def add_context_question(
     """Map one HotpotQA/2Wiki-style record: its context paragraphs join the corpus and its
     supporting titles become ``supporting_ids``.
 
-    A record whose supporting paragraph is absent from its own context (HotpotQA fullwiki dev:
-    retrieved contexts) is unanswerable from the corpus built here; it is skipped and counted
-    under ``"supporting passage not in context"`` and contributes no passage.
+    A record whose supporting paragraph is absent from its own context (HotpotQA fullwiki:
+    retrieved contexts) has no gold passage in the corpus: it is kept with ``supporting_ids: []``
+    and counted under :data:`~agentr1.data.schema.NO_GOLD` in ``loaded.notes`` (the rule of
+    :func:`~agentr1.data.schema.gold_unknown`); its context paragraphs still join the corpus.
+    Returns whether the gold passages were found.
     """
-    match = match_context(source, context, titles)
-    if match.missing_titles:
-        loaded.skipped["supporting passage not in context"] += 1
-        return False
+    match = match_context(context, titles)
     for pid, title, body in match.passages:
         corpus.add(pid, title, body, where)
-    loaded.questions.append(question(qid, text, answers, qtype, hops, match.supporting_ids, source))
-    return True
+    found = not match.missing_titles
+    if not found:
+        loaded.notes[NO_GOLD] += 1
+    loaded.questions.append(question(qid, text, answers, qtype, hops, match.supporting_ids if found else [], source))
+    return found
 
 
 def load_context_records(

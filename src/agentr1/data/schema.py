@@ -6,6 +6,22 @@ Questions: ``id, question, answers[list], type, hops, supporting_ids[list], sour
            tools``), written only when some row of the file carries one.
 Corpus:    ``id, title, text``.
 
+**Questions whose gold passages are not in the corpus** (:func:`gold_unknown`; one rule for the
+loaders, ``validate``, the recall report and the SFT oracle): a question with ``hops >= 1`` whose
+supporting passages are not known (a FlashRAG HotpotQA record with a fullwiki context that lacks
+its gold paragraphs, an NQ record) is **kept** with ``supporting_ids: []`` whatever its hop count.
+The loaders count it per source under :data:`NO_GOLD`; ``validate`` accepts the empty list and
+counts such questions per source (``summary.json`` ``records.without_gold``); it is scored on its
+answer only (EM/F1: the reward never reads ``supporting_ids``), left out of retrieval recall
+(the report's ``no_supporting``) and of the SFT oracle's demonstrations (the oracle cannot script
+the searches it does not know). ``hops == 0`` with no ids is a question that needs no passage
+(GSM8K, arithmetic), not one of these.
+
+**Equal passages are one passage** (:func:`passage_key`): two passages with the same title and
+text (after Unicode NFC) are the same passage whatever source brought them; the loaders give them
+one id and the corpus keeps one, and the recall report credits a hit whose passage equals a
+gold passage (:func:`canonical_ids`).
+
 On disk (``data.processed_dir``): ``<split>.parquet`` for each of train/dev/test/ood (a split with
 no questions is written empty) and ``corpus.parquet``. Writes are deterministic (fixed schema, row
 order as given, no timestamps) so re-running a stage gives byte-identical files.
@@ -13,6 +29,7 @@ order as given, no timestamps) so re-running a stage gives byte-identical files.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +61,32 @@ OPTIONAL_QUESTION_FIELDS = (pa.field("expression", pa.string()),)
 QUESTION_FIELDS = tuple(QUESTION_SCHEMA.names)
 CORPUS_FIELDS = tuple(CORPUS_SCHEMA.names)
 CORPUS_FILE = "corpus.parquet"
+
+
+NO_GOLD = "gold passages not in the corpus: kept with supporting_ids [] (scored on the answer, not in recall)"
+
+
+def gold_unknown(question: Mapping[str, Any]) -> bool:
+    """Whether ``question`` is one whose gold passages are not in the corpus: ``hops >= 1`` and
+    no ``supporting_ids`` (the rule in the module docstring)."""
+    ids = question.get("supporting_ids")
+    return (ids is None or len(ids) == 0) and int(question.get("hops") or 0) >= 1
+
+
+def passage_key(title: str, text: str) -> tuple[str, str]:
+    """What makes two passages the same passage: their title and text in Unicode NFC."""
+    return unicodedata.normalize("NFC", title), unicodedata.normalize("NFC", text)
+
+
+def canonical_ids(corpus: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Passage id -> the id of the first passage of ``corpus`` equal to it (:func:`passage_key`);
+    an id maps to itself unless an earlier passage has the same title and text."""
+    first: dict[tuple[str, str], str] = {}
+    out: dict[str, str] = {}
+    for p in corpus:
+        pid = str(p["id"])
+        out[pid] = first.setdefault(passage_key(str(p["title"]), str(p["text"])), pid)
+    return out
 
 
 @dataclass

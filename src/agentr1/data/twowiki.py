@@ -10,7 +10,7 @@ Mapping: id ``2wiki:<_id|id>``; answers ``[answer]``; type as given; hops by typ
 ``bridge_comparison`` 4 (two bridges, then a comparison: four supporting paragraphs), and 2 for
 ``comparison``, ``compositional`` and ``inference``; ``supporting_ids`` = the supporting paragraphs
 in order of first appearance in ``supporting_facts`` (hop order). Context paragraphs become
-passages ``2wiki:<sha1(title, text)[:16]>``.
+passages (id :func:`~agentr1.data.realformat.passage_id`).
 
 Records without ``context`` (some derived files carry ``qa_pairs``/``explanation`` instead) give no
 corpus to answer from: they are skipped and counted, and a warning with the count is logged.

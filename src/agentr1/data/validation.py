@@ -20,8 +20,10 @@ together with what to do about it):
   :func:`~agentr1.data.answers.normalize_answer` (``"?"``, ``"the"``: such a gold could only
   match an empty prediction); ``hops`` non-null and within ``data.hops`` [min, max]; ``type`` and
   ``source`` non-null; ``split`` in SPLITS and equal to the file the row was read from; every
-  ``supporting_ids`` entry exists in the corpus; splits are disjoint (no id and no normalized
-  question text in two splits); answer leaks (an answer appearing verbatim in its own question,
+  ``supporting_ids`` entry exists in the corpus, and there are as many as ``hops`` or none (gold
+  passages not in the corpus: :func:`~agentr1.data.schema.gold_unknown`); splits are disjoint (no
+  id and no normalized question text in two splits); answer leaks (the gold answer, the first,
+  appearing verbatim in its own question,
   types in ``validate.leak_allowed_types`` exempt) in at most ``validate.max_leak_share`` of each
   source's questions; every dev/test/ood answer of a source in ``validate.copy_sources`` can be
   copied: each word of its first gold answer occurs in the train split's texts (its questions,
@@ -49,7 +51,9 @@ file damage) are computed as derived columns with pandas and then asserted with 
 verdict and every offending row comes out of one GX validation result.
 
 Outputs in ``validate.report_dir``: ``summary.json`` (DVC metric; deterministic; includes the
-per-source leak report: count, share and the first ``max_examples`` leaking ids),
+per-source leak report: count, share and the first ``max_examples`` leaking ids, and with
+``data.source: real`` the ``records`` block of :func:`records_report`: questions without gold
+passages per source, and what ``prepare`` skipped per source and reason),
 ``gx_result.json`` (the GX validation results, with run ids and times removed) and, on success
 only, ``passed.json``: the marker that later stages check with :func:`require_validated`. It
 holds hashes of the processed parquet files and of the params the verdict depends on, so data
@@ -76,9 +80,10 @@ import pyarrow.parquet as pq
 
 from agentr1.config import SPLITS, Config, ValidateConfig
 from agentr1.data.gx_suite import Check, CheckResult, run_checks
+from agentr1.data.prepare import MANIFEST_FILE
 from agentr1.data.schema import (CORPUS_FILE, CORPUS_SCHEMA, OPTIONAL_QUESTION_FIELDS, QUESTION_FIELDS, QUESTION_SCHEMA,
-                                 Dataset)
-from agentr1.data.answers import normalize_answer, normalize_number
+                                 Dataset, gold_unknown)
+from agentr1.data.answers import normalize_answer, normalize_number, normalize_text
 from agentr1.errors import StageError
 
 log = logging.getLogger(__name__)
@@ -87,7 +92,6 @@ SUMMARY_FILE = "summary.json"
 GX_RESULT_FILE = "gx_result.json"
 MARKER_FILE = "passed.json"
 
-_NON_WORD = re.compile(r"[^\w\s]+", re.UNICODE)
 _NOT_BLANK = r"\S"  # a value with at least one non-space character
 
 # what to do when a check fails (printed after it in the error message)
@@ -208,12 +212,6 @@ def files_frame_for(ds: Dataset, required_splits: list[str]) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- derived columns
-def normalize_text(text: str) -> str:
-    """Unicode NFC, lowercase, punctuation -> space, whitespace collapsed (used for leak and overlap
-    checks: texts that differ only in normalization, ``e`` + U+0301 vs ``é``, are one text)."""
-    return " ".join(_NON_WORD.sub(" ", unicodedata.normalize("NFC", text).lower()).split())
-
-
 def visible_text(text: str) -> str:
     """``text`` without invisible format characters (Unicode category Cf: U+200B zero-width space,
     U+200C/U+200D joiners, U+2060 word joiner, U+FEFF BOM, ...) and without surrounding whitespace."""
@@ -221,19 +219,19 @@ def visible_text(text: str) -> str:
 
 
 def leaked_answer(question: Any, answers: Any) -> str | None:
-    """The first answer found verbatim in the question, or None.
+    """The gold answer (the first of ``answers``) when it is found verbatim in the question, else None.
 
     Both sides are normalized with :func:`normalize_text` and matched on whole words, so the
-    answer "Paris" leaks in "Is paris in France?" but "1" does not leak in "born in 1990".
+    answer "Paris" leaks in "Is paris in France?" but "1" does not leak in "born in 1990". Only
+    the first answer counts: the others are aliases a prediction may also match (MuSiQue's
+    ``answer_aliases`` hold words such as "star" or "lead" that a question may well contain
+    without giving its answer away).
     """
-    if not isinstance(question, str):
+    if not isinstance(question, str) or answers is None or len(answers) == 0:
         return None
-    padded = f" {normalize_text(question)} "
-    for answer in answers if answers is not None else []:
-        norm = normalize_text(answer) if isinstance(answer, str) else ""
-        if norm and f" {norm} " in padded:
-            return str(answer)
-    return None
+    answer = answers[0]
+    norm = normalize_text(answer) if isinstance(answer, str) else ""
+    return str(answer) if norm and f" {norm} " in f" {normalize_text(question)} " else None
 
 
 def _blank_question(question: Any) -> str | None:
@@ -376,14 +374,15 @@ def unsafe_id(value: Any, limit: int) -> str | None:
 
 def hops_support_problem(hops: Any, supporting_ids: Any) -> str | None:
     """What keeps ``hops`` and ``supporting_ids`` from agreeing, or None: the ids must be distinct,
-    and their number equal to ``hops`` (no ids at all is allowed only for 0 or 1 hop: a question
-    without known support, such as NQ or GSM8K)."""
+    and their number equal to ``hops``, or zero: a question whose gold passages are not in the
+    corpus (:func:`~agentr1.data.schema.gold_unknown`, any hop count: FlashRAG HotpotQA with
+    fullwiki contexts, NQ) or that needs none (GSM8K)."""
     if hops is None or pd.isna(hops) or supporting_ids is None:
         return None
     ids = [str(i) for i in supporting_ids]
     if len(set(ids)) != len(ids):
         return f"repeated supporting ids {sorted({i for i in ids if ids.count(i) > 1})}"
-    if len(ids) != int(hops) and (ids or int(hops) > 1):
+    if ids and len(ids) != int(hops):
         return f"hops {int(hops)} but {len(ids)} supporting ids"
     return None
 
@@ -667,7 +666,7 @@ def build_checks(cfg: Config) -> list[Check]:
         q("splits_disjoint_questions", "ExpectColumnValuesToBeNull",
           "no question text appears in two splits (value = the splits sharing it)", column="question_in_splits"),
         q("no_answer_leak", "ExpectColumnValuesToBeNull",
-          f"an answer appears verbatim in its question (types {allowed} exempt) for at most "
+          f"the gold answer (the first) appears verbatim in its question (types {allowed} exempt) for at most "
           f"{v.max_leak_share:.2%} of each source's questions (value = the leaked answer)", _FIX_LEAK,
           column="leaked_answer"),
         q("answers_copyable", "ExpectColumnValuesToBeNull",
@@ -694,8 +693,8 @@ def bound_checks(cfg: Config, q, c) -> list[Check]:
     return [
         q("answers_consistent", null, "the same question text in one split has the same answers (value = the "
           "differing answer sets)", column="conflicting_answers"),
-        q("hops_match_supporting_ids", null, "supporting ids are distinct and as many as hops (none only for 0-1 "
-          "hop) (value = the mismatch)", _FIX_HOPS, column="hops_support_problem"),
+        q("hops_match_supporting_ids", null, "supporting ids are distinct and as many as hops, or none (gold "
+          "passages not in the corpus) (value = the mismatch)", _FIX_HOPS, column="hops_support_problem"),
         q("no_control_chars", null, "questions and answers hold no control characters besides tab and newline "
           "(value = the first)", column="control_chars"),
         q("question_length", null, f"questions are at most {v.max_question_chars} characters "
@@ -764,8 +763,39 @@ class ValidationReport:
         return [r for r in self.results if not r.success]
 
 
-def _validate(files: pd.DataFrame, ds: Dataset | None, cfg: Config) -> ValidationReport:
-    """Run the file checks, and the content checks when ``ds`` is not None (the files are intact)."""
+def records_report(ds: Dataset | None, prepared: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``records`` block of ``summary.json`` (real data only): per question ``source``, how many
+    questions have no gold passage in the corpus (:func:`~agentr1.data.schema.gold_unknown`:
+    kept, scored on the answer, not in recall), and ``prepared``: the records report of
+    ``manifest.json`` (per configured source: questions kept, records skipped per reason, passages
+    already in the corpus; None when the manifest has none)."""
+    counts: dict[str, dict[str, int]] = {}
+    for split in SPLITS if ds is not None else ():
+        for q in ds.split(split):
+            c = counts.setdefault(str(q.get("source")), {"questions": 0, "without_gold": 0})
+            c["questions"] += 1
+            c["without_gold"] += int(gold_unknown(q))
+    return {"without_gold": dict(sorted(counts.items())) if ds is not None else None, "prepared": prepared}
+
+
+def manifest_records(processed_dir: str | Path) -> dict[str, Any] | None:
+    """The ``records`` report of ``processed_dir/manifest.json``, or None (no manifest, none in it,
+    or an unreadable one: the parquet files are what is validated)."""
+    path = Path(processed_dir) / MANIFEST_FILE
+    if not path.is_file():
+        return None
+    try:
+        records = json.loads(path.read_text()).get("records")
+    except (OSError, ValueError, AttributeError) as exc:
+        log.warning("validate: no records report from %s (%s)", Path(processed_dir) / MANIFEST_FILE, exc)
+        return None
+    return records if isinstance(records, dict) else None
+
+
+def _validate(files: pd.DataFrame, ds: Dataset | None, cfg: Config,
+              prepared: dict[str, Any] | None = None) -> ValidationReport:
+    """Run the file checks, and the content checks when ``ds`` is not None (the files are intact);
+    with real data the summary gets :func:`records_report` (``prepared``: the manifest's)."""
     v: ValidateConfig = cfg.validate_
     frames: dict[str, pd.DataFrame] = {"files": files}
     leaks: dict[str, Any] | None = None
@@ -805,6 +835,8 @@ def _validate(files: pd.DataFrame, ds: Dataset | None, cfg: Config) -> Validatio
             **split_rows,
         },
     }
+    if cfg.data.source == "real":  # the synthetic world skips nothing: its summary keeps its bytes
+        summary["records"] = records_report(ds, prepared)
     return ValidationReport(results=results, summary=summary, gx_result=gx_json)
 
 
@@ -816,7 +848,7 @@ def validate_dataset(ds: Dataset, cfg: Config) -> ValidationReport:
 def validate_processed(processed_dir: str | Path, cfg: Config) -> ValidationReport:
     """Read ``processed_dir`` with :func:`read_processed` and validate it (writes nothing)."""
     files, ds = read_processed(processed_dir, cfg.validate_.required_splits)
-    return _validate(files, ds, cfg)
+    return _validate(files, ds, cfg, manifest_records(processed_dir) if cfg.data.source == "real" else None)
 
 
 def _short(value: Any, limit: int = 100) -> str:

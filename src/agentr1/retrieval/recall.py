@@ -3,7 +3,10 @@
 Per split and per question type: ``recall@k`` (mean fraction of a question's ``supporting_ids``
 among the top ``k`` hits when the question text is the query) and ``all_supporting@k`` (fraction
 of questions with every supporting passage in the top ``k``). Questions without supporting
-passages are counted (``no_supporting``) but not scored.
+passages (their gold passages are not in the corpus: :func:`~agentr1.data.schema.gold_unknown`,
+or they need none) are counted (``no_supporting``) but not scored. A hit whose passage equals a
+gold passage (same title and text, :func:`~agentr1.data.schema.canonical_ids`) counts as that
+passage: a corpus holding a passage twice under two ids does not turn the twin into a miss.
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ import logging
 import time
 from collections import defaultdict
 from pathlib import Path
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agentr1.config import SPLITS
+from agentr1.data.schema import canonical_ids
 from agentr1.retrieval.base import Retriever
 
 log = logging.getLogger(__name__)
@@ -27,11 +32,16 @@ def dir_bytes(path: str | Path) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 
 
-def _scores(hit_ids: list[str], supporting: list[str], ks: list[int]) -> dict[str, float]:
-    gold = set(supporting)
+def _scores(hit_ids: list[str], supporting: list[str], ks: list[int],
+            same: Mapping[str, str] | None = None) -> dict[str, float]:
+    """recall@k and all_supporting@k of one question; ``same`` maps a passage id to the id of its
+    first equal passage (ids it lacks map to themselves)."""
+    same = same or {}
+    gold = {same.get(i, i) for i in supporting}
+    hits = [same.get(i, i) for i in hit_ids]
     out: dict[str, float] = {}
     for k in ks:
-        found = len(gold.intersection(hit_ids[:k]))
+        found = len(gold.intersection(hits[:k]))
         out[f"recall@{k}"] = found / len(gold)
         out[f"all_supporting@{k}"] = float(found == len(gold))
     return out
@@ -46,9 +56,12 @@ def _mean(rows: list[dict[str, float]], ks: list[int], skipped: int) -> dict[str
 
 
 def recall_report(retriever: Retriever, questions: dict[str, list[dict[str, Any]]], ks: list[int],
-                  max_queries_per_split: int | None = None) -> tuple[dict[str, Any], dict[str, float]]:
-    """Recall of supporting passages per split and per type -> (report, {"queries", "search_s"})."""
+                  max_queries_per_split: int | None = None,
+                  corpus: Iterable[Mapping[str, Any]] = ()) -> tuple[dict[str, Any], dict[str, float]]:
+    """Recall of supporting passages per split and per type -> (report, {"queries", "search_s"});
+    ``corpus`` (the indexed passages) tells which passages are equal."""
     kmax = max(ks)
+    same = canonical_ids(corpus)
     report: dict[str, Any] = {}
     n_queries, search_s = 0, 0.0
     for split in SPLITS:
@@ -62,7 +75,7 @@ def recall_report(retriever: Retriever, questions: dict[str, list[dict[str, Any]
             t0 = time.perf_counter()
             hits = retriever.search([r["question"] for r in batch], kmax)
             search_s += time.perf_counter() - t0
-            per_q.extend(_scores([h.id for h in hs], list(r["supporting_ids"]), ks) for r, hs in zip(batch, hits))
+            per_q.extend(_scores([h.id for h in hs], list(r["supporting_ids"]), ks, same) for r, hs in zip(batch, hits))
         n_queries += len(scored)
         by_type: dict[str, list[dict[str, float]]] = defaultdict(list)
         skipped_by_type: dict[str, int] = defaultdict(int)

@@ -54,6 +54,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentr1.data.schema import gold_unknown
 from agentr1.rollout.backends import Generation
 from agentr1.rollout.engine import RolloutEngine, decode, encode_data
 from agentr1.rollout.trajectory import Trajectory
@@ -281,9 +282,11 @@ def oracle_texts(questions, env, plans: Sequence[OraclePlan], system: bool = Tru
 
 def probe_episodes(ds, env, tokenizer, cfg, titles: dict[str, str], limit: int = PROBE_EXAMPLES) -> list[Trajectory]:
     """Clean oracle episodes (no noise) of the first ``limit`` distinct dev questions of the
-    dataset ``ds``, the inputs of the SFT copy probe (seeded ``cfg.seed``, ``cfg.sft.oracle_lead_space``,
-    rolled out under ``cfg.rollout``); ``[]`` without a dev split."""
-    questions = unique_questions(ds.split("dev"))[:limit]
+    dataset ``ds`` whose gold passages are in the corpus (not
+    :func:`~agentr1.data.schema.gold_unknown`: no search to script), the inputs of the SFT copy
+    probe (seeded ``cfg.seed``, ``cfg.sft.oracle_lead_space``, rolled out under ``cfg.rollout``);
+    ``[]`` without such questions."""
+    questions = [q for q in unique_questions(ds.split("dev")) if not gold_unknown(q)][:limit]
     if not questions:
         return []
     plans = plan_all(questions, titles, env.fmt, 0.0, cfg.seed, env.max_turns, cfg.sft.oracle_lead_space)

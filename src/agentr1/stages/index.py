@@ -67,7 +67,8 @@ def run(ctx: StageContext, args: Any = None) -> None:
         with atomic_dir(rcfg.index_dir) as tmp:
             retriever.save(tmp)
         log.info("index: built in %.1fs, %.1f MB on disk", ctx.times["build"], dir_bytes(rcfg.index_dir) / 1e6)
-        splits, timing = recall_report(retriever, ds.questions, rcfg.report.ks, rcfg.report.max_queries_per_split)
+        splits, timing = recall_report(retriever, ds.questions, rcfg.report.ks, rcfg.report.max_queries_per_split,
+                                      ds.corpus)
     except RetrieverError as exc:
         raise StageError(str(exc)) from None
     report = {

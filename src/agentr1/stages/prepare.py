@@ -7,7 +7,9 @@ temporary directory behind.
 
 Tracking (:func:`log_outputs`): metrics ``prepare/<split>.questions``, ``prepare/questions``,
 ``prepare/corpus_size``, ``prepare/build_s``, ``prepare/total_s`` (live runs only: no file keeps
-them) and the manifest as artifact ``prepare/manifest.json``. Tracking never changes the files
+them), for real data the manifest's records report per source (``prepare/records.<source>.questions``,
+``.without_gold``, ``.skipped``, ``.skipped.<reason>``, ``.passages_already_in_corpus``:
+:func:`~agentr1.stages.outputs.records_metrics`) and the manifest as artifact ``prepare/manifest.json``. Tracking never changes the files
 written.
 """
 
@@ -23,6 +25,7 @@ from agentr1.data.prepare import MANIFEST_FILE, build_dataset, build_manifest
 from agentr1.data.schema import write_dataset
 from agentr1.io import atomic_dir, write_json_atomic
 from agentr1.stages.context import StageContext
+from agentr1.stages.records import records_metrics
 from agentr1.stages.spec import StageSpec
 
 SPEC = StageSpec("prepare", "build the unified dataset (data/processed)", order=10)
@@ -35,6 +38,7 @@ def manifest_metrics(manifest: dict[str, Any]) -> dict[str, float]:
     metrics = {f"prepare/{split}.questions": manifest["splits"][split]["questions"] for split in SPLITS}
     metrics["prepare/questions"] = sum(metrics.values())
     metrics["prepare/corpus_size"] = manifest["corpus_size"]
+    metrics.update(records_metrics(manifest.get("records"), "prepare/records"))
     return metrics
 
 
@@ -53,6 +57,11 @@ def run(ctx: StageContext, args: Any = None) -> Path:
         info = manifest["splits"][split]
         log.info("prepare: %-5s %5d questions  types=%s  hops=%s", split, info["questions"], info["by_type"],
                  info["by_hops"])
+    for entry in (manifest.get("records") or {}).get("sources", []):
+        skipped = ", ".join(f"{n} {why}" for why, n in entry["skipped"].items()) or "none"
+        log.info("prepare: %s (%s): %d questions kept, %d without gold passages; skipped: %s; %d of its %d "
+                 "passages already in the corpus", entry["source"], entry["dataset"], entry["questions"],
+                 entry["without_gold"], skipped, entry["passages_already_in_corpus"], entry["passages"])
     log.info("prepare: source=%s corpus=%d passages -> %s (build %.2fs, total %.2fs)", cfg.data.source,
              len(ds.corpus), out, ctx.times["build"], ctx.times["total"])
     log_outputs(ctx)

@@ -46,6 +46,7 @@ from typing import Any
 import torch
 
 from agentr1.data.fresh import make_world
+from agentr1.data.schema import gold_unknown
 from agentr1.env.load import corpus_env
 from agentr1.errors import StageError
 from agentr1.eval.quick import episode_metrics, summarize
@@ -81,10 +82,12 @@ class DemoSet:
 
 def demo_sets(ctx: StageContext, ds) -> list[DemoSet]:
     """The demonstrations' questions: the first ``sft.train_examples`` distinct train questions
-    in the dataset's environment, then ``sft.fresh.worlds`` fresh worlds (seeded apart from RL's),
-    each in an environment over its own passages."""
+    whose gold passages are in the corpus (not :func:`~agentr1.data.schema.gold_unknown`: the
+    oracle cannot script searches it does not know) in the dataset's environment, then
+    ``sft.fresh.worlds`` fresh worlds (seeded apart from RL's), each in an environment over its own
+    passages."""
     cfg = ctx.cfg
-    train = unique_questions(ds.split("train"))
+    train = [q for q in unique_questions(ds.split("train")) if not gold_unknown(q)]  # no search to script
     if cfg.sft.train_examples is not None:
         train = train[: cfg.sft.train_examples]
     sets = [DemoSet(train, ctx.env(), ds.corpus)] if train else []

@@ -5,7 +5,9 @@ Any old marker is deleted before anything else (before the MLflow run opens), so
 for whatever reason never leaves one. Tracking: metrics ``validate/expectations`` (evaluated),
 ``validate/passed``, ``validate/failed``, ``validate/success`` (1/0),
 ``validate/rows.<table or split>``, ``validate/unexpected.<expectation>`` and
-``validate/leaks.<source>.count|share``, and ``summary.json`` / ``gx_result.json`` as artifacts
+``validate/leaks.<source>.count|share``, with real data ``validate/records.without_gold.<source>``
+and the manifest's records report (``validate/records.<source>...``:
+:func:`~agentr1.stages.outputs.records_metrics`), and ``summary.json`` / ``gx_result.json`` as artifacts
 under ``validate/``. They are logged before the verdict, so a failed validation leaves a FAILED
 run that shows which expectations failed.
 """
@@ -32,6 +34,7 @@ from agentr1.data.validation import (
 from agentr1.errors import StageError
 from agentr1.io import write_json_atomic
 from agentr1.stages.context import StageContext
+from agentr1.stages.records import metric_key, records_metrics
 from agentr1.stages.spec import StageSpec
 
 SPEC = StageSpec("validate", "validate the dataset with Great Expectations", order=20)
@@ -58,6 +61,10 @@ def summary_metrics(summary: dict[str, Any]) -> dict[str, float]:
         key = _METRIC_UNSAFE.sub("_", source)
         metrics[f"validate/leaks.{key}.count"] = r["leaking"]
         metrics[f"validate/leaks.{key}.share"] = r["share"]
+    records = summary.get("records") or {}
+    for source, c in (records.get("without_gold") or {}).items():
+        metrics[f"validate/records.without_gold.{metric_key(source)}"] = c["without_gold"]
+    metrics.update(records_metrics(records.get("prepared"), "validate/records"))
     return metrics
 
 

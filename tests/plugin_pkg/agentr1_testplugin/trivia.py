@@ -16,7 +16,7 @@ def load_trivia(records: Iterable[Record], limit: int | None = None, origin: str
         if limit is not None and len(loaded.questions) >= limit:
             break
         title, text = require_text(rec, "title", where), require_text(rec, "text", where)
-        pid = passage_id(SOURCE, title, text)
+        pid = passage_id(title, text)
         corpus.add(pid, title, text, where)
         loaded.questions.append(question(f"{SOURCE}:{require_text(rec, 'id', where)}", require_text(rec, "question", where),
                                          [require_text(rec, "answer", where)], "trivia", 1, [pid], SOURCE))
