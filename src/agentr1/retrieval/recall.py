@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from pathlib import Path
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from agentr1.config import SPLITS
