@@ -140,10 +140,13 @@ def summarize(rows: Sequence[Row], vs_baselines: Mapping[str, Mapping[str, list[
                  for abl, full, d in beyond]
         lines.append("- Ablation differences beyond noise: " + "; ".join(parts) + ".")
         worse = sum(d.diff < 0 for _, _, d in beyond)
-        verdict = ("holds: every one of them is worse than its full-mask method" if worse == len(beyond) else
-                   "is reversed: every one of them is better than its full-mask method" if worse == 0 else
-                   "holds for some and is reversed for others")
-        lines.append(f"- The paper's direction (masks on beat masks off) {verdict}.")
+        verdict = ("holds: in every difference beyond noise the ablation is worse than its full-mask method"
+                   if worse == len(beyond) else
+                   "is reversed: in every difference beyond noise the ablation is better than its full-mask method"
+                   if worse == 0 else "holds for some differences beyond noise and is reversed for others")
+        within = sum(len(ablation_diffs[abl.label]) for abl, _ in pairs) - len(beyond)
+        lines.append(f"- The paper's direction (masks on beat masks off) {verdict}"
+                     + (f"; the other {within} differences are within noise." if within else "."))
     facts["mask_direction"] = ("not shown" if pairs and not beyond else None if not pairs else
                                "holds" if all(d.diff < 0 for _, _, d in beyond) else
                                "reversed" if all(d.diff > 0 for _, _, d in beyond) else "mixed")
