@@ -92,4 +92,16 @@ def test_training_gives_identical_weights_under_any_host_capability_once_pinned(
     vector = _train(ATEN_CPU_CAPABILITY="avx2", AGENTR1_CPU_NUMERICS="native")
     assert scalar[0] == "DEFAULT" and vector[0] == "AVX2"
     assert scalar[1] != vector[1]
-    assert vector[1] == pinned[None][1]  # pinned = the AVX2 kernels
+    if not _host_has_avx512():
+        # pinned = the host's own AVX2 kernels; on an AVX-512 host, native MKL/oneDNN take their
+        # AVX-512 paths even with ATEN_CPU_CAPABILITY=avx2, so this equality is not expected there
+        assert vector[1] == pinned[None][1]
+
+
+def _host_has_avx512() -> bool:
+    """Whether the CPU reports AVX-512F (Linux: /proc/cpuinfo; elsewhere assumed not)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return any(line.startswith("flags") and " avx512f" in line for line in f)
+    except OSError:
+        return False
