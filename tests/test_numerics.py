@@ -92,16 +92,19 @@ def test_training_gives_identical_weights_under_any_host_capability_once_pinned(
     vector = _train(ATEN_CPU_CAPABILITY="avx2", AGENTR1_CPU_NUMERICS="native")
     assert scalar[0] == "DEFAULT" and vector[0] == "AVX2"
     assert scalar[1] != vector[1]
-    if not _host_has_avx512():
-        # pinned = the host's own AVX2 kernels; on an AVX-512 host, native MKL/oneDNN take their
-        # AVX-512 paths even with ATEN_CPU_CAPABILITY=avx2, so this equality is not expected there
+    if not _intel_avx512_host():
+        # pinned = the host's own AVX2 kernels where native MKL/oneDNN take AVX2 paths (AVX2-only
+        # CPUs, AMD EPYC with AVX-512); an Intel CPU with AVX-512 runs AVX-512 paths natively even
+        # with ATEN_CPU_CAPABILITY=avx2, so the equality is not expected there
         assert vector[1] == pinned[None][1]
 
 
-def _host_has_avx512() -> bool:
-    """Whether the CPU reports AVX-512F (Linux: /proc/cpuinfo; elsewhere assumed not)."""
+def _intel_avx512_host() -> bool:
+    """Whether the CPU is Intel's and reports AVX-512F (Linux: /proc/cpuinfo; elsewhere assumed not)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return any(line.startswith("flags") and " avx512f" in line for line in f)
+            info = f.read()
     except OSError:
         return False
+    flags = next((line for line in info.splitlines() if line.startswith("flags")), "")
+    return "GenuineIntel" in info and " avx512f" in flags
