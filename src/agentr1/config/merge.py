@@ -1,16 +1,18 @@
 """Params mappings as dotted keys (:func:`flatten`), merged (:func:`deep_merge`: profiles, named
-runs) and a named run's ``train`` section (:func:`merge_run`)."""
+runs) and a section with overrides merged in (:func:`merge_section`: a named run's ``train``,
+:func:`merge_run`; the reference cold start's ``sft``)."""
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from agentr1.config.sft import SFTConfig
 from agentr1.config.train import TrainConfig
+
+S = TypeVar("S", bound=BaseModel)
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -38,21 +40,17 @@ def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any], replace: Collec
     return out
 
 
+def merge_section(section: S, override: Mapping[str, Any] | None, where: str) -> S:
+    """A validated params ``section`` with ``override`` merged in (nested keys merge) -> a
+    validated section of the same class; ``ValueError`` naming ``<where>.<key>`` when an override
+    is invalid (``where``: the params key the override sits under)."""
+    try:
+        return type(section).model_validate(deep_merge(section.model_dump(by_alias=True), override or {}))
+    except ValidationError as exc:
+        msgs = [f"{where}." + ".".join(str(p) for p in e["loc"]) + f": {e['msg']}" for e in exc.errors()]
+        raise ValueError("; ".join(msgs)) from None
+
+
 def merge_run(train: TrainConfig, override: dict[str, Any], name: str = "<run>") -> TrainConfig:
-    """``train`` with a named run's overrides (nested keys merge) -> a validated TrainConfig;
-    ``ValueError`` naming ``runs.<name>.<key>`` when an override is invalid."""
-    try:
-        return TrainConfig.model_validate(deep_merge(train.model_dump(), override or {}))
-    except ValidationError as exc:
-        msgs = [f"runs.{name}." + ".".join(str(p) for p in e["loc"]) + f": {e['msg']}" for e in exc.errors()]
-        raise ValueError("; ".join(msgs)) from None
-
-
-def merge_sft(sft: SFTConfig, override: dict[str, Any]) -> SFTConfig:
-    """``sft`` with the overrides of ``sft_reference`` (nested keys merge) -> a validated
-    SFTConfig; ``ValueError`` naming ``sft_reference.<key>`` when an override is invalid."""
-    try:
-        return SFTConfig.model_validate(deep_merge(sft.model_dump(by_alias=True), override or {}))
-    except ValidationError as exc:
-        msgs = ["sft_reference." + ".".join(str(p) for p in e["loc"]) + f": {e['msg']}" for e in exc.errors()]
-        raise ValueError("; ".join(msgs)) from None
+    """``train`` with a named run's overrides (:func:`merge_section`; errors name ``runs.<name>.<key>``)."""
+    return merge_section(train, override, f"runs.{name}")

@@ -14,7 +14,7 @@ from agentr1.config.base import ConfigError, _clip_value, _Section
 from agentr1.config.data import DataConfig
 from agentr1.config.env import EnvConfig, RewardConfig
 from agentr1.config.evaluate import EvaluateConfig
-from agentr1.config.merge import merge_run, merge_sft
+from agentr1.config.merge import merge_run, merge_section
 from agentr1.config.model import ModelConfig
 from agentr1.config.pretrain import PretrainConfig
 from agentr1.config.report import ReportConfig
@@ -82,7 +82,7 @@ class Config(_Section):
             return self.sft
         if self.sft_reference is None:
             raise ConfigError("params define no sft_reference: there is no reference cold start")
-        return merge_sft(self.sft, self.sft_reference)
+        return merge_section(self.sft, self.sft_reference, "sft_reference")
 
     def reference_config(self) -> "Config":
         """This config as the reference cold start's SFT runs with it (``sft`` = :meth:`sft_for`

@@ -84,10 +84,9 @@ def foundation(pretrain_dir: Path, sft_dir: Path, eval_dir: Path, splits: Sequen
                   f"Table 3's \"Cold start SFT, reference demonstrator\"): {_demonstrator(ref)}", ""]
     for policy, name in (("cold_start", "cold start"), ("cold_start_reference", "reference cold start")):
         cold = _read(eval_dir / policy / "metrics.json")
-        sampling = (cold or {}).get("sampling")
-        if sampling:
+        if (cold or {}).get("sampling"):
             out["headroom" if policy == "cold_start" else "reference_headroom"] = headroom = _headroom(cold, splits)
-            lines += _headroom_lines(name, cold, sampling, headroom)
+            lines += _headroom_lines(name, cold, headroom)
     return out, (lines if len(lines) > 2 else [])
 
 
@@ -102,7 +101,8 @@ def _headroom(cold: dict[str, Any], splits: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _headroom_lines(name: str, cold: dict[str, Any], sampling: dict[str, Any], headroom: dict[str, Any]) -> list[str]:
+def _headroom_lines(name: str, cold: dict[str, Any], headroom: dict[str, Any]) -> list[str]:
+    sampling = cold["sampling"]
     k = sampling["k"]
     ratios = "; ".join(f"{s} {h['pass_ratio']:.2f}x" for s, h in headroom.items() if h["pass_ratio"] is not None)
     lines = [f"The {name}'s headroom for RL: greedy EM against {k} samples per question at temperature "

@@ -9,7 +9,7 @@ Tracking (:func:`log_outputs`): metrics ``prepare/<split>.questions``, ``prepare
 ``prepare/corpus_size``, ``prepare/build_s``, ``prepare/total_s`` (live runs only: no file keeps
 them), for real data the manifest's records report per source (``prepare/records.<source>.questions``,
 ``.without_gold``, ``.skipped``, ``.skipped.<reason>``, ``.passages_already_in_corpus``:
-:func:`~agentr1.stages.outputs.records_metrics`) and the manifest as artifact ``prepare/manifest.json``. Tracking never changes the files
+:func:`~agentr1.stages.records.records_metrics`) and the manifest as artifact ``prepare/manifest.json``. Tracking never changes the files
 written.
 """
 

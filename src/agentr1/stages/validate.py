@@ -7,7 +7,7 @@ for whatever reason never leaves one. Tracking: metrics ``validate/expectations`
 ``validate/rows.<table or split>``, ``validate/unexpected.<expectation>`` and
 ``validate/leaks.<source>.count|share``, with real data ``validate/records.without_gold.<source>``
 and the manifest's records report (``validate/records.<source>...``:
-:func:`~agentr1.stages.outputs.records_metrics`), and ``summary.json`` / ``gx_result.json`` as artifacts
+:func:`~agentr1.stages.records.records_metrics`), and ``summary.json`` / ``gx_result.json`` as artifacts
 under ``validate/``. They are logged before the verdict, so a failed validation leaves a FAILED
 run that shows which expectations failed.
 """
