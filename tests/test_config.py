@@ -53,13 +53,13 @@ def test_literal_lists_allowed_values() -> None:
 @pytest.mark.parametrize(
     "section, path, choices",
     [
-        ({"train": {"estimator": "ppo"}}, "train.estimator", "gae, grpo, reinforce_pp, reinforce_pp_baseline, rloo"),
+        ({"train": {"estimator": "ppo"}}, "train.estimator", "gae, gigpo, grpo, reinforce_pp, reinforce_pp_baseline, rloo"),
         ({"train": {"policy_loss": "clip"}}, "train.policy_loss", "ppo_clip, reinforce"),
         ({"train": {"kl": {"estimator": "k4"}}}, "train.kl.estimator", "abs, k1, k2, k3, kl, low_var_kl, mse"),
         ({"env": {"format": "xml"}}, "env.format", "hermes, tags"),
         ({"env": {"tools": ["search", "calc"]}}, "env.tools.1", "calculator, search"),
         ({"reward": {"metric": "bleu"}}, "reward.metric", "em, f1, subem"),
-        ({"runs": {"x": {"estimator": "ppo"}}}, "runs.x.estimator", "gae, grpo"),
+        ({"runs": {"x": {"estimator": "ppo"}}}, "runs.x.estimator", "gae, gigpo, grpo"),
         ({"retrieval": {"backend": "elastic"}}, "retrieval.backend", "bm25, dense"),
         ({"rollout": {"backend": "sglang"}}, "rollout.backend", "hf, vllm"),
     ],

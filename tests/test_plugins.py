@@ -86,7 +86,7 @@ def test_params_naming_the_plugins_validate_and_a_misspelt_name_lists_the_choice
         config_from_dict(_params(tmp_path / "trivia.jsonl", group_size=1))
     source = {"path": "x"}
     for params, choices in [
-        ({"train": {"estimator": "centred"}}, "centered, gae, grpo, reinforce_pp, reinforce_pp_baseline, rloo"),
+        ({"train": {"estimator": "centred"}}, "centered, gae, gigpo, grpo, reinforce_pp, reinforce_pp_baseline, rloo"),
         ({"env": {"tools": ["ecko"]}}, "calculator, echo, search"),
         ({"data": {"real": {"sources": [{"dataset": "trivai", **source}]}}}, "2wiki, flashrag, gsm8k, hotpotqa, musique, trivia"),
     ]:

@@ -133,9 +133,10 @@ def test_the_metadata_builtins_declare_matches_their_objects() -> None:
 
     for name in registry.ESTIMATORS.names():
         meta, fn = registry.ESTIMATORS.spec(name).meta, registry.ESTIMATORS.get(name)
-        assert set(meta) <= {"needs_values", "grouped", "label"} and isinstance(meta["label"], str), name
+        assert set(meta) <= {"needs_values", "grouped", "stepwise", "label"} and isinstance(meta["label"], str), name
         assert bool(meta.get("needs_values")) == ("values" in _parameters(fn)), name  # a critic is built for it
         assert bool(meta.get("grouped")) == ("index" in _parameters(fn)), name
+        assert bool(meta.get("stepwise")) == ("steps" in _parameters(fn)), name  # the trainer computes step groups
     for name in registry.KL_ESTIMATORS.names():
         meta = registry.KL_ESTIMATORS.spec(name).meta
         if "alias_of" in meta:

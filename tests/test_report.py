@@ -611,3 +611,29 @@ def test_reference_cold_start_rows_and_each_method_against_its_own_cold_start(tm
     assert "- On test, each RL method minus the cold start it started from" in text
     assert f"- GRPO on test: {grpo_mean:.3f} ({grpo_mean / 0.2:.1f}x Naive RAG's 0.200)" in text
     assert "against Cold start SFT, reference demonstrator (0.700" in text
+
+
+def test_gigpo_against_grpo_with_its_step_group_share(tmp_path):
+    """A step-level method (GiGPO, 2 seeds) is compared with plain GRPO (3 seeds) from the same cold
+    start, paired per question, and the summary states its step-group share read from curve.csv."""
+    CORRECT["gigpo"], CORRECT["gigpo_s1"] = (range(18), range(9)), (range(17), range(8))
+    try:
+        runs = {**RUNS, "gigpo": {"estimator": "gigpo"}, "gigpo_s1": {"estimator": "gigpo", "seed": 1}}
+        cfg = make_cfg(tmp_path, runs)
+        for run, share in (("gigpo", 0.5), ("gigpo_s1", 0.7)):
+            path = Path(cfg.train.out_dir) / run / "curve.csv"
+            rows = path.read_text().splitlines()
+            path.write_text("\n".join([rows[0] + ",step_group_shared", rows[1] + ","]
+                                      + [r + f",{share}" for r in rows[2:]]) + "\n")
+        data = stages.run("report", cfg, SimpleNamespace())
+    finally:
+        del CORRECT["gigpo"], CORRECT["gigpo_s1"]
+    grpo_mean = mean([mean(em_vector(r, "test")) for r in ("grpo", "grpo_s1", "grpo_s2")])
+    facts = data["summary"]["step_credit"]["gigpo"]
+    assert facts["vs"] == "grpo" and facts["step_group_shared_later"] == pytest.approx(0.6)
+    assert facts["diffs"]["test"]["diff"] == pytest.approx(17.5 / 20 - grpo_mean)
+    t3 = {r["method"]: r for r in read_csv(tmp_path / "reports" / "table3.csv")}
+    assert t3["gigpo"]["name"] == "GiGPO" and t3["gigpo"]["n_seeds"] == "2"
+    text = (tmp_path / "reports" / "summary.md").read_text()
+    assert "- GiGPO (2 seed(s)) against GRPO (3), same cold start, paired bootstrap 95% CI: test 0.875 vs" in text
+    assert "on average 60% of the turns after the first share their state" in text

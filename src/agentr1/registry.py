@@ -37,7 +37,9 @@ registry            entry-point group         metadata
 ==================  ========================  =====================================================
 ``ESTIMATORS``      ``agentr1.estimators``    ``needs_values`` (the trainer builds a critic),
                                               ``grouped`` (compares the rollouts of one question:
-                                              needs ``index`` and ``group_size >= 2``), ``label``
+                                              needs ``index`` and ``group_size >= 2``),
+                                              ``stepwise`` (also compares turns from equal states:
+                                              needs ``steps``, ``agentr1.rl.steps``), ``label``
                                               (the report's row name)
 ``POLICY_LOSSES``   ``agentr1.policy_losses`` --
 ``KL_ESTIMATORS``   ``agentr1.kl_estimators`` ``alias_of`` (verl's name for a Schulman estimator)

@@ -95,6 +95,16 @@ class FreshWorldsConfig(_Section):
     with_corpus: bool = True
 
 
+class GiGPOConfig(_Section):
+    """``estimator: gigpo`` (``agentr1.rl.advantages.gigpo``): the step advantage is added with
+    weight ``step_weight`` (0 = GRPO); turns join a step group when the states before them are
+    equal (``similarity: 1``) or match with a ``difflib`` ratio >= ``similarity`` over token ids
+    (``agentr1.rl.steps.anchor_groups``)."""
+
+    step_weight: float = Field(1.0, ge=0)
+    similarity: float = Field(1.0, gt=0, le=1)
+
+
 class TrainConfig(_Section):
     """The RL trainer (stage ``train``, ``agentr1.rl.trainer``). One step: ``batch_questions``
     train questions x ``group_size`` rollouts -> rewards -> old/ref log-probs (+ values) ->
@@ -110,6 +120,9 @@ class TrainConfig(_Section):
     ``seed`` are replicas of one method (the report groups them). ``filter_groups``: dynamic
     sampling (:class:`FilterGroupsConfig`). ``questions``: where a step's questions come from,
     the train split (``dataset``) or freshly generated worlds (``fresh``, :class:`FreshWorldsConfig`).
+    ``sample_unit``: the update's rows are whole episodes (``trajectory``) or one row per turn whose
+    prompt is the context before it (``step``, ``agentr1.rl.steps.step_rows``; advantages are
+    computed on the episodes first). ``gigpo``: the GiGPO estimator's knobs (:class:`GiGPOConfig`).
     ``cold_start``: the policy RL starts from, the cold start of stage ``sft`` or the reference
     demonstrator's of stage ``sft_reference`` (params ``sft_reference``). Named runs (``runs`` at the top level) override these
     keys."""
@@ -154,6 +167,8 @@ class TrainConfig(_Section):
     questions: Literal["dataset", "fresh"] = "fresh"
     cold_start: Literal["sft", "reference"] = "sft"
     fresh: FreshWorldsConfig = FreshWorldsConfig()
+    sample_unit: Literal["trajectory", "step"] = "trajectory"
+    gigpo: GiGPOConfig = GiGPOConfig()
 
     @model_validator(mode="after")
     def _trains_something(self) -> "TrainConfig":

@@ -59,10 +59,12 @@ class Curve:
     reward: list[float | None]
     dev_em: list[float | None]
     tool_calls: list[float | None] = field(default_factory=list)  # per rollout episode, per step
+    step_group_shared: list[float | None] = field(default_factory=list)  # stepwise estimators: later turns sharing a state
 
     def __post_init__(self) -> None:
-        if not self.tool_calls:  # a curve without the column: no value at any step
-            self.tool_calls = [None] * len(self.steps)
+        for name in ("tool_calls", "step_group_shared"):  # a curve without the column: no value at any step
+            if not getattr(self, name):
+                setattr(self, name, [None] * len(self.steps))
 
 
 def eval_stage(policy: str, baselines: Iterable[str]) -> str:
@@ -134,10 +136,10 @@ def _opt_float(text: str | None) -> float | None:
 
 
 def load_curve(runs_dir: Path, run: str) -> Curve:
-    """A run's curve.csv (``step``, ``reward``, ``dev_em``, ``tool_calls``; empty cells and a
-    missing column -> ``None``)."""
+    """A run's curve.csv (``step``, ``reward``, ``dev_em``, ``tool_calls``, ``step_group_shared``;
+    empty cells and a missing column -> ``None``)."""
     path = runs_dir / run / CURVE_FILE
-    steps, reward, dev, calls = [], [], [], []
+    steps, reward, dev, calls, shared = [], [], [], [], []
     with path.open(newline="") as fh:
         reader = csv.DictReader(fh)
         if reader.fieldnames is None or "step" not in reader.fieldnames or "reward" not in reader.fieldnames:
@@ -148,6 +150,7 @@ def load_curve(runs_dir: Path, run: str) -> Curve:
                 reward.append(_opt_float(row.get("reward")))
                 dev.append(_opt_float(row.get("dev_em")))
                 calls.append(_opt_float(row.get("tool_calls")))
+                shared.append(_opt_float(row.get("step_group_shared")))
             except ValueError as exc:
                 raise StageError(f"{path}: bad row {row} ({exc}): re-run `dvc repro train@{run}`") from None
-    return Curve(run, steps, reward, dev, calls)
+    return Curve(run, steps, reward, dev, calls, shared)

@@ -5,7 +5,8 @@
 * which RL methods beat both Base Tool Call and Naive RAG beyond noise (paired bootstrap vs
   each), and which beat the cold start they started from, on the average and on each split;
 * with a reference cold start (params ``sft_reference``), GRPO against it on each split;
-* which ablation differences exceed the noise.
+* which ablation differences exceed the noise;
+* each step-level method (GiGPO) against GRPO, with its step-group share (:func:`step_credit`).
 
 (How GRPO's tool calls and early-answer share differ from the cold start's is the section of
 :func:`agentr1.report.behaviour.behaviour_summary`.)
@@ -152,6 +153,35 @@ def summarize(rows: Sequence[Row], vs_baselines: Mapping[str, Mapping[str, list[
                                "reversed" if all(d.diff > 0 for _, _, d in beyond) else "mixed")
     facts["lines"] = lines
     return facts
+
+
+def step_credit(rows: Sequence[Row], diffs: Mapping[str, list[Diff]], shared: Mapping[str, float | None],
+                splits: Sequence[str], ci: float) -> tuple[dict, list[str]]:
+    """Each step-level method (an estimator declaring ``stepwise``, GiGPO) against plain GRPO from
+    the same cold start: ``diffs[label]`` (its paired bootstrap differences, a = the method) per
+    split, and ``shared[label]``, the mean share of later turns in a step group of more than one
+    over its runs' training steps (the turns where its step advantage can differ from the
+    episode's). Returns the facts (for report.json) and the summary's lines."""
+    grpo = grpo_row(rows)
+    facts: dict = {}
+    lines: list[str] = []
+    for r in rows:
+        if r.label not in diffs or grpo is None:
+            continue
+        parts = [f"{d.split} {d.a_mean:.3f} vs {d.b_mean:.3f}, {d.diff:+.3f} [{d.ci_lower:+.3f}, {d.ci_upper:+.3f}]"
+                 for d in diffs[r.label] if d.split in splits]
+        test = [d for d in diffs[r.label] if d.split == splits[0]][0]
+        verdict = ("above GRPO beyond noise" if test.diff > 0 and test.beyond_noise else
+                   "below GRPO beyond noise" if test.beyond_noise else
+                   "at least GRPO's score, within noise" if test.diff >= 0 else "below GRPO, within noise")
+        sh = shared.get(r.label)
+        why = (f" Step groups: on average {sh:.0%} of the turns after the first share their state with another episode "
+               "of the group (where the step advantage can differ from the episode's)." if sh is not None else "")
+        facts[r.label] = {"vs": grpo.label, "diffs": {d.split: d.as_dict() for d in diffs[r.label]},
+                          "step_group_shared_later": sh, "verdict_" + splits[0]: verdict}
+        lines.append(f"- {r.display} ({r.n_seeds} seed(s)) against {grpo.display} ({grpo.n_seeds}), same cold start, "
+                     f"paired bootstrap {ci:.0%} CI: " + "; ".join(parts) + f". On {splits[0]}: {verdict}." + why)
+    return facts, lines
 
 
 def _avg(diffs: list[Diff]) -> Diff:

@@ -39,11 +39,12 @@ import torch
 
 from agentr1.registry import ESTIMATORS
 from agentr1.rl.masks import WHITEN_EPS, as_bool, masked_sum, masked_whiten
+from agentr1.rl.steps import Steps
 
 # Shared knobs a trainer may pass to any estimator; each is forwarded only to estimators whose
 # signature takes it (the signature is the estimator's list of knobs). Anything else unknown to
 # the chosen estimator is a TypeError (a typo, not a knob).
-SHARED_OPTIONS = frozenset({"values", "index", "gamma", "lam", "whiten", "norm_by_std", "eps"})
+SHARED_OPTIONS = frozenset({"values", "index", "gamma", "lam", "whiten", "norm_by_std", "eps", "steps", "step_weight"})
 
 
 def compute_advantage(
@@ -51,12 +52,13 @@ def compute_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run estimator ``name`` of :data:`~agentr1.registry.ESTIMATORS`. Keyword arguments in
     :data:`SHARED_OPTIONS` (``values``, ``index``, ``gamma``, ``lam``, ``whiten``,
-    ``norm_by_std``, ``eps``) are passed only where the estimator accepts them, so one config
-    serves every estimator; the input it declares it needs (``values`` for ``needs_values``,
-    ``index`` for ``grouped``) missing or ``None`` raises ``ValueError``; any other keyword the
+    ``norm_by_std``, ``eps``, ``steps``, ``step_weight``) are passed only where the estimator
+    accepts them, so one config serves every estimator; the input it declares it needs
+    (``values`` for ``needs_values``, ``index`` for ``grouped``, ``steps`` for ``stepwise``)
+    missing or ``None`` raises ``ValueError``; any other keyword the
     estimator does not take raises ``TypeError`` (:meth:`~agentr1.registry.Registry.call`)."""
     meta = ESTIMATORS.spec(name).meta
-    for need, flag in (("values", "needs_values"), ("index", "grouped")):
+    for need, flag in (("values", "needs_values"), ("index", "grouped"), ("steps", "stepwise")):
         if meta.get(flag) and kwargs.get(need) is None:
             raise ValueError(f"advantage estimator {name!r} needs {need!r}")
     return ESTIMATORS.call(name, token_rewards=token_rewards, mask=mask, shared=SHARED_OPTIONS, **kwargs)
@@ -254,11 +256,80 @@ def rloo(token_rewards: torch.Tensor, mask: torch.Tensor, index: torch.Tensor | 
     return adv, adv
 
 
+@torch.no_grad()
+def gigpo_parts(token_rewards: torch.Tensor, mask: torch.Tensor, index: torch.Tensor | Sequence[Hashable], steps: Steps,
+                gamma: float = 1.0, norm_by_std: bool = True, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """GiGPO's two advantages: the episode one ``a_b`` ``[B]`` (:func:`grpo`'s) and the step one
+    ``a_bj`` ``[B, J]`` (0 where row ``b`` has no turn ``j``); :func:`gigpo` states the math."""
+    _check(token_rewards, mask)
+    s = sequence_scores(token_rewards, mask)
+    gid, G = group_ids(index, s.shape[0], s.device)
+    count, mean, std = group_stats(s, gid, G)
+    a_ep = (s - mean) / (std + eps) if norm_by_std else s - mean
+    a_ep = torch.where(count > 1, a_ep, torch.zeros_like(a_ep))
+    turn, group = steps.turn, steps.group
+    if turn.shape != token_rewards.shape or group.shape[0] != s.shape[0]:
+        raise ValueError(f"steps {tuple(turn.shape)} / {tuple(group.shape)} do not fit token_rewards {tuple(token_rewards.shape)}")
+    B, J = group.shape
+    r = torch.where(as_bool(mask), _float(token_rewards), _zero(_float(token_rewards)))
+    step_r = torch.zeros(B, J + 1, dtype=r.dtype, device=r.device)  # column J collects the tokens of no turn
+    step_r.scatter_add_(1, torch.where(turn >= 0, turn, torch.full_like(turn, J)), r)
+    step_r[:, 0] += step_r[:, J]  # a reward before the first turn (the prompt never holds one) counts for it
+    valid = group >= 0
+    ret = torch.zeros(B, J, dtype=r.dtype, device=r.device)
+    running = torch.zeros(B, dtype=r.dtype, device=r.device)
+    for j in reversed(range(J)):
+        running = torch.where(valid[:, j], step_r[:, j] + gamma * running, running)
+        ret[:, j] = torch.where(valid[:, j], running, _zero(r))
+    flat_g = group[valid]
+    n_g = int(flat_g.max()) + 1 if flat_g.numel() else 0
+    c, m, sd = group_stats(ret[valid], flat_g, n_g) if n_g else (ret[valid],) * 3
+    a = (ret[valid] - m) / (sd + eps) if norm_by_std else ret[valid] - m
+    a_step = torch.zeros_like(ret)
+    a_step[valid] = torch.where(c > 1, a, torch.zeros_like(a))
+    return a_ep, a_step
+
+
+@torch.no_grad()
+def gigpo(
+    token_rewards: torch.Tensor,
+    mask: torch.Tensor,
+    index: torch.Tensor | Sequence[Hashable],
+    steps: Steps,
+    gamma: float = 1.0,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+    step_weight: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GiGPO (Group-in-Group Policy Optimization, arXiv 2505.10978): the episode-level group
+    advantage plus a step-level one from the turns of the group's episodes that start from the
+    same state (``steps``, :func:`agentr1.rl.steps.anchor_groups`)::
+
+        a_b    = (s_b - mean_g(s)) / (std_g(s) + eps)            (GRPO's, s_b the episode score)
+        r_bj   = sum of mask[b,t] * r[b,t] over the tokens t of turn j
+        G_bj   = r_bj + gamma * G_b(j+1)                         (G after the last turn = 0)
+        a_bj   = (G_bj - mean_S(G)) / (std_S(G) + eps)           over the step group S of (b, j)
+        A_bt   = mask_bt * (a_b + step_weight * a_b,j(t))       (j(t) = the turn owning token t)
+
+    ``norm_by_std: false`` drops both divisions (as in :func:`grpo`); ``std`` is unbiased; a group
+    or step group of one gets 0. With no shared state beyond the prompt every step group after the
+    first turn is a singleton, so ``A = (1 + step_weight) * a_b`` on the first turn's tokens and
+    ``a_b`` on the others (GRPO with ``gamma = 1``). Returns ``(A, A)``.
+    """
+    a_ep, a_step = gigpo_parts(token_rewards, mask, index, steps, gamma, norm_by_std, eps)
+    turn = steps.turn
+    per_tok = torch.gather(a_step, 1, turn.clamp(min=0)) * (turn >= 0)
+    adv = _broadcast(a_ep, mask) + torch.where(as_bool(mask), step_weight * per_tok, _zero(per_tok))
+    return adv, adv
+
+
 __all__ = [
     "SHARED_OPTIONS",
     "WHITEN_EPS",
     "compute_advantage",
     "gae",
+    "gigpo",
+    "gigpo_parts",
     "group_ids",
     "group_stats",
     "grpo",

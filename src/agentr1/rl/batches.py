@@ -3,7 +3,8 @@
 
 * mini-batches: each of ``ppo_epochs`` epochs draws a permutation of the ``B`` rows keyed by
   ``(seed, step, 3, epoch)`` (:func:`agentr1.rl.sampling.seed_key`) and cuts it into
-  ``mini_batches`` consecutive slices of ``B / mini_batches`` rows: one optimizer step each;
+  ``mini_batches`` consecutive slices of ``B / mini_batches`` rows (slice ``k`` ends at
+  ``floor((k + 1) B / mini_batches)``, for step rows whose count varies): one optimizer step each;
 * micro-batches: this rank's contiguous share of a mini-batch's rows
   (:meth:`agentr1.rl.distributed.Dist.shard`) in chunks of ``micro_batch_size``, each cut to the
   columns its longest row needs and moved to the device;
@@ -29,12 +30,12 @@ LOSS_KEYS = ("input_ids", "attention_mask", "loss_mask", "adv_mask", "old_logp",
 def mini_batches(batch_size: int, tcfg, seed: int, step: int) -> Iterator[tuple[int, int, list[int]]]:
     """``(epoch, k, rows)`` of every optimizer step of ``step`` (module docstring)."""
     t = tcfg
-    M = batch_size // t.mini_batches
+    cut = [k * batch_size // t.mini_batches for k in range(t.mini_batches + 1)]
     for epoch in range(t.ppo_epochs):
         gen = torch.Generator().manual_seed(seed_key(seed, step, 3, epoch))
         perm = torch.randperm(batch_size, generator=gen).tolist()
         for k in range(t.mini_batches):
-            yield epoch, k, perm[k * M : (k + 1) * M]
+            yield epoch, k, perm[cut[k] : cut[k + 1]]
 
 
 def micro_batches(batch: dict[str, Any], rows: list[int], dist: Dist,

@@ -28,3 +28,7 @@ def check_train_config(tcfg, rollout_cfg, world: int = 1, strategy: str = "ddp",
     if batch % t.mini_batches or (batch // t.mini_batches) % world:
         raise StageError(f"the batch of {batch} episodes (batch_questions x group_size) must split into "
                          f"{t.mini_batches} mini-batches whose size divides by the world size ({world})")
+    if t.sample_unit == "step" and world > 1:
+        raise StageError(f"train.sample_unit: step gives each step a number of rows that need not split evenly over "
+                         f"{world} ranks (every rank must take part in each gradient sync): run it in one process, "
+                         "or set train.sample_unit: trajectory")

@@ -16,9 +16,11 @@ from agentr1.registry import Plugin
 _ADV = "agentr1.rl.advantages"
 _LOSS = "agentr1.rl.losses"
 
-# advantage estimators: needs_values = a critic; grouped = compares the rollouts of one question
+# advantage estimators: needs_values = a critic; grouped = compares the rollouts of one question;
+# stepwise = also compares turns that start from the same state (agentr1.rl.steps)
 GAE = Plugin(f"{_ADV}:gae", needs_values=True, label="PPO")
 GRPO = Plugin(f"{_ADV}:grpo", grouped=True, label="GRPO")
+GIGPO = Plugin(f"{_ADV}:gigpo", grouped=True, stepwise=True, label="GiGPO")
 REINFORCE_PP = Plugin(f"{_ADV}:reinforce_pp", label="REINFORCE++")
 REINFORCE_PP_BASELINE = Plugin(f"{_ADV}:reinforce_pp_baseline", grouped=True, label="REINFORCE++ baseline")
 RLOO = Plugin(f"{_ADV}:rloo", grouped=True, label="RLOO")

@@ -63,3 +63,25 @@ class StepStats:
 def deterministic_metrics(history: Sequence[dict[str, float]]) -> list[dict[str, float]]:
     """The history without wall-clock entries (``time/*``): what two identical runs must share."""
     return [{k: v for k, v in h.items() if not k.startswith(TIME_PREFIX)} for h in history]
+
+
+def step_stats(token_rewards: torch.Tensor, mask: torch.Tensor, index, steps, tcfg) -> dict[str, float]:
+    """GiGPO's diagnostics of a batch (:mod:`agentr1.rl.steps`): the share of turns whose step
+    group holds more than one turn (``train/step_group_shared``; every first turn shares the
+    prompt when ``group_size > 1``), the same share over the later turns
+    (``train/step_group_shared_later``: where step credit can differ from the episode's), and the
+    mean ``|a_bj|`` of the turns against the mean ``|a_b|`` of the episodes
+    (``train/step_adv_abs``, ``train/episode_adv_abs``; :func:`agentr1.rl.advantages.gigpo_parts`)."""
+    from agentr1.rl.advantages import gigpo_parts
+
+    sizes = steps.sizes()
+    valid = steps.group >= 0
+    later = valid.clone()
+    later[:, 0] = False
+    a_ep, a_step = gigpo_parts(token_rewards, mask, index, steps, tcfg.gamma, tcfg.norm_by_std)
+
+    def share(sel: torch.Tensor) -> float:
+        return float((sizes[sel] > 1).float().mean()) if bool(sel.any()) else 0.0
+
+    return {"train/step_group_shared": share(valid), "train/step_group_shared_later": share(later),
+            "train/step_adv_abs": float(a_step[valid].abs().mean()), "train/episode_adv_abs": float(a_ep.abs().mean())}

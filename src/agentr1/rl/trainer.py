@@ -61,6 +61,7 @@ import torch
 
 from agentr1.env.rewards import EpisodeScore
 from agentr1.errors import StageError
+from agentr1.registry import ESTIMATORS
 from agentr1.rl import collapse
 from agentr1.rl.advantages import compute_advantage
 from agentr1.rl.batches import denominator, micro_batches, mini_batches
@@ -74,7 +75,8 @@ from agentr1.rl.masks import as_bool, build_token_rewards, masked_mean, select_m
 from agentr1.rl.optim import Optimizers
 from agentr1.rl.sampling import Episodes, Sampling
 from agentr1.rl.state import Resumable
-from agentr1.rl.stats import StepStats
+from agentr1.rl.stats import StepStats, step_stats
+from agentr1.rl.steps import anchor_groups, step_rows, turn_index
 from agentr1.rl.weight_sync import WeightSync
 from agentr1.rollout import Trajectory, collate
 
@@ -217,11 +219,20 @@ class Trainer(Sampling, Optimizers, Resumable):
             values = torch.where(as_bool(adv_mask), values, torch.zeros(()))
             batch["values"] = values
         index = [b // t.group_size for b in range(B)]
+        steps = None
+        if ESTIMATORS.spec(t.estimator).meta.get("stepwise"):
+            steps = anchor_groups(batch["input_ids"], batch["action_mask"], index, t.gigpo.similarity)
         adv, ret = compute_advantage(t.estimator, rewards, adv_mask, values=values, index=index, gamma=t.gamma,
-                                     lam=t.lam, whiten=t.whiten, norm_by_std=t.norm_by_std)
+                                     lam=t.lam, whiten=t.whiten, norm_by_std=t.norm_by_std, steps=steps,
+                                     step_weight=t.gigpo.step_weight)
         batch["token_rewards"], batch["advantages"], batch["returns"] = rewards, adv, ret
         stats["train/adv_abs_mean"] = float(masked_mean(adv.abs(), adv_mask))
         stats["train/token_reward_sum"] = float(rewards.sum() / B)
+        if steps is not None:
+            stats.update(step_stats(rewards, adv_mask, index, steps, t))
+        if t.sample_unit == "step":
+            batch = step_rows(batch, turn_index(batch["action_mask"]))
+            stats["train/step_rows"] = float(batch["input_ids"].shape[0])
         batch["stats"] = stats
         return batch
 

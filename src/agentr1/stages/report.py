@@ -52,7 +52,8 @@ from agentr1.report.foundation import foundation
 from agentr1.report.inputs import check_inputs, load_curve, load_evaluation
 from agentr1.report.methods import BASELINES, group_methods, report_baselines
 from agentr1.report.stats import AVG
-from agentr1.report.summary import summarize, summary_markdown
+from agentr1.registry import ESTIMATORS
+from agentr1.report.summary import grpo_row, step_credit, summarize, summary_markdown
 from agentr1.report.tools import tools_section
 from agentr1.report.tables import (Diff, Row, ablation_pairs, breakdown, breakdown_tables, build_rows, compare,
                                    csv_text, table3, table4)
@@ -105,6 +106,21 @@ def before(cfg, args: Any = None) -> None:
     check_inputs(Path(cfg.evaluate.out_dir), Path(cfg.train.out_dir), runs, list(report_baselines(cfg.sft_reference is not None)))
 
 
+def _stepwise_inputs(rows: list[Row], methods, curves, splits, samples: int, ci: float, seed: int):
+    """For :func:`agentr1.report.summary.step_credit`: each full-mask step-level method's paired
+    differences against plain GRPO from the same cold start, and its runs' mean step-group share."""
+    grpo = grpo_row(rows)
+    stepwise = [r for r in rows if r.kind == "rl" and r.method is not None and grpo is not None
+                and ESTIMATORS.spec(r.method.estimator).meta.get("stepwise") and r.method.cold_start == grpo.method.cold_start]
+    diffs = {r.label: compare(r, grpo, splits, samples, ci, seed) for r in stepwise}
+    runs_of = {m.label: set(m.runs) for m in methods}
+    shared = {}
+    for r in stepwise:
+        vals = [v for c in curves if c.run in runs_of[r.label] for v in c.step_group_shared if v is not None]
+        shared[r.label] = sum(vals) / len(vals) if vals else None
+    return diffs, shared
+
+
 def run(ctx: StageContext, args: Any = None) -> dict:
     """Run the stage (module docstring); returns the report.json content."""
     cfg, rc = ctx.cfg, ctx.cfg.report
@@ -122,10 +138,13 @@ def run(ctx: StageContext, args: Any = None) -> dict:
                     for r in rows if r.kind != "baseline"}
     bd = breakdown(rows, splits)
     facts = summarize(rows, vs_baselines, ablation_diffs, splits, metric, ci)
-    bh = behaviour(rows, evals, splits)
-    bh_facts, bh_md_section = behaviour_summary(rows, bh, splits)
     method_of = {run: m.label for m in methods for run in m.runs}
     curves = [load_curve(runs_dir, run) for m in methods for run in m.runs]
+    facts["step_credit"], lines = step_credit(rows, *_stepwise_inputs(rows, methods, curves, splits, samples, ci, seed),
+                                              splits, ci)
+    facts["lines"] += lines
+    bh = behaviour(rows, evals, splits)
+    bh_facts, bh_md_section = behaviour_summary(rows, bh, splits)
     report = _report_json(cfg, rows, ablation_diffs, vs_baselines, bd, facts)
     report["behaviour"] = {"splits": bh, "grpo_vs_cold_start": bh_facts}
     tools = tools_section(rows, evals, splits, metric, samples, ci, seed)

@@ -13,7 +13,9 @@ Outputs in ``<train.out_dir>/<run>/`` (written only when training finished, each
   transformers / vLLM);
 * ``curve.csv`` - one row per step (DVC plots): reward, EM (the rollout success rate), the share of
   groups whose rewards differ (a learning signal) and of solved groups, format rate, tool calls, turns,
-  response length, KL, entropy, clip fraction, grad norm, lr and dev EM (when evaluated);
+  response length, KL, entropy, clip fraction, grad norm, lr and dev EM (when evaluated); with a
+  step-level estimator (``gigpo``) also the share of later turns in a step group of more than one
+  and the mean |step advantage| against the mean |episode advantage| (``agentr1.rl.stats.step_stats``);
 * ``metrics.json`` - the final numbers (DVC metrics): first/last rewards, dev EM at the start,
   at the end and the best, collapse events;
 * ``timing.json`` - wall times (not a DVC output, git-ignored: everything DVC tracks is the
@@ -92,6 +94,8 @@ CURVE = {
     "grad_norm": "train/grad_norm", "lr": "train/lr", "vf_loss": "train/vf_loss", "dev_em": "dev/em",
     "informative_groups": "rollout/informative_groups", "solved_groups": "rollout/solved_groups",
     "batch_informative_groups": "rollout/batch_informative_groups", "filter_rounds": "rollout/filter_rounds",
+    "step_group_shared": "train/step_group_shared_later", "step_adv_abs": "train/step_adv_abs",
+    "episode_adv_abs": "train/episode_adv_abs",
 }
 # beside state/ (which every checkpoint replaces whole): the MLflow run this execution logs to
 RUN_FILE = "mlflow_run.json"
