@@ -73,6 +73,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _rl  # noqa: E402
+from peak import _cpu_name  # noqa: E402
 
 _rl.quiet()
 
@@ -400,16 +401,6 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", nargs="+", default=["grpo", "ppo"], help="named runs of params.yaml")
@@ -446,7 +437,7 @@ def main() -> int:
     summary = {run: summarize_run(run, [r for r in rows if r["run"] == run]) for run in args.runs}
     results = {
         "bench": "async_overlap",
-        "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpu": cpu_name(),
+        "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpu": _cpu_name(),
                     "cpus": os.cpu_count(), "allowed_cpus": len(os.sched_getaffinity(0)), "torch": torch.__version__},
         "settings": {"runs": args.runs, "steps": args.steps, "rounds": args.rounds, "staleness": args.staleness,
                      "seed": args.seed, "sync_threads": args.sync_threads, "async_threads": args.async_threads,

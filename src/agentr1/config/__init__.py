@@ -34,13 +34,14 @@ from agentr1.config.root import Config
 from agentr1.config.sft import CopyGateConfig, FreshDemosConfig, SFTConfig
 from agentr1.config.tracking import TrackingConfig
 from agentr1.config.train import (CheckpointConfig, CollapseConfig, CriticConfig, DevEvalConfig, DistributedConfig,
-                                  FilterGroupsConfig, FreshWorldsConfig, GiGPOConfig, KLConfig, TrainConfig)
+                                  FilterGroupsConfig, FreshWorldsConfig, GiGPOConfig, KLConfig, OffPolicyConfig,
+                                  TrainConfig)
 from agentr1.config.validate import ValidateConfig
 
 __all__ = [
     "BM25Config", "BootstrapConfig", "CheckpointConfig", "CollapseConfig", "Config",
     "ConfigError", "CopyGateConfig", "CriticConfig", "DEFAULT_PARAMS", "DataConfig", "DenseConfig", "DevEvalConfig",
-    "DistributedConfig", "EnvConfig", "EvaluateConfig", "FilterGroupsConfig", "FreshDemosConfig", "FreshWorldsConfig", "GiGPOConfig", "HopRange", "KLConfig", "ModelConfig",
+    "DistributedConfig", "EnvConfig", "EvaluateConfig", "FilterGroupsConfig", "FreshDemosConfig", "FreshWorldsConfig", "GiGPOConfig", "HopRange", "KLConfig", "ModelConfig", "OffPolicyConfig",
     "PretrainConfig", "ProcessRewardConfig", "ReadingGateConfig", "RealConfig", "RealSource", "ReportConfig",
     "RetrievalConfig", "RetrievalReportConfig", "RewardConfig", "RolloutConfig", "SFTConfig", "SPLITS",
     "SamplingEvalConfig", "ScratchModelConfig", "ServerConfig", "SmallRange", "SplitCounts",

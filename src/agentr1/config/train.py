@@ -95,6 +95,17 @@ class FreshWorldsConfig(_Section):
     with_corpus: bool = True
 
 
+class OffPolicyConfig(_Section):
+    """Off-policy correction of the policy loss (``agentr1.rl.losses.behaviour_weights``): with
+    ``correction: decoupled`` each action token's loss is weighted by ``min(pi_prox / pi_behav,
+    weight_cap)``, the proximal policy being the recomputed ``old_logp`` (the PPO ratio's) and the
+    behaviour policy the sampling-time log-probs (a rollout engine with other numerics, e.g.
+    vLLM in bf16, or older weights); ``none`` trains as if the samples were the proximal policy's."""
+
+    correction: Literal["none", "decoupled"] = "none"
+    weight_cap: float = Field(2.0, ge=1)
+
+
 class GiGPOConfig(_Section):
     """``estimator: gigpo`` (``agentr1.rl.advantages.gigpo``): the step advantage is added with
     weight ``step_weight`` (0 = GRPO); turns join a step group when the states before them are
@@ -123,6 +134,7 @@ class TrainConfig(_Section):
     ``sample_unit``: the update's rows are whole episodes (``trajectory``) or one row per turn whose
     prompt is the context before it (``step``, ``agentr1.rl.steps.step_rows``; advantages are
     computed on the episodes first). ``gigpo``: the GiGPO estimator's knobs (:class:`GiGPOConfig`).
+    ``off_policy``: importance weights from the sampling policy to the proximal one (:class:`OffPolicyConfig`).
     ``cold_start``: the policy RL starts from, the cold start of stage ``sft`` or the reference
     demonstrator's of stage ``sft_reference`` (params ``sft_reference``). Named runs (``runs`` at the top level) override these
     keys."""
@@ -168,6 +180,7 @@ class TrainConfig(_Section):
     cold_start: Literal["sft", "reference"] = "sft"
     fresh: FreshWorldsConfig = FreshWorldsConfig()
     sample_unit: Literal["trajectory", "step"] = "trajectory"
+    off_policy: OffPolicyConfig = OffPolicyConfig()
     gigpo: GiGPOConfig = GiGPOConfig()
 
     @model_validator(mode="after")

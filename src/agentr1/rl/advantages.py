@@ -106,6 +106,17 @@ def group_stats(scores: torch.Tensor, gid: torch.Tensor, n_groups: int) -> tuple
     return count[gid], mean[gid], var.sqrt()[gid]
 
 
+def group_normalized(scores: torch.Tensor, gid: torch.Tensor, n_groups: int, norm_by_std: bool = True,
+                     eps: float = 1e-6) -> torch.Tensor:
+    """``(s - mean_g) / (std_g + eps)`` (or ``s - mean_g`` without ``norm_by_std``) per sample of
+    group ``gid``, 0 for a singleton group (:func:`grpo`'s and GiGPO's normalization)."""
+    count, mean, std = group_stats(scores, gid, n_groups)
+    a = scores - mean
+    if norm_by_std:
+        a = a / (std + eps)
+    return torch.where(count > 1, a, torch.zeros_like(a))
+
+
 def sequence_scores(token_rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``s_b = sum_t mask[b,t] * r[b,t]`` ``[B]``."""
     return masked_sum(_float(token_rewards), mask, dim=-1)
@@ -228,12 +239,7 @@ def grpo(
     _check(token_rewards, mask)
     s = sequence_scores(token_rewards, mask)
     gid, G = group_ids(index, s.shape[0], s.device)
-    count, mean, std = group_stats(s, gid, G)
-    a = s - mean
-    if norm_by_std:
-        a = a / (std + eps)
-    a = torch.where(count > 1, a, torch.zeros_like(a))
-    adv = _broadcast(a, mask)
+    adv = _broadcast(group_normalized(s, gid, G, norm_by_std, eps), mask)
     return adv, adv
 
 
@@ -264,9 +270,7 @@ def gigpo_parts(token_rewards: torch.Tensor, mask: torch.Tensor, index: torch.Te
     _check(token_rewards, mask)
     s = sequence_scores(token_rewards, mask)
     gid, G = group_ids(index, s.shape[0], s.device)
-    count, mean, std = group_stats(s, gid, G)
-    a_ep = (s - mean) / (std + eps) if norm_by_std else s - mean
-    a_ep = torch.where(count > 1, a_ep, torch.zeros_like(a_ep))
+    a_ep = group_normalized(s, gid, G, norm_by_std, eps)
     turn, group = steps.turn, steps.group
     if turn.shape != token_rewards.shape or group.shape[0] != s.shape[0]:
         raise ValueError(f"steps {tuple(turn.shape)} / {tuple(group.shape)} do not fit token_rewards {tuple(token_rewards.shape)}")
@@ -281,12 +285,9 @@ def gigpo_parts(token_rewards: torch.Tensor, mask: torch.Tensor, index: torch.Te
     for j in reversed(range(J)):
         running = torch.where(valid[:, j], step_r[:, j] + gamma * running, running)
         ret[:, j] = torch.where(valid[:, j], running, _zero(r))
-    flat_g = group[valid]
-    n_g = int(flat_g.max()) + 1 if flat_g.numel() else 0
-    c, m, sd = group_stats(ret[valid], flat_g, n_g) if n_g else (ret[valid],) * 3
-    a = (ret[valid] - m) / (sd + eps) if norm_by_std else ret[valid] - m
     a_step = torch.zeros_like(ret)
-    a_step[valid] = torch.where(c > 1, a, torch.zeros_like(a))
+    if bool(valid.any()):
+        a_step[valid] = group_normalized(ret[valid], group[valid], int(group.max()) + 1, norm_by_std, eps)
     return a_ep, a_step
 
 
@@ -331,6 +332,7 @@ __all__ = [
     "gigpo",
     "gigpo_parts",
     "group_ids",
+    "group_normalized",
     "group_stats",
     "grpo",
     "reinforce_pp",

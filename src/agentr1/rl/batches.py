@@ -25,6 +25,7 @@ from agentr1.rl.masks import as_bool
 from agentr1.rl.sampling import seed_key
 
 LOSS_KEYS = ("input_ids", "attention_mask", "loss_mask", "adv_mask", "old_logp", "advantages", "returns")
+OPTIONAL_KEYS = ("ref_logp", "values", "behaviour_weight")  # when the run has them (KL, a critic, off_policy)
 
 
 def mini_batches(batch_size: int, tcfg, seed: int, step: int) -> Iterator[tuple[int, int, list[int]]]:
@@ -45,7 +46,7 @@ def micro_batches(batch: dict[str, Any], rows: list[int], dist: Dist,
     mbs = micro_batch_size
     local = dist.shard(rows)
     micro = [local[i : i + mbs] for i in range(0, len(local), mbs)]
-    keys = LOSS_KEYS + (("ref_logp",) if "ref_logp" in batch else ()) + (("values",) if "values" in batch else ())
+    keys = LOSS_KEYS + tuple(k for k in OPTIONAL_KEYS if k in batch)
     for mi, idx in enumerate(micro):
         width = int(batch["attention_mask"][idx].sum(-1).max())
         yield mi == len(micro) - 1, {key: batch[key][idx, :width].to(dist.device) for key in keys}

@@ -22,6 +22,10 @@ def check_train_config(tcfg, rollout_cfg, world: int = 1, strategy: str = "ddp",
     if t.old_logprobs == "rollout" and not t.loss_mask:
         raise StageError("train.old_logprobs: rollout needs loss_mask: true (observation tokens have no "
                          "sampling-time log-probs); use old_logprobs: recompute")
+    if t.off_policy.correction == "decoupled" and (t.old_logprobs != "recompute" or not t.loss_mask):
+        raise StageError("train.off_policy.correction: decoupled weighs pi_prox / pi_behav with the recomputed old "
+                         "log-probs as pi_prox and the sampling-time ones as pi_behav, which exist only for action "
+                         "tokens: set train.old_logprobs: recompute and train.loss_mask: true (or correction: none)")
     batch = t.batch_questions * t.group_size
     if t.batch_questions % world:
         raise StageError(f"train.batch_questions ({t.batch_questions}) must divide by the world size ({world})")

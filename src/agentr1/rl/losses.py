@@ -49,7 +49,7 @@ K3_CLAMP = 10.0
 Stats = dict[str, torch.Tensor]
 
 # Knobs a trainer may pass to any policy loss; forwarded only to the losses that take them.
-SHARED_OPTIONS = frozenset({"clip_low", "clip_high", "dual_clip", "agg_mode", "denom", "norm_const"})
+SHARED_OPTIONS = frozenset({"clip_low", "clip_high", "dual_clip", "agg_mode", "denom", "norm_const", "weights"})
 
 
 def _zero(x: torch.Tensor) -> torch.Tensor:
@@ -140,13 +140,17 @@ def ppo_clip(
     agg_mode: str = "token-mean",
     denom: float | torch.Tensor | None = None,
     norm_const: float | None = None,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Stats]:
     """PPO clipped surrogate with an asymmetric clip range (DAPO "clip-higher") and dual clip::
 
         rho = exp(clamp(logp - old_logp, -20, 20))
         l   = max(-A * rho, -A * clip(rho, 1 - clip_low, 1 + clip_high))
         l   = min(l, -A * c)             where A < 0, if dual_clip = c (> 1; Ye et al. 2020)
-        loss = agg(l, mask)
+        loss = agg(w * l, mask)          (w = ``weights``, detached; 1 when None)
+
+    ``weights``: per-token importance weights of an off-policy correction (:func:`behaviour_weights`:
+    the decoupled objective, ``old_logp`` then being the proximal policy's).
 
     ``clip_high`` defaults to ``clip_low``. Stats: ``clipfrac`` (share of mask tokens where the
     clipped term is the active one), ``clipfrac_lower`` (share where the dual clip binds),
@@ -177,6 +181,8 @@ def ppo_clip(
         l = torch.where(neg, torch.minimum(l, l3), l)
     else:
         stats["clipfrac_lower"] = torch.zeros((), dtype=l.dtype, device=l.device)
+    if weights is not None:
+        l = l * _masked(weights.detach(), m)
     loss = agg_loss(l, m, agg_mode, denom=denom, norm_const=norm_const)
     stats.update(_kl_stats(logp, old_logp, m))
     with torch.no_grad():
@@ -194,18 +200,42 @@ def reinforce(
     agg_mode: str = "token-mean",
     denom: float | torch.Tensor | None = None,
     norm_const: float | None = None,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Stats]:
-    """Vanilla policy gradient (on-policy, no ratio, no clipping)::
+    """Vanilla policy gradient (no ratio, no clipping)::
 
-        l = -A * logp,   loss = agg(l, mask)        (grad: -A * grad logp)
+        l = -A * logp,   loss = agg(w * l, mask)    (grad: -w * A * grad logp; w = ``weights``, 1 when None)
 
     ``old_logp`` is used only for the ``approx_kl`` stats (may be ``None``)."""
     _check(logp, advantages, mask)
     m = as_bool(mask)
     l = -_masked(advantages.detach(), m) * _masked(logp, m)
+    if weights is not None:
+        l = l * _masked(weights.detach(), m)
     loss = agg_loss(l, m, agg_mode, denom=denom, norm_const=norm_const)
     stats: Stats = _kl_stats(logp, old_logp, m) if old_logp is not None else {}
     return loss, stats
+
+
+@torch.no_grad()
+def behaviour_weights(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor,
+                      cap: float) -> tuple[torch.Tensor, Stats]:
+    """Importance weights of the decoupled PPO objective (AReaL, arXiv 2505.24298; verl's
+    truncated importance sampling of a rollout engine's samples), per mask token::
+
+        w_t = min(pi_prox(a_t) / pi_behav(a_t), cap) = min(exp(clamp(prox - behav, -20, 20)), cap)
+
+    ``behaviour_logp``: the log-probs the sampling policy gave the tokens (recorded at sampling
+    time: a rollout engine whose numerics differ from the trainer's, or, asynchronously, older
+    weights); ``prox_logp``: the proximal policy's (the trainer's recomputed ``old_logp``), against
+    which the PPO ratio is clipped. 0 off the mask. Stats: the weights' mean and max and the share
+    of mask tokens the cap binds."""
+    m = as_bool(mask)
+    raw = torch.exp(_masked(prox_logp - behaviour_logp, m).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    w = _masked(raw.clamp(max=cap), m)
+    stats: Stats = {"behaviour_weight_mean": masked_mean(w, m), "behaviour_weight_max": w.max(),
+                    "behaviour_weight_capped": masked_mean((raw > cap).to(w.dtype), m)}
+    return w, stats
 
 
 # ----------------------------------------------------------------------------- value loss
@@ -352,6 +382,7 @@ __all__ = [
     "SHARED_OPTIONS",
     "agg_loss",
     "apply_kl_penalty",
+    "behaviour_weights",
     "compute_policy_loss",
     "entropy_bonus",
     "kl_abs",

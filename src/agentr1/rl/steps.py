@@ -40,7 +40,8 @@ from agentr1.rl.masks import as_bool
 
 # per-token tensors of a prepared batch that step rows carry (the others are per row or unused)
 TOKEN_KEYS = ("input_ids", "attention_mask", "action_mask", "response_mask", "loss_mask", "adv_mask", "old_logp",
-              "ref_logp", "values", "advantages", "returns", "token_rewards", "logprobs")
+              "ref_logp", "values", "advantages", "returns", "token_rewards", "logprobs",
+              "behaviour_weight")
 
 
 @dataclass(frozen=True)

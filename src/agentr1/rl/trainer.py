@@ -17,6 +17,9 @@ The objective of a mini-batch, with ``m_t`` the loss mask, ``rho_t = exp(log pi 
 
     l_t      = max(-A_t rho_t, -A_t clip(rho_t, 1 - eps_low, 1 + eps_high))    (ppo_clip; dual clip
                                                                                caps it at -A_t c, A_t < 0)
+    l_t     *= min(pi_old(a_t) / pi_behav(a_t), cap)                          (off_policy.correction:
+                                                                               decoupled; pi_behav = the
+                                                                               sampling-time log-probs)
     L_policy = agg(l, m) + beta * agg(KL(pi || pi_ref), m) [kl.mode: loss] - c_H * agg(H, m)
     L_critic = 0.5 * agg(max((V - G)^2, (V_old + clip(V - V_old, -e, e) - G)^2), a)
 
@@ -51,6 +54,7 @@ none uses the global RNG: on the CPU a config gives the same numbers, resumed or
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -61,7 +65,7 @@ import torch
 
 from agentr1.env.rewards import EpisodeScore
 from agentr1.errors import StageError
-from agentr1.registry import ESTIMATORS
+from agentr1.registry import ESTIMATORS, POLICY_LOSSES
 from agentr1.rl import collapse
 from agentr1.rl.advantages import compute_advantage
 from agentr1.rl.batches import denominator, micro_batches, mini_batches
@@ -70,7 +74,8 @@ from agentr1.rl.collapse import Collapse
 from agentr1.rl.critic import build_modules
 from agentr1.rl.distributed import Dist, no_sync
 from agentr1.rl.logprobs import forward_module, row_forward
-from agentr1.rl.losses import apply_kl_penalty, compute_policy_loss, entropy_bonus, kl_estimate, kl_loss, value_loss
+from agentr1.rl.losses import (apply_kl_penalty, behaviour_weights, compute_policy_loss, entropy_bonus, kl_estimate,
+                               kl_loss, value_loss)
 from agentr1.rl.masks import as_bool, build_token_rewards, masked_mean, select_masks
 from agentr1.rl.optim import Optimizers
 from agentr1.rl.sampling import Episodes, Sampling
@@ -105,6 +110,9 @@ class Trainer(Sampling, Optimizers, Resumable):
         self.params = self._params(run_params)  # saved with every checkpoint; a resume must match them
         check_train_config(tcfg, rollout_cfg, self.dist.world_size, self.dist.strategy,
                            has_start_checkpoint=self.model_path is not None)
+        if tcfg.off_policy.correction != "none" and "weights" not in inspect.signature(POLICY_LOSSES.get(tcfg.policy_loss)).parameters:
+            raise StageError(f"train.off_policy.correction: {tcfg.off_policy.correction} weighs the policy loss per "
+                             f"token, but policy loss {tcfg.policy_loss!r} takes no `weights`: add it, or set correction: none")
         self.policy = policy.to(self.dist.device)  # actor, frozen reference, critic, optimizers (DDP/FSDP-wrapped)
         self.actor, self.ref, self.critic, self.opt, self.critic_opt = build_modules(policy, tcfg, rollout_cfg, self.dist)
         # state that a checkpoint carries (agentr1.rl.state)
@@ -204,6 +212,9 @@ class Trainer(Sampling, Optimizers, Resumable):
             old = torch.where(as_bool(loss_mask), batch["logprobs"], torch.zeros(()))
         batch["old_logp"] = old
         stats: dict[str, float] = {}
+        if t.off_policy.correction == "decoupled":
+            batch["behaviour_weight"], w_st = behaviour_weights(old, batch["logprobs"], loss_mask, t.off_policy.weight_cap)
+            stats.update({f"train/{k}": float(v) for k, v in w_st.items()})
         if self.ref is not None:
             batch["ref_logp"] = self._row_forward(lambda i, a, m: self.ref(i, a, m)[0], batch, "loss_mask")
             kl_tok = kl_estimate(old, batch["ref_logp"], t.kl.estimator, loss_mask)
@@ -293,8 +304,9 @@ class Trainer(Sampling, Optimizers, Resumable):
         t, lm = self.tcfg, mb["loss_mask"]
         logp, ent = self.actor(mb["input_ids"], mb["attention_mask"], lm, with_entropy=True)
         agg = dict(agg_mode=t.agg_mode, denom=denom, norm_const=norm_const)
+        weights = {"weights": mb["behaviour_weight"]} if "behaviour_weight" in mb else {}
         pg, st = compute_policy_loss(t.policy_loss, logp, mb["old_logp"], mb["advantages"], lm, clip_low=t.clip_low,
-                                     clip_high=t.clip_high, dual_clip=t.dual_clip, **agg)
+                                     clip_high=t.clip_high, dual_clip=t.dual_clip, **agg, **weights)
         loss = pg
         stats = {"pg_loss": float(pg.detach())}
         for name in ("clipfrac", "approx_kl", "ratio_mean"):
