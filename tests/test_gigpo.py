@@ -191,3 +191,12 @@ def test_trainer_with_step_rows_and_gigpo_learns_the_toy_task(tok):
     h = hist[0]
     assert h["train/step_rows"] == 2 * 16 and h["train/step_group_shared"] >= 0.5
     assert 0.0 <= h["train/step_group_shared_later"] <= 1.0 and h["train/episode_adv_abs"] > 0
+
+
+def test_step_rows_are_refused_over_several_ranks():
+    from agentr1.errors import StageError
+    from agentr1.rl.checks import check_train_config
+
+    check_train_config(R.train_cfg(sample_unit="step"), R.rollout_cfg(), world=1)
+    with pytest.raises(StageError, match="sample_unit: step"):
+        check_train_config(R.train_cfg(sample_unit="step"), R.rollout_cfg(), world=2)

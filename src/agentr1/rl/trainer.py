@@ -110,7 +110,8 @@ class Trainer(Sampling, Optimizers, Resumable):
         self.params = self._params(run_params)  # saved with every checkpoint; a resume must match them
         check_train_config(tcfg, rollout_cfg, self.dist.world_size, self.dist.strategy,
                            has_start_checkpoint=self.model_path is not None)
-        if tcfg.off_policy.correction != "none" and "weights" not in inspect.signature(POLICY_LOSSES.get(tcfg.policy_loss)).parameters:
+        loss_params = inspect.signature(POLICY_LOSSES.get(tcfg.policy_loss)).parameters
+        if tcfg.off_policy.correction != "none" and "weights" not in loss_params:
             raise StageError(f"train.off_policy.correction: {tcfg.off_policy.correction} weighs the policy loss per "
                              f"token, but policy loss {tcfg.policy_loss!r} takes no `weights`: add it, or set correction: none")
         self.policy = policy.to(self.dist.device)  # actor, frozen reference, critic, optimizers (DDP/FSDP-wrapped)

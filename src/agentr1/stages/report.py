@@ -46,13 +46,13 @@ from typing import Any
 
 from agentr1.errors import StageError
 from agentr1.io import write_json_atomic, write_text_atomic
+from agentr1.registry import ESTIMATORS
 from agentr1.report import plots
 from agentr1.report.behaviour import behaviour, behaviour_summary, behaviour_tables
 from agentr1.report.foundation import foundation
 from agentr1.report.inputs import check_inputs, load_curve, load_evaluation
 from agentr1.report.methods import BASELINES, group_methods, report_baselines
 from agentr1.report.stats import AVG
-from agentr1.registry import ESTIMATORS
 from agentr1.report.summary import grpo_row, step_credit, summarize, summary_markdown
 from agentr1.report.tools import tools_section
 from agentr1.report.tables import (Diff, Row, ablation_pairs, breakdown, breakdown_tables, build_rows, compare,
