@@ -637,3 +637,4 @@ def test_gigpo_against_grpo_with_its_step_group_share(tmp_path):
     text = (tmp_path / "reports" / "summary.md").read_text()
     assert "- GiGPO (2 seed(s)) against GRPO (3), same cold start, paired bootstrap 95% CI: test 0.875 vs" in text
     assert "on average 60% of the turns after the first share their state" in text
+    assert (tmp_path / "reports" / "plots" / "step_credit.png").stat().st_size > 1000

@@ -29,7 +29,8 @@ that writes it. Runs are grouped into methods (seeds) and ablations by
 * ``curves.csv`` - long-format learning curves (run, method, step, reward, dev_em, tool_calls; DVC
   plots);
 * ``plots/learning_curves.png`` (rollout reward, dev EM and tool calls per rollout episode over RL
-  steps), ``plots/em_bars.png``, ``plots/ablations.png``.
+  steps), ``plots/em_bars.png``, ``plots/ablations.png``, ``plots/step_credit.png`` (the curves of GRPO and
+  of the step-level methods, GiGPO, alone).
 
 All numbers are computed before anything is written; each file is written atomically. With
 ``tracking.enabled`` the Table 3 numbers are logged to the stage's MLflow run ``report`` and the
@@ -171,6 +172,9 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     plots.learning_curves(curves, method_of, plot_dir / "learning_curves.png")
     plots.em_bars(rows, splits, metric, ci, plot_dir / "em_bars.png")
     plots.ablations(rows, splits, metric, ci, plot_dir / "ablations.png")
+    grpo = grpo_row(rows)  # GRPO's and the step-level methods' curves alone (every run's without GRPO)
+    pair = {*([grpo.label] if grpo is not None else []), *facts["step_credit"]} or set(method_of.values())
+    plots.learning_curves([c for c in curves if method_of[c.run] in pair], method_of, plot_dir / "step_credit.png")
     for name, text in texts.items():
         write_text_atomic(out / name, text)
     write_json_atomic(out / "report.json", report)
