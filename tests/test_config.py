@@ -20,7 +20,7 @@ def test_repo_params_load_and_match_defaults(repo_root: Path) -> None:
     # params.yaml states the defaults explicitly: it must not drift from agentr1.config.
     assert cfg.model_dump(exclude={"runs", "sft_reference"}) == Config().model_dump(exclude={"runs", "sft_reference"})
     # ... except the named runs and the reference cold start, named variants that live in params.yaml only
-    assert Config().runs == {} and cfg.train_for("ppo").estimator == "gae" and len(cfg.runs) == 11
+    assert Config().runs == {} and cfg.train_for("ppo").estimator == "gae" and len(cfg.runs) == 14
     assert Config().sft_reference is None and cfg.sft_for("reference").oracle_noise == 0.2
     assert cfg.train_for("grpo_reference").cold_start == "reference"
 

@@ -200,3 +200,22 @@ def test_step_rows_are_refused_over_several_ranks():
     check_train_config(R.train_cfg(sample_unit="step"), R.rollout_cfg(), world=1)
     with pytest.raises(StageError, match="sample_unit: step"):
         check_train_config(R.train_cfg(sample_unit="step"), R.rollout_cfg(), world=2)
+
+
+def test_gae_must_run_on_trajectories_before_the_rows_are_cut():
+    """Where the two representations must differ: GAE (a critic's values) on separate turn rows ends
+    each turn's chain at the turn (the last token terminal, next value 0), so the first turn loses
+    the bootstrap from the second turn's value and reward; on the whole trajectory it carries across
+    the observation. The trainer therefore computes advantages on trajectories, then cuts the rows
+    (the last turn's advantages agree either way)."""
+    from agentr1.rl.advantages import gae
+
+    ids, act, r = episode_batch([[([5, 6], OBS_A), ([7, 8], [])]], [1.0])
+    values = torch.linspace(0.1, 0.8, ids.shape[1]).unsqueeze(0)
+    traj_adv, _ = gae(r, values, act, gamma=0.9, lam=0.8, whiten=False)
+    rows = step_rows({"input_ids": ids, "attention_mask": torch.ones_like(ids), "action_mask": act, "adv_mask": act,
+                      "token_rewards": r, "values": values}, turn_index(act))
+    row_adv, _ = gae(rows["token_rewards"], rows["values"], rows["adv_mask"], gamma=0.9, lam=0.8, whiten=False)
+    first, last = rows["adv_mask"][0].bool(), rows["adv_mask"][1].bool()
+    assert torch.allclose(row_adv[1][last], traj_adv[0][last])
+    assert not torch.allclose(row_adv[0][first], traj_adv[0][first])
