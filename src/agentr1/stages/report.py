@@ -107,17 +107,16 @@ def before(cfg, args: Any = None) -> None:
     check_inputs(Path(cfg.evaluate.out_dir), Path(cfg.train.out_dir), runs, list(report_baselines(cfg.sft_reference is not None)))
 
 
-def _stepwise_inputs(rows: list[Row], methods, curves, splits, samples: int, ci: float, seed: int):
+def _stepwise_inputs(rows: list[Row], curves, splits, samples: int, ci: float, seed: int):
     """For :func:`agentr1.report.summary.step_credit`: each full-mask step-level method's paired
     differences against plain GRPO from the same cold start, and its runs' mean step-group share."""
     grpo = grpo_row(rows)
     stepwise = [r for r in rows if r.kind == "rl" and r.method is not None and grpo is not None
                 and ESTIMATORS.spec(r.method.estimator).meta.get("stepwise") and r.method.cold_start == grpo.method.cold_start]
     diffs = {r.label: compare(r, grpo, splits, samples, ci, seed) for r in stepwise}
-    runs_of = {m.label: set(m.runs) for m in methods}
     shared = {}
     for r in stepwise:
-        vals = [v for c in curves if c.run in runs_of[r.label] for v in c.step_group_shared if v is not None]
+        vals = [v for c in curves if c.run in r.runs for v in c.step_group_shared if v is not None]
         shared[r.label] = sum(vals) / len(vals) if vals else None
     return diffs, shared
 
@@ -141,7 +140,7 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     facts = summarize(rows, vs_baselines, ablation_diffs, splits, metric, ci)
     method_of = {run: m.label for m in methods for run in m.runs}
     curves = [load_curve(runs_dir, run) for m in methods for run in m.runs]
-    facts["step_credit"], lines = step_credit(rows, *_stepwise_inputs(rows, methods, curves, splits, samples, ci, seed),
+    facts["step_credit"], lines = step_credit(rows, *_stepwise_inputs(rows, curves, splits, samples, ci, seed),
                                               splits, ci)
     facts["lines"] += lines
     bh = behaviour(rows, evals, splits)
