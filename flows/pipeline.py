@@ -52,7 +52,7 @@ MD_ROWS_PER_FILE = 40
 
 
 def repro_run_name(parameters: dict[str, Any]) -> str:
-    """Task run name: ``dvc repro train@ppo`` (or several targets), ``dvc repro (all stages)``."""
+    """Task run name: ``dvc repro train@ppo-0`` (or several targets), ``dvc repro (all stages)``."""
     target = parameters.get("target")
     targets = [target] if isinstance(target, str) else list(target or [])
     return "dvc repro " + (" ".join(targets) if targets else "(all stages)")
@@ -230,7 +230,7 @@ def pipeline(
 
     Args:
         project_dir: the DVC project (repository root) to run in.
-        targets: DVC targets (stage names such as ``validate`` or ``train@grpo``), reproduced in
+        targets: DVC targets (stage names such as ``validate`` or ``train@grpo-0``), reproduced in
             order with their upstream stages; empty = the whole pipeline.
         force: ``dvc repro --force`` (rerun even if nothing changed).
         push: ``dvc push`` the targets' outputs to the DVC remote afterwards; the flow fails

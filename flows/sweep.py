@@ -6,8 +6,9 @@ copy of the repository, so a sweep never runs concurrent ``dvc repro`` in one wo
 waits for the queue, collects ``dvc exp show --json`` into a table artifact (one row per
 experiment: its overrides and metrics), and fails with the logs of any failed experiment.
 
-Named runs are DVC targets such as ``train@grpo`` / ``evaluate@grpo`` (the ``foreach`` stages);
-no target = the whole pipeline. Example::
+Named runs are DVC targets such as ``train@grpo-0`` / ``evaluate@grpo-0`` (the matrix stages: run x
+params ``seeds``); no target = the whole pipeline. ``--seed`` sets the top-level ``seed`` (the data's
+too); the training seeds are params ``seeds`` (``-S 'seeds=[3,4,5]'``). Example::
 
     python -m flows.sweep --target validate --seed 0 --seed 1 -S data.hops.max=3 -S data.hops.max=4
 """
@@ -176,7 +177,7 @@ def sweep(
 
     Args:
         project_dir: the DVC project (a git repository) to run in.
-        targets: DVC targets per experiment (named runs, e.g. ``evaluate@grpo``); none = all.
+        targets: DVC targets per experiment (replicas, e.g. ``evaluate@grpo-0``); none = all.
         seeds: values of the top-level ``seed`` param (default ``[0]``).
         overrides: param path -> list of values, crossed into a grid, e.g.
             ``{"rl.lr": [1e-5, 3e-5], "reward.metric": ["em", "f1"]}``.

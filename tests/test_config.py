@@ -20,9 +20,13 @@ def test_repo_params_load_and_match_defaults(repo_root: Path) -> None:
     # params.yaml states the defaults explicitly: it must not drift from agentr1.config.
     assert cfg.model_dump(exclude={"runs", "sft_reference"}) == Config().model_dump(exclude={"runs", "sft_reference"})
     # ... except the named runs and the reference cold start, named variants that live in params.yaml only
-    assert Config().runs == {} and cfg.train_for("ppo").estimator == "gae" and len(cfg.runs) == 14
+    assert Config().runs == {} and cfg.train_for("ppo").estimator == "gae" and len(cfg.runs) == 8
     assert Config().sft_reference is None and cfg.sft_for("reference").oracle_noise == 0.2
-    assert cfg.train_for("grpo_reference").cold_start == "reference"
+    from agentr1.profiles import load_profile
+
+    extended = load_profile("extended", repo_root / "params.yaml").cfg  # the rows the 45-minute default leaves out
+    assert extended.train_for("grpo_reference-1").cold_start == "reference" and extended.train_for("gigpo").estimator == "gigpo"
+    assert set(extended.runs) == set(cfg.runs) | {"gigpo", "grpo_reference"} and extended.seeds == cfg.seeds
 
 
 def test_unknown_key_names_its_path() -> None:
@@ -194,7 +198,7 @@ def test_params_file_that_is_not_utf8_or_a_directory(tmp_path: Path, capsys) -> 
 
 
 @pytest.mark.parametrize("setting, message", [
-    ("train.steps.x=1", r"--set train\.steps\.x=1: train\.steps is 40, not a mapping"),
+    ("train.steps.x=1", r"--set train\.steps\.x=1: train\.steps is 8, not a mapping"),
     ("env.tools.x=1", r"--set env\.tools\.x=1: env\.tools is a list, not a mapping"),
     ("train..lr=1", r"--set train\.\.lr=1: empty key"),
     ("train.lr=[1", r"--set train\.lr=\[1: the value is not valid YAML"),

@@ -78,6 +78,15 @@ def test_every_question_is_answered_by_its_own_passages(world):
 def test_too_small_a_world_names_the_params():
     with pytest.raises(ValueError, match=r"train\.fresh\.families=2 .* train\.fresh\.questions=400"):
         make_world(SMALL, 0, 2, 400, 0)
+    with pytest.raises(ValueError, match=r"sft\.fresh\.families=2 .* sft\.fresh\.questions=400"):
+        make_world(SMALL, 0, 2, 400, 0, param="sft.fresh")
+
+
+def test_too_large_a_world_names_its_own_param_not_pretrainings():
+    """Issue 48 item 3: more clusters than the name inventory holds blamed pretrain.world_families."""
+    with pytest.raises(ValueError, match=r"lower train\.fresh\.families") as exc:
+        make_world(SMALL, 0, 5000, 96, 0)
+    assert "pretrain" not in str(exc.value)
 
 
 def test_config_refuses_a_world_smaller_than_a_step():

@@ -1,17 +1,24 @@
 """Pinned CPU numerics (agentr1.numerics): one short training gives the same weights whatever
-kernel capability the host's environment asks for."""
+kernel capability the host's environment asks for, and the kernels a training step uses give this
+machine the bits of the committed fingerprint of its CPU vendor (scripts/numerics_fingerprint.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from agentr1 import cli
-from agentr1.numerics import PINNED, SWITCH, pin_cpu_numerics
+from agentr1.numerics import PINNED, PINS, SWITCH, pin_cpu_numerics
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import numerics_fingerprint as fp  # noqa: E402
 
 # A short training in a fresh process (the kernel settings are read when torch loads): the same
 # pin_cpu_numerics() call that `agentr1 <stage>` makes first, then 4 AdamW steps of a small Llama
@@ -59,13 +66,15 @@ def test_pin_sets_every_variable_and_native_leaves_the_environment_alone():
     env = {"ATEN_CPU_CAPABILITY": "avx512"}
     assert pin_cpu_numerics(env) == PINNED
     assert env["ATEN_CPU_CAPABILITY"] == "avx2" and env["MKL_CBWR"] == "AVX2,STRICT" and env["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    portable = {SWITCH: "portable", "MKL_CBWR": "AUTO"}
+    assert pin_cpu_numerics(portable) == PINS["portable"] and portable["MKL_CBWR"] == "COMPATIBLE"
     native = {SWITCH: "native", "ATEN_CPU_CAPABILITY": "avx512"}
     assert pin_cpu_numerics(native) == {}
     assert native == {SWITCH: "native", "ATEN_CPU_CAPABILITY": "avx512"}
 
 
 def test_unknown_mode_names_the_variable_and_the_allowed_values(monkeypatch, capsys):
-    with pytest.raises(ValueError, match="AGENTR1_CPU_NUMERICS='avx9'.*avx2, native"):
+    with pytest.raises(ValueError, match="AGENTR1_CPU_NUMERICS='avx9'.*avx2, portable, native"):
         pin_cpu_numerics({SWITCH: "avx9"})
     monkeypatch.setenv(SWITCH, "avx9")
     assert cli.main(["prepare"]) == 2
@@ -108,3 +117,38 @@ def _intel_avx512_host() -> bool:
         return False
     flags = next((line for line in info.splitlines() if line.startswith("flags")), "")
     return "GenuineIntel" in info and " avx512f" in flags
+
+
+@pytest.mark.parametrize("pin", sorted(PINS))
+def test_the_kernels_of_a_training_step_give_the_committed_bits_of_this_cpu_vendor(pin):
+    """scripts/numerics_fingerprint.py under each pin, in a fresh process, against the committed
+    tests/data/numerics/<vendor>-<pin>.json (made on an AMD EPYC; identical on Zen 3 and Zen 4). A
+    vendor without a committed file is skipped with the command that makes one: under the avx2
+    pin Intel and AMD CPUs run different MKL branches (agentr1.numerics), so AMD's file says nothing
+    about an Intel CPU."""
+    vendor = fp.cpu_info()["vendor_id"]
+    ref = fp.reference_file(vendor, pin)
+    if not ref.is_file():
+        pytest.skip(f"no committed fingerprint for {vendor} under pin {pin}: `python scripts/numerics_fingerprint.py "
+                    f"--pin {pin} --write` makes {ref.relative_to(ROOT)}")
+    env = {k: v for k, v in os.environ.items() if k not in PINNED and k != SWITCH}
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "numerics_fingerprint.py"), "--pin", pin],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    mine = json.loads(out.stdout)
+    assert mine["pinned"] == PINS[pin] and mine["cpu_capability"] == "AVX2"
+    theirs = json.loads(ref.read_text())["hashes"]
+    assert sorted(mine["hashes"]) == sorted(theirs)
+    assert fp.differing(mine["hashes"], theirs) == [], f"kernels that give other bits than {ref.name}"
+
+
+def test_the_two_pins_differ_exactly_in_what_mkl_computes():
+    """The committed AMD fingerprints: the portable pin (MKL COMPATIBLE) changes the matrix products
+    and what is built on them (SDPA, the training steps), never torch's own elementwise, reduction,
+    softmax or norm kernels."""
+    files = {pin: fp.reference_file("AuthenticAMD", pin) for pin in PINS}
+    hashes = {pin: json.loads(f.read_text())["hashes"] for pin, f in files.items()}
+    differ = {k.split("@")[0] for k in fp.differing(hashes["avx2"], hashes["portable"])}
+    mkl = {"matmul", "matmul_square", "matmul_transposed", "bmm", "linear", "sdpa_causal", "mlp_loss", "mlp_grads",
+           "mlp_adamw", "llama_logits", "llama_grads", "llama_adamw"}
+    assert differ == mkl

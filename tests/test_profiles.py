@@ -90,15 +90,16 @@ def test_paper_profile_holds_the_paper_hyper_parameters():
 def test_paper_dry_run_lists_every_stage_with_torchrun_and_vllm(capsys):
     rc, out, err = run_cli(["profile", "paper", "--dry-run"], capsys)
     assert rc == 0, err
-    stages = ["prepare", "validate", "index", "pretrain", "sft", "sft_reference", *[f"train@{r}" for r in PAPER_RUNS],
-              *[f"evaluate@{r}" for r in PAPER_RUNS], *[f"evaluate_baseline@{b}" for b in BASELINES], "report"]
+    replicas = [f"{r}-{s}" for r in PAPER_RUNS for s in (0, 1, 2)]  # every run x params.yaml's seeds
+    stages = ["prepare", "validate", "index", "pretrain", "sft", "sft_reference", *[f"train@{r}" for r in replicas],
+              *[f"evaluate@{r}" for r in replicas], *[f"evaluate_baseline@{b}" for b in BASELINES], "report"]
     lines = out.splitlines()
     start = lines.index(next(x for x in lines if x.startswith("stages (")))
     listed = [x.split()[0] for x in lines[start + 1:] if x.startswith("  ") and x.split()]
     assert listed[: len(stages)] == stages
-    for run in PAPER_RUNS:
-        assert f"torchrun --nproc_per_node 4 -m agentr1.cli train --run-name {run}" in out
-        assert f"agentr1 evaluate --policy {run}" in out
+    for run in replicas:
+        assert f"torchrun --nproc_per_node 4 -m agentr1.cli train --run-name {run}\n" in out + "\n"
+        assert f"agentr1 evaluate --policy {run}\n" in out + "\n"
     assert "agentr1 train --run " not in out
     assert "rollout    backend vllm" in out
     for text in ("hf Qwen/Qwen2.5-3B-Instruct", "lr actor 1e-06 / critic 1e-05", "kl loss 0.001",
@@ -111,12 +112,12 @@ def test_paper_dry_run_lists_every_stage_with_torchrun_and_vllm(capsys):
 def test_smol_dry_run_single_process_and_world_size_check(capsys):
     rc, out, _ = run_cli(["profile", "smol", "--dry-run"], capsys)
     assert rc == 0
-    assert "agentr1 train --run grpo" in out and "agentr1 train --run ppo" in out
-    assert "torchrun" not in out and "train@rloo" not in out
+    assert "agentr1 train --run grpo-0" in out and "agentr1 train --run ppo-0" in out  # smol: seeds [0]
+    assert "train@grpo-1" not in out and "torchrun" not in out and "train@rloo" not in out
     rc, out, err = run_cli(["profile", "smol", "--dry-run", "--nproc-per-node", "3"], capsys)
     assert rc != 0  # an error the dry run reports fails it (the environment notes under "checks" do not)
-    assert "torchrun --nproc_per_node 3 -m agentr1.cli train --run-name grpo" in out
-    assert "train@ppo, train@grpo (world size 3): the trainer refuses this config" in out
+    assert "torchrun --nproc_per_node 3 -m agentr1.cli train --run-name grpo-0" in out
+    assert "train@ppo-<seed>, train@grpo-<seed> (world size 3): the trainer refuses this config" in out
     assert "must divide by the world size (3)" in out
     assert "errors (the pipeline would fail):" in out and "1 error" in err
 
@@ -258,7 +259,7 @@ def test_invalid_profiles_are_config_errors(tmp_path, text, message):
 
 
 def test_unknown_profile_lists_the_available_ones():
-    with pytest.raises(ConfigError, match=r"profile 'tiny' not found.*available: nano, paper, real, smol, tools"):
+    with pytest.raises(ConfigError, match=r"profile 'tiny' not found.*available: extended, nano, paper, real, smol, tools"):
         load_profile("tiny", PARAMS)
     assert load_profile("nano", PARAMS).raw == yaml.safe_load(PARAMS.read_text())
 

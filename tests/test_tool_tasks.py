@@ -246,13 +246,15 @@ def test_report_tools_section_per_type_cis_calls_and_rl_vs_cold_start():
     by_tool = {"calculator": {"calls": 1.0, "success_rate": 1.0, "episodes": 1.0}}
     evals = {r.label: Evaluation(r.label, r.kind, metrics={"splits": {"test": {"by_type": {
         "arithmetic": {"by_tool": by_tool}, "multi_tool": {"by_tool": by_tool}}}}}) for r in (cold, rl)}
-    data, md = tools_section([cold, rl], evals, ["test"], "em", 200, 0.95, 0)
+    data, md = tools_section([cold, rl], evals, ["test"], "em", 200, 0.95, 0, min_seeds=1)
     assert data["groups"] == ["test/arithmetic", "test/multi_tool"]
     cell = data["policies"]["grpo"]["test/arithmetic"]
     assert cell["mean"] == 1.0 and cell["n"] == 40 and cell["by_tool"]["calculator"]["calls"] == 1.0
     assert data["vs_cold_start"]["grpo"]["test/arithmetic"]["beyond_noise"] is True
     assert data["vs_cold_start"]["grpo"]["test/multi_tool"]["beyond_noise"] is False
     assert "calculator 1.00 (ok 1.00)" in md and "beyond noise" in md
+    one_seed, _ = tools_section([cold, rl], evals, ["test"], "em", 200, 0.95, 0)  # report.min_seeds 3: one run
+    assert one_seed["vs_cold_start"]["grpo"]["test/arithmetic"]["verdict"] == "not judged"
     only_bridge = row("cold_start", "baseline", [0.0] * 100)
     only_bridge.questions["test"] = {k: Question("test", k, "bridge", 2, 0.0) for k in only_bridge.scores["test"]}
     assert tools_section([only_bridge], evals, ["test"], "em", 200, 0.95, 0) is None

@@ -48,6 +48,7 @@ PARAMS = deep_merge(TINY_PARAMS, {
     "tracking": {"trace_sample": 2},
 })
 PARAMS["runs"] = RUNS
+PARAMS["seeds"] = [0]  # one replica per run (train@ppo-0, ...): the mechanics, not the statistics
 REPRO_TIMEOUT_S = 2400  # 12 stage processes: ~4 min on 2 idle cores, far more when they are shared
 # what a reconstructed run cannot have: wall times no output keeps, the trainer's live metrics beyond curve.csv
 LIVE_ONLY = {"prepare": {"prepare/build_s", "prepare/total_s"}, "validate": {"validate/seconds"}}
@@ -64,11 +65,14 @@ def tiny_dvc_yaml() -> dict:
 
 
 def lock_keys(stages: dict) -> list[str]:
-    """The ``dvc.lock`` keys ``dvc repro`` of ``stages`` writes (a foreach stage: one per key)."""
+    """The ``dvc.lock`` keys ``dvc repro`` of ``stages`` writes (a foreach stage: one per key; the
+    runs x seeds matrix: one per replica ``<run>-<seed>``)."""
     keys = []
     for name, stage in stages.items():
+        if "matrix" in stage:
+            keys += [f"{name}@{r}-{s}" for r in RUNS for s in PARAMS["seeds"]]
+            continue
         items = stage.get("foreach")
-        items = RUNS if items == "${runs}" else items
         keys += [f"{name}@{k}" for k in items] if items else [name]
     return keys
 
@@ -133,7 +137,7 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     sh(["dvc", "repro"], root, extra_env=env, timeout=REPRO_TIMEOUT_S)
     keys = list(yaml.safe_load((root / "dvc.lock").read_text())["stages"])
     assert sorted(keys) == sorted(lock_keys(stages)) and len(keys) >= 12  # every stage ran
-    assert {"train@ppo", "evaluate@grpo", "evaluate_baseline@naive_rag", "report"} <= set(keys)
+    assert {"train@ppo-0", "evaluate@grpo-0", "evaluate_baseline@naive_rag", "report"} <= set(keys)
     return root, env, keys
 
 
@@ -167,7 +171,7 @@ def test_fresh_clone_gets_one_run_per_stage_with_the_live_runs_contents(project,
     lives = {k: v[0] for k, v in stage_runs(live).items()}
     assert sorted(lives) == sorted(keys)
     same_tags = ("agentr1.stage", "agentr1.role", "agentr1.run_name", "agentr1.pipeline_id", "agentr1.git_sha",
-                 "agentr1.params_hash", "agentr1.profile", "agentr1.seed", "agentr1.variant", "agentr1.estimator",
+                 "agentr1.params_hash", "agentr1.profile", "agentr1.seed", "agentr1.variant", "agentr1.run", "agentr1.estimator",
                  "agentr1.masks", "agentr1.policy", "agentr1.policy_kind", "agentr1.eval_data", "agentr1.checkpoint_sha256")
     for key in keys:
         a, b = lives[key], runs[key]
@@ -181,8 +185,8 @@ def test_fresh_clone_gets_one_run_per_stage_with_the_live_runs_contents(project,
         assert set(a.data.metrics) - live_only == set(b.data.metrics), key
         for m, v in b.data.metrics.items():
             assert math.isclose(v, a.data.metrics[m], rel_tol=1e-5, abs_tol=1e-6), (key, m)
-    for key, metric in (("sft", "sft/loss"), ("pretrain", "pretrain/loss"), ("pretrain", "gate/dev.one_hop"), ("train@grpo", "rollout/reward"),
-                        ("train@grpo", "dev/em")):  # the curves, step by step
+    for key, metric in (("sft", "sft/loss"), ("pretrain", "pretrain/loss"), ("pretrain", "gate/dev.one_hop"), ("train@grpo-0", "rollout/reward"),
+                        ("train@grpo-0", "dev/em")):  # the curves, step by step
         hist = [[(m.step, round(m.value, 6)) for m in client_of(e)[0].get_metric_history(r[key].info.run_id, metric)]
                 for e, r in ((live, lives), (env, runs))]
         assert hist[0] == hist[1] and len(hist[0]) >= 2, (key, metric)
@@ -191,14 +195,14 @@ def test_fresh_clone_gets_one_run_per_stage_with_the_live_runs_contents(project,
     table3 = {k: v for k, v in runs["report"].data.metrics.items() if k.startswith("table3/")}
     assert table3 and {k: v for k, v in parent.data.metrics.items() if k.startswith("table3/")} == table3
     assert "report/table3.md" in {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
-    for key in ("evaluate@ppo", "evaluate_baseline@naive_rag"):
+    for key in ("evaluate@ppo-0", "evaluate_baseline@naive_rag"):
         rebuilt = traces_of(env, runs[key].info.run_id)
         assert len(rebuilt) == 4 and {s for s, _ in rebuilt} == {"test", "ood"}  # trace_sample 2 per split
         assert rebuilt == traces_of(live, lives[key].info.run_id), key
-    table = json.loads(Path(client.download_artifacts(runs["evaluate@grpo"].info.run_id, "eval/test_episodes.json",
+    table = json.loads(Path(client.download_artifacts(runs["evaluate@grpo-0"].info.run_id, "eval/test_episodes.json",
                                                       str(root.parent))).read_text())
     ids = [row[table["columns"].index("id")] for row in table["data"]]
-    episodes = [json.loads(x) for x in (root / "data/eval/grpo/episodes.jsonl").read_text().splitlines()]
+    episodes = [json.loads(x) for x in (root / "data/eval/grpo-0/episodes.jsonl").read_text().splitlines()]
     assert sorted(ids) == sorted(e["id"] for e in episodes if e["split"] == "test")
 
 
@@ -207,9 +211,9 @@ def test_fresh_clone_registry_has_the_versions_and_aliases_the_gate_sets(project
     env, out = fresh
     versions, aliases = registry(env)
     by_variant = {v.tags["agentr1.variant"]: v for v in versions}
-    assert sorted(by_variant) == ["cold_start", "grpo", "ppo"] and len(versions) == 3  # the RL policies + the cold start
+    assert sorted(by_variant) == ["cold_start", "grpo-0", "ppo-0"] and len(versions) == 3  # the RL replicas + the cold start
     runs = {k: v[0] for k, v in stage_runs(env).items()}
-    for name in RUNS:  # provenance: the train@ run of the same store, the checkpoint digest
+    for name in (f"{r}-0" for r in RUNS):  # provenance: the train@ run of the same store, the checkpoint digest
         v = by_variant[name]
         assert v.tags["agentr1.train_run_id"] == runs[f"train@{name}"].info.run_id
         assert v.tags["agentr1.checkpoint_sha256"] == runs[f"train@{name}"].data.tags["agentr1.checkpoint_sha256"]

@@ -238,29 +238,31 @@ def test_output_hashes_tagged_and_parent_lasts_the_pipeline(sqlite_store, tmp_pa
 
 
 def test_variant_runs_log_their_effective_config(sqlite_store) -> None:
-    """train@ppo and train@grpo_s1 log the run's merged train section and seed, so MLflow's
-    "show diff only" lists the estimator and the seed; the provenance stays the params file's."""
+    """train@ppo-0 and train@grpo-1 log the run's merged train section and seed, so MLflow's
+    "show diff only" lists the estimator and the seed, and tag the run the replica belongs to
+    (agentr1.run: the seeds of one method); the provenance stays the params file's."""
     from mlflow import MlflowClient
 
     from agentr1.tracking import stage_run
 
     uri, art = sqlite_store
     cfg = tracking_cfg(uri, art, parent_run=False)
-    cfg.runs = {"ppo": {"estimator": "gae"}, "grpo_s1": {"estimator": "grpo", "seed": 1},
+    cfg.runs = {"ppo": {"estimator": "gae"}, "grpo": {"estimator": "grpo"},
                 "ppo_no_adv_no_loss_mask": {"estimator": "gae", "advantage_mask": False, "loss_mask": False}}
     got = {}
-    for variant in ("ppo", "grpo_s1", "ppo_no_adv_no_loss_mask"):
+    for variant in ("ppo-0", "grpo-1", "ppo_no_adv_no_loss_mask-0"):
         with stage_run(cfg, "train", run_name=f"train@{variant}", variant=variant) as run:
             pass
         got[variant] = MlflowClient(tracking_uri=uri).get_run(run.run_id).data
-    ppo, grpo, ablation = got["ppo"], got["grpo_s1"], got["ppo_no_adv_no_loss_mask"]
+    ppo, grpo, ablation = got["ppo-0"], got["grpo-1"], got["ppo_no_adv_no_loss_mask-0"]
     assert ppo.params["train.estimator"] == "gae" and grpo.params["train.estimator"] == "grpo"
     assert ppo.params["seed"] == "0" and grpo.params["seed"] == "1" and grpo.tags["agentr1.seed"] == "1"
     assert ablation.params["train.loss_mask"] == "false" and ablation.params["train.advantage_mask"] == "false"
     diff = {k for k in ppo.params if ppo.params[k] != grpo.params.get(k)}
     assert {"train.estimator", "seed", "train.seed"} <= diff
-    assert {k: ppo.tags[k] for k in ("agentr1.variant", "agentr1.estimator", "agentr1.masks")} == {
-        "agentr1.variant": "ppo", "agentr1.estimator": "gae", "agentr1.masks": "loss+advantage"}
+    assert {k: ppo.tags[k] for k in ("agentr1.variant", "agentr1.run", "agentr1.estimator", "agentr1.masks")} == {
+        "agentr1.variant": "ppo-0", "agentr1.run": "ppo", "agentr1.estimator": "gae", "agentr1.masks": "loss+advantage"}
+    assert grpo.tags["agentr1.run"] == "grpo"
     assert ablation.tags["agentr1.masks"] == "none" and grpo.tags["agentr1.estimator"] == "grpo"
     assert ppo.tags["agentr1.params_hash"] == grpo.tags["agentr1.params_hash"] == cfg.section_hash()
 

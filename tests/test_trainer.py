@@ -279,9 +279,9 @@ def test_lr_schedule_is_applied_per_optimizer_step(tok):
 def test_named_runs_merge_into_train(repo_root):
     cfg = load_config(repo_root / "params.yaml")  # the named runs live there only (Config().runs is empty)
     assert set(cfg.runs) == {"ppo", "grpo", "reinforce_pp", "reinforce_pp_baseline", "rloo", "ppo_no_adv_mask",
-                             "ppo_no_adv_no_loss_mask", "grpo_no_loss_mask", "grpo_s1", "grpo_s2", "grpo_reference", "gigpo",
-                             "gigpo_s1", "gigpo_s2"}
-    assert cfg.train_for("grpo_s2").seed == 2 and cfg.train_for("grpo").seed is None  # None = the top-level seed
+                             "ppo_no_adv_no_loss_mask", "grpo_no_loss_mask"}  # + gigpo, grpo_reference: profiles/extended.yaml
+    assert cfg.seeds == [0, 1, 2] and len(cfg.replicas()) == 24  # every run x every seed: train@<run>-<seed>
+    assert cfg.train_for("grpo-2").seed == 2 and cfg.train_for("grpo").seed is None  # None = the top-level seed
     t = cfg.train_for("ppo_no_adv_no_loss_mask")
     assert (t.estimator, t.advantage_mask, t.loss_mask, t.lr) == ("gae", False, False, cfg.train.lr)
     assert cfg.train_for("grpo").estimator == "grpo"

@@ -54,7 +54,7 @@ def bad_trajectory(qid: str = "q2") -> Trajectory:
 
 
 def tracking_cfg(uri: str, artifact_root: Path, **tracking) -> Config:
-    """Default config with the repository's named runs (params ``runs``: ppo, grpo_s1, ...),
+    """Default config with the repository's named runs and seeds (params ``runs``: ppo, grpo, ...; ``seeds``),
     pointed at ``uri`` (artifacts of a SQLite store under ``artifact_root``)."""
     import yaml
 
@@ -62,6 +62,7 @@ def tracking_cfg(uri: str, artifact_root: Path, **tracking) -> Config:
     cfg = Config()
     cfg.sft_reference = params["sft_reference"]  # before the runs: one of them starts from the reference
     cfg.runs = params["runs"]
+    cfg.seeds = params["seeds"]
     cfg.tracking.uri = uri
     cfg.tracking.artifact_root = str(artifact_root)
     for key, value in tracking.items():
@@ -72,7 +73,7 @@ def tracking_cfg(uri: str, artifact_root: Path, **tracking) -> Config:
 def make_checkpoint(path: Path) -> Path:
     """A scratch Llama (hidden 16, one layer) + its BPE tokenizer saved as safetensors."""
     from agentr1.config import ScratchModelConfig
-    from agentr1.models.loading import save_checkpoint
+    from agentr1.models import save_checkpoint
     from agentr1.models.scratch import build_scratch_model, train_tokenizer
 
     texts = [PROMPT, TURN0, OBS0, TURN1] * 20

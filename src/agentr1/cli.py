@@ -114,7 +114,7 @@ def check_stage_destinations(stage: str, cfg: Any, args: Any = None) -> None:
     """:class:`StageError` naming the field and path when a folder ``stage`` writes
     (:data:`STAGE_DESTINATIONS`) or, with tracking on a local store, the artifact root could not
     be written: before the stage's work (an evaluation's rollouts), not after it."""
-    if stage == "train" and getattr(args, "run", None) in cfg.runs:
+    if stage == "train" and getattr(args, "run", None) and cfg.is_run(args.run):
         cfg = cfg.for_run(args.run)  # a run may set its own train.out_dir
     default = ((f"{stage}.out_dir", False),) if hasattr(getattr(cfg, stage, None), "out_dir") else ()
     for dotted, replaced in STAGE_DESTINATIONS.get(stage, default):

@@ -39,6 +39,7 @@ is refused (merging would keep that profile's keys the new one does not set).
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import math
 import re
 import shlex
@@ -258,6 +259,20 @@ def _foreach_items(spec: Any, raw: dict[str, Any], stage: str) -> list[tuple[str
     raise ConfigError(f"dvc.yaml: stage {stage}: foreach must resolve to a list or mapping (got {type(spec).__name__})")
 
 
+def _matrix_items(spec: Any, raw: dict[str, Any], stage: str) -> list[tuple[str, dict[str, Any]]]:
+    """DVC's ``matrix`` expansion: the cross product of each key's values (a ``${param}`` list, or a
+    mapping whose keys are the values), named by the values joined with ``-`` (``train@grpo-1``)."""
+    if not isinstance(spec, dict) or not spec:
+        raise ConfigError(f"dvc.yaml: stage {stage}: matrix must be a mapping of names to lists")
+    axes = []
+    for dim, values in spec.items():
+        items = _foreach_items(values, raw, stage)
+        if not all(isinstance(v, (str, int, float, bool)) or isinstance(v, dict) for _, v in items):
+            raise ConfigError(f"dvc.yaml: stage {stage}: matrix {dim} holds values `agentr1 profile` cannot name")
+        axes.append([(dim, key) for key, _ in items])
+    return [("-".join(str(v) for _, v in combo), dict(combo)) for combo in itertools.product(*axes)]
+
+
 def _cmd_text(cmd: Any) -> str:
     return " && ".join(cmd) if isinstance(cmd, list) else str(cmd)
 
@@ -271,14 +286,15 @@ def torchrun_cmd(cmd: str, nproc: int) -> str:
 
 
 def stage_commands(dvc: dict[str, Any], raw: dict[str, Any], nproc: int = 1) -> list[tuple[str, str]]:
-    """``(stage, command)`` for every stage of a parsed ``dvc.yaml``, in file order, ``foreach``
-    expanded (``name@key``) over ``raw`` params; ``agentr1 train`` commands under torchrun when
+    """``(stage, command)`` for every stage of a parsed ``dvc.yaml``, in file order, ``foreach`` and
+    ``matrix`` expanded (``name@key``, ``name@<values joined by ->``) over ``raw`` params; ``agentr1 train`` commands under torchrun when
     ``nproc`` > 1."""
     out: list[tuple[str, str]] = []
     for name, stage in (dvc.get("stages") or {}).items():
         if "matrix" in stage:
-            raise ConfigError(f"dvc.yaml: stage {name} uses matrix, which `agentr1 profile --dry-run` does not expand")
-        if "foreach" in stage:
+            rows = [(f"{name}@{key}", _render(_cmd_text(stage.get("cmd", "")), raw, {"item": item}))
+                    for key, item in _matrix_items(stage["matrix"], raw, name)]
+        elif "foreach" in stage:
             body = stage.get("do") or {}
             rows = [(f"{name}@{key}", _render(_cmd_text(body.get("cmd", "")), raw, {"key": key, "item": item}))
                     for key, item in _foreach_items(stage["foreach"], raw, name)]
@@ -383,7 +399,7 @@ def config_errors(p: Profile) -> list[str]:
         try:  # the trainer's own check (the train stage passes the sft checkpoint as the start)
             check_train_config(tcfg, c.rollout, world, tcfg.distributed.strategy)
         except StageError as exc:
-            refused.setdefault(str(exc), []).append(f"train@{run}")
+            refused.setdefault(str(exc), []).append(f"train@{run}-<seed>")
     for reason, stages in refused.items():
         out.append(f"{', '.join(stages)} (world size {world}): the trainer refuses this config: {reason}")
     return out

@@ -34,7 +34,7 @@ class EvaluateConfig(_Section):
     sampled EM and pass@k of some policies (:class:`SamplingEvalConfig`)."""
 
     splits: list[str] = Field(default_factory=lambda: ["test", "ood"])
-    max_examples: int | None = Field(None, ge=1)
+    max_examples: int | None = Field(300, ge=1)
     sampling: SamplingEvalConfig = SamplingEvalConfig()
     batch_size: int = Field(64, ge=1)
     bootstrap: BootstrapConfig = BootstrapConfig()

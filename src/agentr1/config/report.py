@@ -14,12 +14,16 @@ class ReportConfig(_Section):
     """Stage ``report`` (``agentr1.stages.report``): tables, plots and a summary from the
     evaluations in ``evaluate.out_dir`` into ``out_dir``. ``splits``: the evaluated splits
     reported (each a column; the average is their unweighted mean); ``metric``: the
-    per-question score compared (``em`` | ``f1`` | ``subem``)."""
+    per-question score compared (``em`` | ``f1`` | ``subem``); ``bootstrap``: the two-level
+    bootstrap over seeds x questions (``agentr1.report.stats``); ``min_seeds``: the training seeds
+    each RL row of a difference needs for a verdict (fewer: "not judged"; the baselines are one SFT
+    run each and need none)."""
 
     out_dir: str = "reports"
     splits: list[str] = Field(default_factory=lambda: ["test", "ood"])
     metric: Literal["em", "f1", "subem"] = "em"
     bootstrap: BootstrapConfig = BootstrapConfig()  # the report's own, independent of evaluate.bootstrap
+    min_seeds: int = Field(3, ge=1)
 
     @field_validator("splits")
     @classmethod

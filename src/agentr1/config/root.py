@@ -25,12 +25,22 @@ from agentr1.config.tracking import TrackingConfig
 from agentr1.config.train import TrainConfig
 from agentr1.config.validate import ValidateConfig
 
-RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a name in `runs` (never "", "a/b" or "..")
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.]{0,63}")  # a name in `runs` (never "", "a/b", ".." or "-")
+REPLICA = re.compile(r"(?P<run>[^-]+)-(?P<seed>[0-9]{1,9})")  # <run>-<seed>: a run trained with one seed
+
+
+def replica(run: str, seed: int) -> str:
+    """The name of ``run`` trained with ``seed``: ``grpo-1``, the key of its DVC stages
+    (``train@grpo-1``, ``evaluate@grpo-1``, as DVC's ``matrix`` names them), its folders
+    (``<train.out_dir>/grpo-1``) and MLflow runs."""
+    return f"{run}-{seed}"
 
 
 class Config(_Section):
     seed: int = Field(0, ge=0)
-    profile: Literal["nano", "smol", "paper", "tools", "real"] = "nano"
+    # the training seeds of every named run: one train@<run>-<seed> / evaluate@<run>-<seed> stage each
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1)
+    profile: Literal["nano", "extended", "smol", "paper", "tools", "real"] = "nano"
     data: DataConfig = DataConfig()
     validate_: ValidateConfig = Field(ValidateConfig(), alias="validate")
     retrieval: RetrievalConfig = RetrievalConfig()
@@ -50,13 +60,31 @@ class Config(_Section):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
 
+    @field_validator("seeds")
+    @classmethod
+    def _seed_list(cls, v: list[int]) -> list[int]:
+        if any(s < 0 for s in v) or len(set(v)) != len(v):
+            raise ValueError(f"seeds {v}: give distinct seeds >= 0, e.g. [0, 1, 2] (each trains every run once)")
+        return v
+
     @field_validator("runs")
     @classmethod
     def _run_names(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        for name in v:  # a run's name becomes a path component (<train.out_dir>/<run>) and a DVC stage key
+        for name, override in v.items():  # a run's name becomes a path component and a DVC stage key
             if not isinstance(name, str) or not RUN_NAME.fullmatch(name):
                 raise ValueError(f"run name {_clip_value(name)} is not usable as a folder and stage name: use 1-64 "
-                                 "letters, digits, '_', '-' or '.', starting with a letter or digit (no '/', no '..')")
+                                 "letters, digits, '_' or '.', starting with a letter or digit (no '/', no '..', no "
+                                 "'-': it separates a run from its seed in train@<run>-<seed>)")
+            if isinstance(override, dict) and "seed" in override:
+                raise ValueError(f"runs.{name}.seed: a run trains once per seed of the top-level `seeds` list "
+                                 f"(train@{name}-<seed>); remove runs.{name}.seed (a seed replica is no run of its own)")
+        canonical: dict[str, str] = {}
+        for name, override in v.items():
+            key = json.dumps(override or {}, sort_keys=True, default=str)
+            if key in canonical:
+                raise ValueError(f"runs.{name} and runs.{canonical[key]} have the same overrides, so they train the same "
+                                 "policy for every seed: remove one (more seeds go in the top-level `seeds` list)")
+            canonical[key] = name
         return v
 
     @model_validator(mode="after")
@@ -89,20 +117,50 @@ class Config(_Section):
         ``("reference")``): what stage ``sft_reference`` runs the sft stage with."""
         return self.model_copy(update={"sft": self.sft_for("reference")})
 
+    def replicas(self, run: str | None = None) -> list[str]:
+        """The replica names (:func:`replica`) of ``run`` (default: of every run, run by run) for each of
+        ``seeds``: the ``train@``/``evaluate@`` stages of ``dvc.yaml``'s matrix, in its order."""
+        return [replica(r, s) for r in ([run] if run is not None else self.runs) for s in self.seeds]
+
+    def split_run(self, name: str) -> tuple[str, int | None]:
+        """``(run, seed)`` of a run's name as stages take it: a replica ``<run>-<seed>`` (any seed, not
+        only those of ``seeds``: a user may train more) or a plain run (seed ``None``: ``train.seed``,
+        else ``seed``). :class:`ConfigError` naming the runs for anything else."""
+        m = REPLICA.fullmatch(name)
+        run, seed = (m.group("run"), int(m.group("seed"))) if m else (name, None)
+        if run not in self.runs:
+            raise ConfigError(f"unknown run {name!r}; params define runs {sorted(self.runs)}, trained once per seed of "
+                              f"`seeds` {self.seeds} as <run>-<seed> (e.g. {replica(next(iter(self.runs), 'grpo'), self.seeds[0])})")
+        return run, seed
+
+    def is_run(self, name: str) -> bool:
+        """Whether ``name`` is a run or a replica of one (:meth:`split_run`)."""
+        try:
+            self.split_run(name)
+        except ConfigError:
+            return False
+        return True
+
     def train_for(self, run: str | None) -> TrainConfig:
-        """The ``train`` section with the named run's overrides merged in (``None`` = as is)."""
+        """The ``train`` section with the named run's overrides merged in (``None`` = as is); for a
+        replica ``<run>-<seed>`` (:meth:`split_run`) its ``seed`` is that seed."""
         if run is None:
             return self.train
-        if run not in self.runs:
-            raise ConfigError(f"unknown run {run!r}; params define runs: {sorted(self.runs)}")
-        return merge_run(self.train, self.runs[run], run)
+        name, seed = self.split_run(run)
+        tcfg = merge_run(self.train, self.runs[name], name)
+        return tcfg if seed is None else tcfg.model_copy(update={"seed": seed})
 
     def for_run(self, run: str) -> "Config":
-        """This config as the named run trains with it: ``train`` = :meth:`train_for` ``(run)`` and
-        ``seed`` = the run's own seed (``train.seed`` of a seed replica, else ``seed``). What a
-        run's MLflow params show, so that runs differ in exactly what differs between them."""
+        """This config as the named run (or replica) trains with it: ``train`` = :meth:`train_for`
+        ``(run)`` and ``seed`` = the run's seed (a replica's, else ``train.seed``, else ``seed``).
+        What a run's MLflow params show, so that runs differ in exactly what differs between them."""
         tcfg = self.train_for(run)
         return self.model_copy(update={"train": tcfg, "seed": self.seed if tcfg.seed is None else tcfg.seed})
+
+    def run_overrides(self, name: str) -> dict[str, Any]:
+        """The ``runs`` overrides of a run or replica, with the replica's seed."""
+        run, seed = self.split_run(name)
+        return {**self.runs[run], **({} if seed is None else {"seed": seed})}
 
     def section_hash(self, *names: str) -> str:
         """Stable hash of the named sections (all when none), for tags and cache keys."""

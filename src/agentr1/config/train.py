@@ -39,7 +39,7 @@ class DevEvalConfig(_Section):
     """Greedy dev EM during training every ``every`` steps (0 = off; always after the last step
     when on) on the first ``examples`` dev questions."""
 
-    every: int = Field(10, ge=0)
+    every: int = Field(4, ge=0)
     examples: int = Field(128, ge=1)
 
 
@@ -47,7 +47,7 @@ class CheckpointConfig(_Section):
     """Resumable training state (policy, critic, optimizers, schedulers, RNG, step, metrics) under
     ``<out_dir>/<run>/state`` every ``every`` steps (0 = only the start state for roll-backs)."""
 
-    every: int = Field(20, ge=0)
+    every: int = Field(4, ge=0)
 
 
 class CollapseConfig(_Section):
@@ -127,8 +127,9 @@ class TrainConfig(_Section):
     training numerics agree, and only for action tokens). ``lr_schedule``: linear warmup over
     ``warmup_steps`` optimizer steps, then ``constant`` or ``cosine`` (to ``min_lr_ratio * lr``).
     ``num_threads``: torch CPU threads per process (null = torch's default; see ``SFTConfig``).
-    ``seed``: the run's seed (null = the top-level ``seed``); runs whose overrides differ only in
-    ``seed`` are replicas of one method (the report groups them). ``filter_groups``: dynamic
+    ``seed``: the seed of ``agentr1 train`` without a replica name (null = the top-level ``seed``);
+    a replica ``train@<run>-<seed>`` trains with its own (``Config.train_for``; the top-level
+    ``seeds`` list makes one per seed, and a run may not set it). ``filter_groups``: dynamic
     sampling (:class:`FilterGroupsConfig`). ``questions``: where a step's questions come from,
     the train split (``dataset``) or freshly generated worlds (``fresh``, :class:`FreshWorldsConfig`).
     ``sample_unit``: the update's rows are whole episodes (``trajectory``) or one row per turn whose
@@ -139,7 +140,7 @@ class TrainConfig(_Section):
     demonstrator's of stage ``sft_reference`` (params ``sft_reference``). Named runs (``runs`` at the top level) override these
     keys."""
 
-    steps: int = Field(40, ge=0)
+    steps: int = Field(8, ge=0)
     batch_questions: int = Field(8, ge=1)
     group_size: int = Field(4, ge=1)
     estimator: EstimatorName = "grpo"
@@ -173,8 +174,8 @@ class TrainConfig(_Section):
     distributed: DistributedConfig = DistributedConfig()
     num_threads: int | None = Field(2, ge=1)
     out_dir: str = "data/runs"
-    seed: int | None = Field(None, ge=0)  # null = the top-level seed; a run's own seed makes it a replica
-    trace_every: int = Field(10, ge=0)  # every N steps a sample of the rollouts as MLflow traces (0 = off)
+    seed: int | None = Field(None, ge=0)  # null = the top-level seed; a replica <run>-<seed> sets its own
+    trace_every: int = Field(4, ge=0)  # every N steps a sample of the rollouts as MLflow traces (0 = off)
     filter_groups: FilterGroupsConfig = FilterGroupsConfig()
     questions: Literal["dataset", "fresh"] = "fresh"
     cold_start: Literal["sft", "reference"] = "sft"

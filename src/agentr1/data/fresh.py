@@ -42,12 +42,14 @@ class FreshWorld:
 
 
 def make_world(cfg: SyntheticConfig, index: int, families: int, questions: int, seed: int | str,
-               taken: Iterable[str] = ()) -> FreshWorld:
+               taken: Iterable[str] = (), param: str = "train.fresh") -> FreshWorld:
     """World ``index`` of the stream seeded ``seed`` (module docstring; the RL stream is the run's
-    seed, the SFT demonstrations' ``"<seed>/sft"``); deterministic in its arguments. :class:`ValueError` naming the params when ``families`` cannot supply
-    ``questions`` questions."""
+    seed, the SFT demonstrations' ``"<seed>/sft"``); deterministic in its arguments.
+    :class:`ValueError` naming the params (``<param>.families`` / ``.questions``: ``train.fresh``
+    or ``sft.fresh``) when the name inventory cannot supply ``families`` clusters or they cannot
+    supply ``questions`` questions."""
     key = f"{seed}/fresh/{index}"
-    w = fresh_world(families, key, taken=taken, split=SPLIT)
+    w = fresh_world(families, key, taken=taken, split=SPLIT, capacity_hint=f"{param}.families")
     prefix = f"fresh{index}-"
     for e in w.entities:
         e.pid = prefix + e.pid
@@ -55,8 +57,8 @@ def make_world(cfg: SyntheticConfig, index: int, families: int, questions: int, 
     try:
         qs = split_questions(w, cfg, SPLIT, rng, Registry(), type_counts(cfg, "train", questions))
     except TooSmall as exc:
-        raise ValueError(f"a fresh world of train.fresh.families={families} clusters cannot supply "
-                         f"train.fresh.questions={questions} questions (only {exc}): raise families or lower "
+        raise ValueError(f"a fresh world of {param}.families={families} clusters cannot supply "
+                         f"{param}.questions={questions} questions (only {exc}): raise families or lower "
                          "questions") from None
     rng.shuffle(qs)
     for i, q in enumerate(qs):

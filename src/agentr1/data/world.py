@@ -210,14 +210,16 @@ def build_world(cfg: SyntheticConfig, seed: int) -> World:
     return w
 
 
-def fresh_world(families: int, seed: int | str, taken=(), split: str = "pretrain") -> World:
+def fresh_world(families: int, seed: int | str, taken=(), split: str = "pretrain",
+                capacity_hint: str = "pretrain.world_families") -> World:
     """A world of ``families`` new clusters (one split, ``split``) whose entity names avoid
     ``taken`` (e.g. every dataset entity's name): new combinations of the inventory's parts with
     new facts, drawn from ``seed``. A stream of them (one seed each) is pretraining material in
-    which no answer can be memorized."""
+    which no answer can be memorized. ``capacity_hint``: the param that sets ``families``, named
+    when the inventory runs out of names (:class:`agentr1.data.names.NameAllocator`)."""
     rng = random.Random(seed)
     w = World()
-    _add_split(w, NameAllocator(rng, "pretrain.world_families", taken=taken), rng, split, families)
+    _add_split(w, NameAllocator(rng, capacity_hint, taken=taken), rng, split, families)
     _assign_pids(w, rng)
     return w
 

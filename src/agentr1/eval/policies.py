@@ -1,6 +1,6 @@
 """What ``agentr1 evaluate --policy NAME`` evaluates: :func:`resolve_policy`.
 
-NAME is a named run of params ``runs`` (kind ``rl``: the checkpoint
+NAME is a named run of params ``runs`` or its replica ``<run>-<seed>`` (kind ``rl``: the checkpoint
 ``<train.out_dir>/<NAME>/checkpoint`` of ``agentr1 train --run NAME``) or one of the
 :data:`BASELINES`: ``cold_start`` (the SFT checkpoint ``sft.out_dir`` as an agent),
 ``base_tool_call`` (the base policy ``pretrain.out_dir`` as an agent: the paper's
@@ -37,12 +37,13 @@ class Policy:
 def resolve_policy(cfg, name: str | None) -> Policy:
     """The :class:`Policy` of ``name``; :class:`StageError` naming the allowed names for an unknown
     one and the stage to run first when its checkpoint is missing."""
-    allowed = f"the runs in params `runs` ({', '.join(sorted(cfg.runs))}) or the baselines {', '.join(BASELINES)}"
+    allowed = (f"the runs in params `runs` ({', '.join(sorted(cfg.runs))}), their replicas <run>-<seed> "
+               f"(seeds {cfg.seeds}), or the baselines {', '.join(BASELINES)}")
     if not name:
         raise StageError(f"--policy NAME is required: NAME is one of {allowed}")
     if name in cfg.runs and name in BASELINES:
         raise StageError(f"run {name!r} in params `runs` shadows the baseline of the same name: rename the run")
-    if name in cfg.runs:
+    if cfg.is_run(name):
         ckpt = Path(cfg.train_for(name).out_dir) / name / "checkpoint"
         policy = Policy(name, "rl", ckpt, True, f"evaluate@{name}",
                         f"`agentr1 train --run {name}` (or `dvc repro train@{name}`)")

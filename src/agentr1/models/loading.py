@@ -8,7 +8,7 @@
   SmolLM2-135M-Instruct), de-quantized by transformers (``gguf_file=``) once, then cached as plain
   safetensors + tokenizer under ``model.cache_dir`` and loaded from there next time.
 
-Checkpoints (:func:`save_checkpoint`) are a directory with ``config.json``, ``*.safetensors``,
+Checkpoints (:func:`agentr1.models.saving.save_checkpoint`) are a directory with ``config.json``, ``*.safetensors``,
 the generation config and the tokenizer files - loadable by stock transformers and vLLM. Every
 directory is written atomically (a temporary sibling renamed into place). A checkpoint directory
 may instead hold only :data:`REFERENCE` (:func:`write_reference`), naming another local checkpoint
@@ -25,10 +25,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentr1.errors import StageError
-from agentr1.io import atomic_dir
+from agentr1.models.saving import save_checkpoint
 from agentr1.models.scratch import TOOL_TAGS, build_scratch_model, train_tokenizer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -94,15 +94,6 @@ def is_checkpoint(path: str | Path) -> bool:
     return (path / "config.json").is_file() and any(path.glob("*.safetensors")) and (path / "tokenizer_config.json").is_file()
 
 
-def save_checkpoint(model: PreTrainedModel, tokenizer, path: str | Path) -> Path:
-    """Write ``model`` (safetensors) + generation config + ``tokenizer`` to ``path`` atomically."""
-    path = Path(path)
-    with atomic_dir(path) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    return path
-
-
 def check_safetensors(path: str | Path) -> None:
     """:class:`StageError` naming the file when a ``*.safetensors`` file in the directory ``path``
     has a header safetensors refuses (a header length past the file, tensors whose declared
@@ -127,7 +118,7 @@ def check_safetensors(path: str | Path) -> None:
 
 
 def load_checkpoint(path: str | Path, dtype: str = "float32", trust_remote_code: bool = False):
-    """Load a directory written by :func:`save_checkpoint` (or any HF model dir, or a reference to
+    """Load a directory written by :func:`~agentr1.models.saving.save_checkpoint` (or any HF model dir, or a reference to
     one) -> (model, tokenizer); :class:`StageError` naming the file when a safetensors header is
     damaged (:func:`check_safetensors`)."""
     path = resolve_checkpoint(path)

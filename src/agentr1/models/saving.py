@@ -1,8 +1,8 @@
 """Saving a trained policy as a checkpoint whose bytes depend only on what was trained.
 
-:func:`save_checkpoint` is what ``sft`` and ``train`` write their checkpoints with (DVC outputs,
-registered in MLflow). It is transformers' ``save_pretrained`` of the model and the tokenizer into
-an atomic directory (:func:`agentr1.io.atomic_dir`), made canonical before the rename:
+:func:`save_checkpoint` is what every checkpoint is written with: the ``pretrain``, ``sft`` and
+``train`` outputs (DVC outputs, registered in MLflow) and the download / GGUF cache. It is
+transformers' ``save_pretrained`` of the model and the tokenizer into an atomic directory (:func:`agentr1.io.atomic_dir`), made canonical before the rename:
 
 * ``tokenizer_config.json`` loses the keys transformers records about how the tokenizer was
   *loaded* rather than what it is (:data:`LOAD_TIME_KEYS`): ``local_files_only`` is ``true``
@@ -14,9 +14,6 @@ an atomic directory (:func:`agentr1.io.atomic_dir`), made canonical before the r
 * every file gets the mode a plain ``open`` gives under the process umask, every directory a
   plain ``mkdir``'s: safetensors writes ``model.safetensors`` 0600 (through its own temporary
   file), the other files are 0644, and the copy MLflow's artifact store keeps follows the modes.
-
-:func:`agentr1.models.loading.save_checkpoint` (the download / GGUF cache, not a pipeline output)
-stays as it is.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""Named runs -> methods: seeds grouped, mask ablations paired with their full-mask method.
+"""Named runs -> methods: one row per run with its seeds, mask ablations paired with their full-mask method.
 
-A named run in params ``runs`` is a dict of ``train`` overrides. Runs whose overrides are equal
-once ``seed`` is removed (and keys that merely restate the ``train`` default are dropped) are the
-seeds of one **method**; the method's label is the group's shortest run name (ties: the
-alphabetically first), e.g. ``grpo`` for ``{grpo, grpo_s1, grpo_s2}``.
+A named run in params ``runs`` is a dict of ``train`` overrides, trained once per seed of params
+``seeds``: its **method** is the run, labelled by its name, its runs the replicas ``<run>-<seed>``
+(``grpo-0``, ``grpo-1``, ``grpo-2``: :func:`agentr1.config.root.replica`). Overrides are compared
+with keys that merely restate the ``train`` default dropped.
 
 A method whose overrides turn ``loss_mask`` and/or ``advantage_mask`` off is an **ablation** of
 the method with the same overrides minus those keys (``ppo_no_adv_mask = {estimator: gae,
@@ -18,11 +18,12 @@ cold start".
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentr1.config import TrainConfig
+from agentr1.config.root import replica
 from agentr1.registry import ESTIMATORS
 
 SEED_KEY = "seed"
@@ -73,26 +74,22 @@ def _effective(key: str, over: Mapping[str, Any], defaults: Mapping[str, Any], f
     return over[key] if key in over else defaults.get(key, fallback)
 
 
-def group_methods(runs: Mapping[str, Mapping[str, Any]], defaults: Mapping[str, Any] | None = None) -> list[Method]:
-    """Group named runs into methods (module docstring). ``defaults`` = the ``train`` section as
-    a dict (``cfg.train.model_dump()``); without it, overrides are compared as written and the
-    masks default to on. Returns the methods in a stable order: full-mask methods by estimator
-    (the registered names' order: gae, grpo, reinforce_pp, reinforce_pp_baseline, rloo; an
-    unregistered one last) then label, then the ablations."""
+def group_methods(runs: Mapping[str, Mapping[str, Any]], defaults: Mapping[str, Any] | None = None,
+                  seeds: Sequence[int] = (0,)) -> list[Method]:
+    """One method per named run, its runs the replicas for ``seeds`` (module docstring). ``defaults``
+    = the ``train`` section as a dict (``cfg.train.model_dump()``); without it, overrides are compared
+    as written and the masks default to on. Returns the methods in a stable order: full-mask methods
+    by estimator (the registered names' order: gae, grpo, reinforce_pp, reinforce_pp_baseline, rloo;
+    an unregistered one last) then label, then the ablations."""
     defaults = dict(defaults or {})
-    groups: dict[str, tuple[dict[str, Any], list[str]]] = {}
+    methods: list[Method] = []
     for name in runs:
         canon = canonical_overrides(runs[name] or {}, defaults)
-        groups.setdefault(_key(canon), (canon, []))[1].append(name)
-
-    methods: list[Method] = []
-    for canon, names in groups.values():
-        names = sorted(names, key=lambda n: (len(n), n))
         off = [k for k in MASK_KEYS if _effective(k, canon, defaults, True) is False]
         estimator = str(_effective("estimator", canon, defaults, TrainConfig.model_fields["estimator"].default))
         start = COLD_STARTS[str(_effective("cold_start", canon, defaults, "sft"))]
-        methods.append(Method(label=names[0], runs=names, overrides=canon, estimator=estimator, masks_off=off,
-                              cold_start=start))
+        methods.append(Method(label=name, runs=[replica(name, s) for s in seeds], overrides=canon, estimator=estimator,
+                              masks_off=off, cold_start=start))
 
     by_overrides = {_key(m.overrides): m for m in methods if not m.is_ablation}
     for m in methods:

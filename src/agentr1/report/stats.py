@@ -1,17 +1,43 @@
-"""Seed statistics and bootstrap confidence intervals over questions.
+"""The report's intervals: a two-level bootstrap over training seeds and questions.
 
-Every interval here is a percentile bootstrap over *questions*. Per split it is exactly
-:func:`agentr1.eval.metrics.bootstrap_ci` (a single-run policy gets the same interval as its
-evaluate stage's ``<split>/<metric>_ci_lower/_upper`` for the same seed and settings) and, for a
-difference of two policies, :func:`agentr1.eval.metrics.paired_bootstrap_diff` on the
-per-question differences (question difficulty cancels; it also gives a two-sided p-value).
+A row of the report (an RL method) is S training runs (seeds) of one config, each evaluated on
+the same Q questions of a split: scores x[s, q]. Its score is the mean over seeds and questions,
+m = (1/S) sum_s (1/Q) sum_q x[s, q]. Two sources of noise move m: which questions were asked and
+which seeds were trained (another seed - or another CPU, whose bits differ - takes the run down
+another path: GRPO's seeds spread by +-0.017 on test, as much as a 600-question interval's
+half-width). An interval over questions alone calls a difference that flips with the seed
+"beyond noise"; the intervals here resample both (:func:`seeds_questions`):
 
-The **average** over splits (the unweighted mean of the split means, like the paper's Avg.
-column) is bootstrapped stratified: each split's questions are resampled independently
-(``scipy.stats.bootstrap`` with one sample per split, unpaired, one ``default_rng(seed)``
-stream), the split means averaged, and the interval is the ``(1 - ci) / 2`` and ``(1 + ci) / 2``
-quantiles of those averages (widened to contain the point estimate, as the per-split intervals
-are). All intervals come from the one :func:`agentr1.eval.metrics.percentile_bootstrap`.
+* **questions**, with replacement, Q draws per split, the *same* draw for every seed of a row and
+  for both rows of a difference (paired on the questions they share: question difficulty cancels);
+  each split is resampled on its own (stratified);
+* **seeds**, with replacement, independently per row (different rows are different training runs),
+  the same draw for every split (a seed is one run, evaluated on every split), by the rescaled
+  bootstrap of Rao & Wu (1988) in its with-replacement form (McCarthy & Snowden 1985): S - 1 draws
+  of the S seeds, so that the bootstrap variance of a row's seed mean, sigma_hat^2 / (S - 1) with
+  the plug-in variance sigma_hat^2 = (1/S) sum_s (m_s - m)^2, is the unbiased s^2 / S (S draws would
+  give (S - 1)/S of it: two thirds with 3 seeds). A row of one run (the baselines: one SFT run
+  each) has no seed level.
+
+Replicate b gives m*_b = sum_s w_bs sum_q c_bq x[s, q] with seed weights w_bs (counts / draws) and
+question weights c_bq (counts / Q); a difference of rows is the difference of their replicates; the
+average over splits is the mean of the split replicates. The interval is the percentile interval
+of the B = ``report.bootstrap.samples`` replicates (``(1 - ci)/2`` and ``(1 + ci)/2`` quantiles,
+widened to contain the point estimate), and a difference's two-sided p-value is
+``(1 + #{b : |d*_b - d| >= |d|}) / (B + 1)`` (the centred bootstrap test, as
+:func:`agentr1.eval.metrics.paired_bootstrap_diff`). With one seed per row it is the paired
+question bootstrap the report used before.
+
+Why not a library: ``scipy.stats.bootstrap`` resamples one index set per sample (paired) or each
+sample on its own, not a crossed seeds x questions design; ``rliable``'s stratified bootstrap
+resamples runs within each task *independently*, which averages a run-level seed effect away
+(here a seed moves every question of its run at once). The question-only intervals of earlier
+reports (:func:`bootstrap`, :func:`paired`: ``scipy.stats.bootstrap`` over the seed-averaged
+per-question scores) stay for comparison (``bench/seed_sets.py``).
+
+Question-only: per split it is exactly :func:`agentr1.eval.metrics.bootstrap_ci` and, for a
+difference, :func:`agentr1.eval.metrics.paired_bootstrap_diff`; the **average** over splits is
+bootstrapped stratified (:func:`stratified_average`).
 """
 
 from __future__ import annotations
@@ -109,3 +135,66 @@ def paired(a: Mapping[str, Mapping[str, float]], b: Mapping[str, Mapping[str, fl
         counts[split] = len(ids)
     out[AVG] = stratified_average(list(diffs.values()), samples, ci, seed)
     return out, counts
+
+
+# --------------------------------------------------------------------------- seeds x questions
+def seed_counts(rng: np.random.Generator, n_seeds: int, samples: int) -> np.ndarray:
+    """``(samples, n_seeds)`` draw counts of the rescaled bootstrap (module docstring): per replicate
+    ``n_seeds - 1`` draws with replacement (one seed: drawn once); a seed's weight is count / draws."""
+    if n_seeds < 1:
+        raise ValueError("a row needs at least one seed")
+    if n_seeds == 1:
+        return np.ones((samples, 1))
+    return rng.multinomial(n_seeds - 1, np.full(n_seeds, 1.0 / n_seeds), size=samples).astype(float)
+
+
+def question_counts(rng: np.random.Generator, n_questions: int, samples: int) -> np.ndarray:
+    """``(samples, n_questions)`` draw counts: per replicate Q draws with replacement; weight = count / Q."""
+    if n_questions < 1:
+        raise ValueError("a split needs at least one question")
+    return rng.multinomial(n_questions, np.full(n_questions, 1.0 / n_questions), size=samples).astype(float)
+
+
+def _percentile(point: float, replicates: np.ndarray, ci: float, p_value: bool) -> Interval:
+    lo, hi = np.quantile(replicates, [(1 - ci) / 2, (1 + ci) / 2])
+    p = None
+    if p_value:
+        hits = int(np.sum(np.abs(replicates - point) >= abs(point) - 1e-12)) if point != 0 else len(replicates)
+        p = min(1.0, (1 + hits) / (len(replicates) + 1))
+    lo, hi = float(lo) + 0.0, float(hi) + 0.0  # + 0.0: no -0.0 from the interpolation of zeros
+    return Interval(point + 0.0, min(lo, point + 0.0), max(hi, point + 0.0), p)
+
+
+def seeds_questions(terms: Sequence[tuple[float, Mapping[str, np.ndarray]]], samples: int, ci: float,
+                    seed: int) -> dict[str, Interval]:
+    """The interval of ``sum_t coef_t * m_t`` per split and on ``avg`` (module docstring): each term
+    is ``(coef, {split: x})`` with ``x`` of shape ``(seeds, questions)``; in a split every term's
+    columns are the same questions in the same order (the caller aligns them), so the question draw
+    is shared (paired); each term has its own seed draw, shared by the splits. One term: a row's
+    mean (no p-value); ``[(1, a), (-1, b)]``: the difference a - b with its p-value."""
+    if not terms:
+        raise ValueError("no rows to bootstrap")
+    splits = list(terms[0][1])
+    mats = [{sp: np.atleast_2d(np.asarray(v[sp], dtype=float)) for sp in splits} for _, v in terms]
+    for sp in splits:
+        widths = {m[sp].shape[1] for m in mats}
+        if len(widths) != 1 or 0 in widths:
+            raise ValueError(f"split {sp!r}: the rows are not aligned on the same questions ({sorted(widths)})")
+    rng = np.random.default_rng(seed)
+    qc = {sp: question_counts(rng, mats[0][sp].shape[1], samples) for sp in splits}
+    sc = [seed_counts(rng, m[splits[0]].shape[0], samples) for m in mats]
+    out: dict[str, Interval] = {}
+    reps, points = {}, {}
+    for sp in splits:
+        # per term: each seed's count-weighted question sum per replicate (seeds x B), then the seed
+        # counts, scaled last; with 0/1 scores every sum is an exact integer, so two rows with equal
+        # seeds give bit-equal replicates (a zero difference stays exactly 0)
+        reps[sp] = sum(c * np.sum(w * (m[sp] @ qc[sp].T).T, axis=1) / (w[0].sum() * m[sp].shape[1])
+                       for (c, _), w, m in zip(terms, sc, mats))
+        points[sp] = float(sum(c * m[sp].mean() for (c, _), m in zip(terms, mats)))
+    diff = len(terms) > 1
+    for sp in splits:
+        out[sp] = _percentile(points[sp], reps[sp], ci, diff)
+    out[AVG] = _percentile(float(np.mean([points[sp] for sp in splits])), np.mean([reps[sp] for sp in splits], axis=0),
+                           ci, diff)
+    return out

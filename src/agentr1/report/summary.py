@@ -1,11 +1,15 @@
-"""The generated summary (``summary.md``): every statement is computed from the report's numbers.
+"""The generated summary (``summary.md``): every statement is computed from the report's numbers,
+and every "beats", "above" or "direction" is a verdict (:attr:`agentr1.report.tables.Diff.verdict`:
+the two-level interval over training seeds x questions excludes 0, and each RL row holds
+``report.min_seeds`` seeds); a point estimate is called one.
 
-* the best policy on the average over splits;
-* GRPO against Base Tool Call (ratio) and against the cold start (points);
-* which RL methods beat both Base Tool Call and Naive RAG beyond noise (paired bootstrap vs
-  each), and which beat the cold start they started from, on the average and on each split;
+* the highest mean on the average over splits (a point estimate);
+* GRPO against Base Tool Call (ratio of means) and against the cold start (difference, verdict);
+* which RL methods beat both Base Tool Call and Naive RAG beyond noise, and which beat the cold
+  start they started from, on the average and on each split;
 * with a reference cold start (params ``sft_reference``), GRPO against it on each split;
-* which ablation differences exceed the noise;
+* the RL methods against each other from the same cold start, pairwise (``vs_methods``);
+* which ablation differences exceed the noise, and so the paper's direction;
 * each step-level method (GiGPO) against GRPO, with its step-group share (:func:`step_credit`).
 
 (How GRPO's tool calls and early-answer share differ from the cold start's is the section of
@@ -14,8 +18,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
+from agentr1.registry import ESTIMATORS
 from agentr1.report.methods import REFERENCE
 from agentr1.report.stats import AVG
 from agentr1.report.tables import Diff, Row, ablation_pairs, fmt, table3_rows
@@ -32,6 +37,10 @@ def _names(items: Sequence[str]) -> str:
     return ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def _ci(d: Diff) -> str:
+    return f"{d.diff:+.3f} [{d.ci_lower:+.3f}, {d.ci_upper:+.3f}]"
+
+
 def grpo_row(rows: Sequence[Row]) -> Row | None:
     """The plain GRPO method: full mask, estimator grpo, no other override (else the first
     full-mask GRPO method)."""
@@ -40,28 +49,43 @@ def grpo_row(rows: Sequence[Row]) -> Row | None:
     return (plain or cands or [None])[0]
 
 
+def method_pairs(rows: Sequence[Row]) -> list[tuple[Row, Row]]:
+    """Every pair of full-mask RL methods that start from the same cold start, in row order."""
+    rl = [r for r in rows if r.kind == "rl" and r.method is not None]
+    return [(a, b) for i, a in enumerate(rl) for b in rl[i + 1:] if a.method.cold_start == b.method.cold_start]
+
+
 def summarize(rows: Sequence[Row], vs_baselines: Mapping[str, Mapping[str, list[Diff]]],
-              ablation_diffs: Mapping[str, list[Diff]], splits: Sequence[str], metric: str, ci: float) -> dict:
+              ablation_diffs: Mapping[str, list[Diff]], splits: Sequence[str], metric: str, ci: float,
+              vs_methods: Mapping[tuple[str, str], list[Diff]] | None = None, min_seeds: int = 3) -> dict:
     """The summary's facts (for report.json) and its lines (for summary.md)."""
     m = metric.upper()
     by_label = {r.label: r for r in rows}
-    facts: dict = {}
+    facts: dict = {"min_seeds": min_seeds}
     lines: list[str] = []
     split_txt = ", ".join(splits)
 
     def per_split(r: Row) -> str:
         return ", ".join(f"{s} {r.cells[s].mean:.3f}" for s in splits)
 
-    # best policy
+    rl = [r for r in rows if r.kind == "rl"]
+    few = [r for r in rows if r.kind in ("rl", "ablation") and r.n_seeds < min_seeds]
+    facts["not_judged"] = [r.label for r in few]
+    if few:
+        lines.append(f"- Not judged (a verdict needs {min_seeds} training seeds per RL row, params report.min_seeds): "
+                     + _names([f"{r.display} ({r.n_seeds} seed{'s' if r.n_seeds != 1 else ''})" for r in few])
+                     + ". Their differences are listed below, never called beyond noise.")
+
+    # highest mean (a point estimate; the verdicts follow)
     t3 = table3_rows(rows)
     best_score = max(r.cells[AVG].mean for r in t3)
     best = [r for r in t3 if r.cells[AVG].mean == best_score]
     facts["best"] = {"labels": [r.label for r in best], "avg": best_score}
     verb = "scores" if len(best) == 1 else "tie at"
-    lines.append(f"- Best method on the average {m} over {split_txt}: **{_names([r.display for r in best])}** {verb} "
-                 f"{best_score:.3f} ({per_split(best[0])}).")
+    lines.append(f"- Highest mean on the average {m} over {split_txt} (a point estimate): "
+                 f"**{_names([r.display for r in best])}** {verb} {best_score:.3f} ({per_split(best[0])}).")
 
-    # GRPO vs Base Tool Call (ratio) and vs cold start (points)
+    # GRPO vs Base Tool Call (ratio of means) and vs the cold start (difference, verdict)
     grpo = grpo_row(rows)
     base, cold = by_label.get("base_tool_call"), by_label.get(COLD_START)
     if grpo is None:
@@ -70,24 +94,22 @@ def summarize(rows: Sequence[Row], vs_baselines: Mapping[str, Mapping[str, list[
     else:
         g, b, c = grpo.cells[AVG].mean, base.cells[AVG].mean, cold.cells[AVG].mean
         ratio = g / b if b > 0 else None
-        points = 100 * (g - c)
+        d = _avg(vs_baselines[grpo.label][COLD_START])
         facts["grpo"] = {"label": grpo.label, "avg": g, "base_tool_call_avg": b, "ratio_vs_base_tool_call": ratio,
-                         "cold_start_avg": c, "points_vs_cold_start": points}
+                         "cold_start_avg": c, "points_vs_cold_start": 100 * (g - c), "vs_cold_start": d.as_dict()}
         if ratio is not None:
-            lines.append(f"- {grpo.display} reaches {ratio:.2f}x the average {m} of {base.display} ({g:.3f} vs {b:.3f}).")
+            lines.append(f"- {grpo.display}'s mean average {m} is {ratio:.2f}x {base.display}'s ({g:.3f} vs {b:.3f}).")
         else:
             lines.append(f"- {base.display} scores {b:.3f} average {m}, so the ratio is undefined; "
                          f"{grpo.display} scores {g:.3f}.")
-        word = "above" if points >= 0 else "below"
-        lines.append(f"- {grpo.display} is {abs(points):.1f} points {word} {cold.display} on the average {m} "
-                     f"({g:.3f} vs {c:.3f}).")
+        lines.append(f"- {grpo.display} ({grpo.n_seeds} seeds) minus {cold.display} on the average {m}: {_ci(d)} "
+                     f"({g:.3f} vs {c:.3f}): {d.verdict}.")
 
     # RL methods vs the baselines, beyond noise on the average
     def beats(r: Row, baseline: str) -> bool:
         d = _avg(vs_baselines[r.label][baseline])
         return d.diff > 0 and d.beyond_noise
 
-    rl = [r for r in rows if r.kind == "rl"]
     beat_both = [r for r in rl if all(beats(r, b) for b in PAPER_BASELINES)]
     beat_cold = [r for r in rl if beats(r, _start(r))]
     facts["beat_both_baselines"] = [r.label for r in beat_both]
@@ -95,70 +117,113 @@ def summarize(rows: Sequence[Row], vs_baselines: Mapping[str, Mapping[str, list[
     pb = _names([by_label[b].display for b in PAPER_BASELINES])
     rest = [r.display for r in rl if r not in beat_both]
     if beat_both:
-        lines.append(f"- Beat both {pb} beyond noise (average {m}, paired bootstrap {ci:.0%} CI of the difference "
-                     f"above 0 against each): {_names([r.display for r in beat_both])}"
+        lines.append(f"- Beat both {pb} beyond noise (average {m}, {ci:.0%} interval of the difference above 0 "
+                     f"against each): {_names([r.display for r in beat_both])}"
                      + (f"; the others do not: {_names(rest)}." if rest else "."))
     else:
-        lines.append(f"- No RL method beats both {pb} beyond noise on the average {m} (paired bootstrap {ci:.0%} CI).")
+        lines.append(f"- No RL method beats both {pb} beyond noise on the average {m} ({ci:.0%} intervals).")
     lines.append(f"- Beat the cold start they started from beyond noise (average {m}): "
                  + (_names([r.display for r in beat_cold]) if beat_cold else "none") + ".")
     facts["vs_cold_start"] = {}
     for split in splits:
         diffs = {r.label: _split(vs_baselines[r.label][_start(r)], split) for r in rl}
         facts["vs_cold_start"][split] = {k: {"cold_start": _start(by_label[k]), **d.as_dict()} for k, d in diffs.items()}
-        parts = [f"{by_label[k].display} {d.diff:+.3f} [{d.ci_lower:+.3f}, {d.ci_upper:+.3f}]" for k, d in diffs.items()]
+        parts = [f"{by_label[k].display} {_ci(d)}" for k, d in diffs.items()]
         won = [by_label[k].display for k, d in diffs.items() if d.diff > 0 and d.beyond_noise]
-        lines.append(f"- On {split}, each RL method minus the cold start it started from (paired bootstrap {ci:.0%} CI): "
+        lines.append(f"- On {split}, each RL method minus the cold start it started from ({ci:.0%} interval): "
                      + "; ".join(parts) + f". Beyond noise: {_names(won) if won else 'none'}"
-                     + (" (all of them)." if len(won) == len(diffs) else "."))
+                     + (" (all of them)." if won and len(won) == len(diffs) else "."))
     if REFERENCE in by_label and grpo is not None:
-        ref, naive = by_label[REFERENCE], by_label["naive_rag"]
-        for split in splits:
-            d = _split(vs_baselines[grpo.label][REFERENCE], split)
-            c = _split(vs_baselines[grpo.label][COLD_START], split)
-            n = naive.cells[split].mean
-            facts.setdefault("grpo_vs_reference", {})[split] = {**d.as_dict(), "naive_rag": n,
-                                                                "ratio_vs_naive_rag": d.a_mean / n if n > 0 else None}
-            lines.append(f"- {grpo.display} on {split}: {d.a_mean:.3f}"
-                         + (f" ({d.a_mean / n:.1f}x {naive.display}'s {n:.3f})" if n > 0 else "")
-                         + f", {c.diff:+.3f} over {by_label[COLD_START].display} ({c.b_mean:.3f}) and {d.diff:+.3f} "
-                         f"[{d.ci_lower:+.3f}, {d.ci_upper:+.3f}] against {ref.display} ({d.b_mean:.3f}, the same SFT "
-                         "from a better demonstrator): " + ("above it beyond noise." if d.diff > 0 and d.beyond_noise else
-                                                            "above it, within noise." if d.diff > 0 else "not above it."))
+        lines += _reference_lines(grpo, by_label, vs_baselines, splits, facts)
+    lines += _method_lines(vs_methods or {}, by_label, splits, ci, facts)
+    lines += _ablation_lines(rows, ablation_diffs, ci, facts)
+    facts["lines"] = lines
+    return facts
 
-    # ablations
+
+def _reference_lines(grpo: Row, by_label: Mapping[str, Row], vs_baselines: Mapping, splits: Sequence[str],
+                     facts: dict) -> list[str]:
+    """GRPO against the reference cold start (the same SFT from a better demonstrator), per split."""
+    ref, naive, lines = by_label[REFERENCE], by_label["naive_rag"], []
+    for split in splits:
+        d = _split(vs_baselines[grpo.label][REFERENCE], split)
+        c = _split(vs_baselines[grpo.label][COLD_START], split)
+        n = naive.cells[split].mean
+        facts.setdefault("grpo_vs_reference", {})[split] = {**d.as_dict(), "naive_rag": n,
+                                                            "ratio_vs_naive_rag": d.a_mean / n if n > 0 else None}
+        verdict = ("above it beyond noise." if d.diff > 0 and d.beyond_noise else
+                   "below it beyond noise." if d.beyond_noise else f"{d.verdict}.")
+        lines.append(f"- {grpo.display} on {split}: {d.a_mean:.3f}"
+                     + (f" ({d.a_mean / n:.1f}x {naive.display}'s mean {n:.3f})" if n > 0 else "")
+                     + f", {_ci(c)} against {by_label[COLD_START].display} ({c.verdict}) and {_ci(d)} against "
+                     f"{ref.display} ({d.b_mean:.3f}, the same SFT from a better demonstrator): {verdict}")
+    return lines
+
+
+def _method_lines(vs_methods: Mapping[tuple[str, str], list[Diff]], by_label: Mapping[str, Row],
+                  splits: Sequence[str], ci: float, facts: dict) -> list[str]:
+    """Who beats whom among the RL methods from one cold start: the pairs beyond noise per split."""
+    facts["vs_methods"] = {f"{a} - {b}": {d.split: d.as_dict() for d in ds} for (a, b), ds in vs_methods.items()}
+    if not vs_methods:
+        return []
+    lines = []
+    for split in splits:
+        diffs = [(a, b, _split(ds, split)) for (a, b), ds in vs_methods.items()]
+        won = [(a, b, d) if d.diff > 0 else (b, a, d) for a, b, d in diffs if d.beyond_noise]
+        judged = sum(d.judged for _, _, d in diffs)
+        if won:
+            parts = [f"{by_label[w].display} over {by_label[v].display} {abs(d.diff):.3f} "
+                     f"[{min(abs(d.ci_lower), abs(d.ci_upper)):.3f}, {max(abs(d.ci_lower), abs(d.ci_upper)):.3f}]"
+                     for w, v, d in won]
+            lines.append(f"- RL methods against each other on {split} (same cold start, {len(diffs)} pairs, {ci:.0%} "
+                         f"intervals): beyond noise " + "; ".join(parts) + f"; the other {judged - len(won)} judged "
+                         "pairs are within noise.")
+        else:
+            widest = max(diffs, key=lambda x: abs(x[2].diff))
+            lines.append(f"- RL methods against each other on {split} (same cold start, {len(diffs)} pairs, {ci:.0%} "
+                         f"intervals): no difference beyond noise ({judged} judged; the largest, "
+                         f"{by_label[widest[0]].display} minus {by_label[widest[1]].display}, {_ci(widest[2])}).")
+    return lines
+
+
+def _ablation_lines(rows: Sequence[Row], ablation_diffs: Mapping[str, list[Diff]], ci: float,
+                    facts: dict) -> list[str]:
+    """The mask ablations beyond noise and the paper's direction (masks on beat masks off) from them."""
     pairs = ablation_pairs(rows)
     beyond = [(abl, full, d) for abl, full in pairs for d in ablation_diffs[abl.label] if d.beyond_noise]
     facts["ablations_beyond_noise"] = [{"ablation": abl.label, "full": full.label, "split": d.split, "diff": d.diff}
                                        for abl, full, d in beyond]
+    judged = sum(d.judged for abl, _ in pairs for d in ablation_diffs[abl.label])
+    lines = []
     if not pairs:
         lines.append("- No mask ablation with a full-mask method to compare.")
+    elif not judged:
+        lines.append("- No ablation difference is judged (too few seeds), so the paper's direction (masks on beat masks "
+                     "off) is neither shown nor contradicted here.")
     elif not beyond:
-        lines.append(f"- No ablation difference exceeds the noise: every {ci:.0%} CI of Δ (ablation − full mask) "
-                     "contains 0, so the paper's direction (masks on beat masks off) is not shown here.")
+        lines.append(f"- No ablation difference exceeds the noise: every judged {ci:.0%} interval of Δ (ablation − full "
+                     "mask) contains 0, so the paper's direction (masks on beat masks off) is not shown here.")
     else:
-        parts = [f"{abl.display} vs {full.display} on {d.split}: {d.diff:+.3f} [{d.ci_lower:+.3f}, {d.ci_upper:+.3f}]"
-                 for abl, full, d in beyond]
+        parts = [f"{abl.display} vs {full.display} on {d.split}: {_ci(d)}" for abl, full, d in beyond]
         lines.append("- Ablation differences beyond noise: " + "; ".join(parts) + ".")
         worse = sum(d.diff < 0 for _, _, d in beyond)
         verdict = ("holds: in every difference beyond noise the ablation is worse than its full-mask method"
                    if worse == len(beyond) else
                    "is reversed: in every difference beyond noise the ablation is better than its full-mask method"
                    if worse == 0 else "holds for some differences beyond noise and is reversed for others")
-        within = sum(len(ablation_diffs[abl.label]) for abl, _ in pairs) - len(beyond)
+        within = judged - len(beyond)
         lines.append(f"- The paper's direction (masks on beat masks off) {verdict}"
-                     + (f"; the other {within} differences are within noise." if within else "."))
-    facts["mask_direction"] = ("not shown" if pairs and not beyond else None if not pairs else
+                     + (f"; the other {within} judged differences are within noise." if within else "."))
+    facts["mask_direction"] = (None if not pairs else "not judged" if not judged else "not shown" if not beyond else
                                "holds" if all(d.diff < 0 for _, _, d in beyond) else
                                "reversed" if all(d.diff > 0 for _, _, d in beyond) else "mixed")
-    facts["lines"] = lines
-    return facts
+    return lines
 
 
 def step_credit(rows: Sequence[Row], diffs: Mapping[str, list[Diff]], shared: Mapping[str, float | None],
                 splits: Sequence[str], ci: float) -> tuple[dict, list[str]]:
     """Each step-level method (an estimator declaring ``stepwise``, GiGPO) against plain GRPO from
-    the same cold start: ``diffs[label]`` (its paired bootstrap differences, a = the method) per
+    the same cold start: ``diffs[label]`` (its differences over seeds x questions, a = the method) per
     split, and ``shared[label]``, the mean share of later turns in a step group of more than one
     over its runs' training steps (the turns where its step advantage can differ from the
     episode's). Returns the facts (for report.json) and the summary's lines."""
@@ -173,6 +238,7 @@ def step_credit(rows: Sequence[Row], diffs: Mapping[str, list[Diff]], shared: Ma
         test = [d for d in diffs[r.label] if d.split == splits[0]][0]
         verdict = ("above GRPO beyond noise" if test.diff > 0 and test.beyond_noise else
                    "below GRPO beyond noise" if test.beyond_noise else
+                   "not judged (too few seeds)" if not test.judged else
                    "at least GRPO's score, within noise" if test.diff >= 0 else "below GRPO, within noise")
         sh = shared.get(r.label)
         why = (f" Step groups: on average {sh:.0%} of the turns after the first share their state with another episode "
@@ -180,8 +246,23 @@ def step_credit(rows: Sequence[Row], diffs: Mapping[str, list[Diff]], shared: Ma
         facts[r.label] = {"vs": grpo.label, "diffs": {d.split: d.as_dict() for d in diffs[r.label]},
                           "step_group_shared_later": sh, "verdict_" + splits[0]: verdict}
         lines.append(f"- {r.display} ({r.n_seeds} seed(s)) against {grpo.display} ({grpo.n_seeds}), same cold start, "
-                     f"paired bootstrap {ci:.0%} CI: " + "; ".join(parts) + f". On {splits[0]}: {verdict}." + why)
+                     f"{ci:.0%} interval: " + "; ".join(parts) + f". On {splits[0]}: {verdict}." + why)
     return facts, lines
+
+
+def step_credit_inputs(rows: Sequence[Row], curves: Sequence, diff: Callable[[Row, Row], list[Diff]]):
+    """For :func:`step_credit`: each full-mask step-level method's differences against plain GRPO
+    from the same cold start (``diff(a, b)``: the report's comparison) and its runs' mean
+    step-group share over their curves (:class:`agentr1.report.inputs.Curve`)."""
+    grpo = grpo_row(rows)
+    stepwise = [r for r in rows if r.kind == "rl" and r.method is not None and grpo is not None
+                and ESTIMATORS.spec(r.method.estimator).meta.get("stepwise") and r.method.cold_start == grpo.method.cold_start]
+    diffs = {r.label: diff(r, grpo) for r in stepwise}
+    shared = {}
+    for r in stepwise:
+        vals = [v for c in curves if c.run in r.runs for v in c.step_group_shared if v is not None]
+        shared[r.label] = sum(vals) / len(vals) if vals else None
+    return diffs, shared
 
 
 def _avg(diffs: list[Diff]) -> Diff:
@@ -197,14 +278,22 @@ def _start(r: Row) -> str:
     return r.method.cold_start if r.method is not None else COLD_START
 
 
-def summary_markdown(facts: Mapping, rows: Sequence[Row], metric: str, splits: Sequence[str]) -> str:
+def summary_markdown(facts: Mapping, rows: Sequence[Row], metric: str, splits: Sequence[str],
+                     method: str = "") -> str:
+    """The summary page: the header (what was compared, ``method``: how the intervals are made), the
+    lines of :func:`summarize` and the table of means."""
     m = metric.upper()
     t3 = table3_rows(rows)
+    seeds = sorted({r.n_seeds for r in rows if r.kind != "baseline"})
     head = [f"# Agent-R1 reproduction: summary ({m})", "",
             f"Splits: {', '.join(splits)}; {len(t3)} policies in Table 3 "
             f"({sum(r.kind == 'rl' for r in t3)} RL methods, {sum(r.n_seeds for r in t3 if r.kind == 'rl')} runs), "
-            f"{sum(r.kind == 'ablation' for r in rows)} ablation(s). Tables: table3.md, table4.md, breakdown.md, "
-            "behaviour.md; plots: plots/.", ""]
+            f"{sum(r.kind == 'ablation' for r in rows)} ablation(s); every RL row and ablation is "
+            f"{'/'.join(map(str, seeds))} training seed(s), each cold start one SFT run. Tables: table3.md, table4.md, "
+            "breakdown.md, behaviour.md; plots: plots/.", ""]
+    if method:
+        head += [f"{method}; a difference is beyond noise when its interval excludes 0 and each RL row has "
+                 f"{facts.get('min_seeds', 3)}+ seeds.", ""]
     table = ["| Method | " + " | ".join(splits) + " | avg |", "|---|" + "---|" * (len(splits) + 1)]
     table += [f"| {r.display} | " + " | ".join(fmt(r.cells[k].mean) for k in [*splits, AVG]) + " |" for r in t3]
     return "\n".join([*head, *facts["lines"], "", *table, ""])

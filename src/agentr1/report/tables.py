@@ -2,11 +2,15 @@
 
 * **Table 3** (the paper's main comparison): the baselines (Base Tool Call, Naive RAG, Cold start
   SFT) then each full-mask RL method; per split and the average over splits, the method's score
-  as ``mean ± std over seeds [CI]``, the CI a bootstrap over questions of the per-question score
-  averaged across the method's seeds (:mod:`agentr1.report.stats`).
+  as ``mean ± std over seeds [CI]``, the CI the two-level bootstrap over the method's seeds and
+  the questions (:func:`agentr1.report.stats.seeds_questions`).
 * **Table 4** (the mask ablations): each ablation next to its full-mask method, the difference
-  (ablation - full) and its paired bootstrap CI; "beyond noise" when the CI excludes 0.
+  (ablation - full) and its CI (seeds of both rows x questions, paired on the questions).
 * **Breakdown**: every policy's score per question type and per number of hops.
+
+A difference is **judged** only when each of its RL rows has at least ``min_seeds`` training seeds
+(``report.min_seeds``; the baselines are one SFT run each and need none): "beyond noise" = judged
+and its interval excludes 0. With fewer seeds the report says "not judged" - one seed is an anecdote.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from dataclasses import dataclass, field
 from agentr1.errors import StageError
 from agentr1.report.inputs import Evaluation, Question, eval_stage
 from agentr1.report.methods import BASELINES, MASK_WORDS, Method
-from agentr1.report.stats import AVG, bootstrap, paired, seed_mean_std
+import numpy as np
+
+from agentr1.report.stats import AVG, paired, seed_mean_std, seeds_questions
 
 SPLIT_ROLES = {"test": "in-domain", "ood": "out-of-domain", "dev": "dev", "train": "train"}
 
@@ -45,14 +51,28 @@ class Row:
     kind: str  # baseline | rl | ablation
     runs: list[str]
     method: Method | None
-    scores: dict[str, dict[str, float]]
+    scores: dict[str, dict[str, float]]  # per split, question id -> the score averaged over the runs
     questions: dict[str, dict[str, Question]]
+    seed_scores: dict[str, dict[str, tuple[float, ...]]] = field(default_factory=dict)  # id -> one per run
     per_seed: dict[str, dict[str, float]] = field(default_factory=dict)
     cells: dict[str, Cell] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.seed_scores and len(self.runs) == 1:  # one run: its scores are its seed's
+            self.seed_scores = {s: {q: (v,) for q, v in per_q.items()} for s, per_q in self.scores.items()}
 
     @property
     def n_seeds(self) -> int:
         return len(self.runs)
+
+    def matrix(self, split: str, ids: Sequence[str]) -> np.ndarray:
+        """``(runs, len(ids))``: the runs' scores on questions ``ids`` of ``split``."""
+        per_q = self.seed_scores[split]
+        return np.array([[per_q[q][s] for q in ids] for s in range(self.n_seeds)], dtype=float)
+
+    def judgeable(self, min_seeds: int) -> bool:
+        """Whether a verdict may rest on this row: a baseline (one SFT run, stated), or enough seeds."""
+        return self.kind == "baseline" or self.n_seeds >= min_seeds
 
 
 @dataclass
@@ -68,23 +88,35 @@ class Diff:
     ci_lower: float
     ci_upper: float
     n: int | None
-    p_value: float | None = None  # per split (None for the average)
+    p_value: float | None = None
+    judged: bool = True  # both rows have enough seeds for a verdict (module docstring)
+    seeds: tuple[int, int] = (1, 1)  # training seeds of a and b
 
     @property
     def beyond_noise(self) -> bool:
-        return self.ci_lower > 0 or self.ci_upper < 0
+        return self.judged and (self.ci_lower > 0 or self.ci_upper < 0)
+
+    @property
+    def verdict(self) -> str:
+        """``beyond noise``, ``within noise`` or ``not judged`` (too few seeds)."""
+        return "not judged" if not self.judged else "beyond noise" if self.beyond_noise else "within noise"
 
     def as_dict(self) -> dict:
         """The numbers (the policies and the split are the keys it is stored under)."""
         return {"a_mean": self.a_mean, "b_mean": self.b_mean, "diff": self.diff, "ci_lower": self.ci_lower,
-                "ci_upper": self.ci_upper, "n": self.n, "p_value": self.p_value, "beyond_noise": self.beyond_noise}
+                "ci_upper": self.ci_upper, "n": self.n, "p_value": self.p_value, "seeds_a": self.seeds[0],
+                "seeds_b": self.seeds[1], "judged": self.judged, "beyond_noise": self.beyond_noise,
+                "verdict": self.verdict}
 
 
 def seed_average(label: str, runs: Sequence[str], evals: Mapping[str, Evaluation], splits: Sequence[str],
-                 baselines: Sequence[str]) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, Question]]]:
-    """Per split, ``{question id: score averaged over the runs}``; ``StageError`` when the seeds
-    of one method were evaluated on different questions."""
+                 baselines: Sequence[str]) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, Question]],
+                                                    dict[str, dict[str, tuple[float, ...]]]]:
+    """Per split, ``{question id: score averaged over the runs}``, the questions and ``{question id:
+    (score of each run)}``; ``StageError`` when the seeds of one method were evaluated on different
+    questions."""
     scores: dict[str, dict[str, float]] = {}
+    per_run: dict[str, dict[str, tuple[float, ...]]] = {}
     questions: dict[str, dict[str, Question]] = {}
     first = evals[runs[0]]
     for split in splits:
@@ -96,27 +128,35 @@ def seed_average(label: str, runs: Sequence[str], evals: Mapping[str, Evaluation
                     f"the seeds of method {label!r} were evaluated on different {split!r} questions: {runs[0]} has "
                     f"{len(ids)}, {run} has {len(other)} ({len(ids ^ other)} differ); re-run "
                     + " and ".join(f"`dvc repro {eval_stage(r, baselines)}`" for r in (runs[0], run)))
-        scores[split] = {q: sum(evals[r].scores[split][q] for r in runs) / len(runs) for q in sorted(ids)}
+        per_run[split] = {q: tuple(evals[r].scores[split][q] for r in runs) for q in sorted(ids)}
+        scores[split] = {q: sum(v) / len(v) for q, v in per_run[split].items()}
         questions[split] = first.questions[split]
-    return scores, questions
+    return scores, questions, per_run
+
+
+def row_terms(row: Row, ids: Mapping[str, Sequence[str]]) -> dict[str, np.ndarray]:
+    """``{split: (runs x questions)}`` of ``row`` on the questions ``ids[split]``."""
+    return {s: row.matrix(s, q) for s, q in ids.items()}
 
 
 def build_rows(methods: Sequence[Method], evals: Mapping[str, Evaluation], splits: Sequence[str],
                samples: int, ci: float, seed: int, baselines: Mapping[str, str] = BASELINES) -> list[Row]:
-    """The ``baselines`` (Table 3 order) then every method (full-mask ones, then the ablations)."""
+    """The ``baselines`` (Table 3 order) then every method (full-mask ones, then the ablations); each
+    cell is the mean over seeds and questions with its two-level interval."""
     names = list(baselines)
     rows = []
     for name, display in baselines.items():
-        scores, questions = seed_average(name, [name], evals, splits, names)
-        rows.append(Row(name, display, "baseline", [name], None, scores, questions))
+        scores, questions, per_q = seed_average(name, [name], evals, splits, names)
+        rows.append(Row(name, display, "baseline", [name], None, scores, questions, per_q))
     for m in methods:
-        scores, questions = seed_average(m.label, m.runs, evals, splits, names)
-        rows.append(Row(m.label, m.display, "ablation" if m.is_ablation else "rl", list(m.runs), m, scores, questions))
+        scores, questions, per_q = seed_average(m.label, m.runs, evals, splits, names)
+        rows.append(Row(m.label, m.display, "ablation" if m.is_ablation else "rl", list(m.runs), m, scores, questions,
+                        per_q))
     for row in rows:
         per_run = {r: {s: _mean(evals[r].scores[s].values()) for s in splits} for r in row.runs}
         for r in row.runs:
             per_run[r][AVG] = _mean(per_run[r][s] for s in splits)
-        boot = bootstrap({s: list(row.scores[s].values()) for s in splits}, samples, ci, seed)
+        boot = seeds_questions([(1.0, row_terms(row, {s: list(row.scores[s]) for s in splits}))], samples, ci, seed)
         for key in [*splits, AVG]:
             row.per_seed[key] = {r: per_run[r][key] for r in row.runs}
             mean, std = seed_mean_std(list(row.per_seed[key].values()))
@@ -130,14 +170,41 @@ def _mean(values) -> float:
     return sum(values) / len(values)
 
 
-def compare(a: Row, b: Row, splits: Sequence[str], samples: int, ci: float, seed: int) -> list[Diff]:
-    """``a - b`` per split and on the average, each with its paired bootstrap CI."""
+def shared_ids(a: Row, b: Row, splits: Sequence[str]) -> dict[str, list[str]]:
+    """Per split, the question ids both rows hold (sorted); ``StageError`` when a split shares none."""
+    ids = {}
+    for split in splits:
+        ids[split] = sorted(set(a.scores[split]) & set(b.scores.get(split, {})))
+        if not ids[split]:
+            raise StageError(f"cannot compare {a.label} with {b.label}: no question of split {split!r} is in both "
+                             "evaluations")
+    return ids
+
+
+def compare(a: Row, b: Row, splits: Sequence[str], samples: int, ci: float, seed: int, min_seeds: int = 3) -> list[Diff]:
+    """``a - b`` per split and on the average: the two-level interval (both rows' seeds x the
+    questions they share, paired; :func:`agentr1.report.stats.seeds_questions`); judged when both
+    rows may carry a verdict (:meth:`Row.judgeable`)."""
+    ids = shared_ids(a, b, splits)
+    intervals = seeds_questions([(1.0, row_terms(a, ids)), (-1.0, row_terms(b, ids))], samples, ci, seed)
+    judged = a.judgeable(min_seeds) and b.judgeable(min_seeds)
+    return [Diff(a.label, b.label, key, a.cells[key].mean, b.cells[key].mean, intervals[key].mean,
+                 intervals[key].lower, intervals[key].upper, len(ids[key]) if key in ids else None,
+                 intervals[key].p_value, judged, (a.n_seeds, b.n_seeds))
+            for key in [*splits, AVG]]
+
+
+def compare_questions_only(a: Row, b: Row, splits: Sequence[str], samples: int, ci: float, seed: int) -> list[Diff]:
+    """``a - b`` with the interval of earlier reports: a paired bootstrap over the questions of the
+    seed-averaged scores, the seeds held fixed (:func:`agentr1.report.stats.paired`; for
+    ``bench/seed_sets.py``'s comparison, never a verdict of the report)."""
     try:
         intervals, counts = paired(a.scores, b.scores, samples, ci, seed)
     except ValueError as exc:
         raise StageError(f"cannot compare {a.label} with {b.label}: {exc}") from None
     return [Diff(a.label, b.label, key, a.cells[key].mean, b.cells[key].mean, intervals[key].mean,
-                 intervals[key].lower, intervals[key].upper, counts.get(key), intervals[key].p_value)
+                 intervals[key].lower, intervals[key].upper, counts.get(key), intervals[key].p_value, True,
+                 (a.n_seeds, b.n_seeds))
             for key in [*splits, AVG]]
 
 
@@ -180,16 +247,24 @@ def table3_rows(rows: Sequence[Row]) -> list[Row]:
     return [r for r in rows if r.kind in ("baseline", "rl")]
 
 
-def table3(rows: Sequence[Row], splits: Sequence[str], metric: str, ci: float) -> tuple[str, str]:
+def interval_method(ci: float, samples: int) -> str:
+    """One sentence stating how every interval of the report is made (the tables' and summary's header)."""
+    return (f"{ci:.0%} intervals: a two-level bootstrap ({samples} replicates, percentile) that resamples the "
+            "training seeds of each RL row (S - 1 draws of its S seeds, the Rao-Wu rescaling that keeps the seed "
+            "variance unbiased) and the questions of each split (one draw shared by every seed and by both rows of "
+            "a difference: paired); the baselines are one SFT run each (no seed level)")
+
+
+def table3(rows: Sequence[Row], splits: Sequence[str], metric: str, ci: float, samples: int = 1000) -> tuple[str, str]:
     """Table 3 as (markdown, csv)."""
     t3 = table3_rows(rows)
     header = ["Method", "Runs", "n_seeds", *(split_header(s, metric) for s in splits), f"Average {metric.upper()}"]
     md_rows = [[r.display, ", ".join(r.runs), r.n_seeds, *(cell_text(r.cells[k]) for k in [*splits, AVG])] for r in t3]
     n = {s: sorted({r.cells[s].n for r in t3}) for s in splits}
     md = (f"# Table 3: {metric.upper()} of the baselines and the RL methods\n\n"
-          f"Each cell: mean ± std over seeds [{ci:.0%} CI, a bootstrap over questions of the per-question "
-          f"{metric.upper()} averaged across the method's seeds]; no ± for a single run. Average = the unweighted "
-          f"mean of the splits. Questions: " + ", ".join(f"{s} n={'/'.join(map(str, n[s]))}" for s in splits) + ".\n\n"
+          f"Each cell: mean over seeds and questions ± std over seeds [CI]; no ± for a single run. "
+          f"{interval_method(ci, samples)}. Average = the unweighted mean of the splits. Questions: "
+          + ", ".join(f"{s} n={'/'.join(map(str, n[s]))}" for s in splits) + ".\n\n"
           + _md_table(header, md_rows))
     cols = ["method", "name", "kind", "runs", "n_seeds"]
     for k in [*splits, AVG]:
@@ -216,27 +291,28 @@ def masks_text(row: Row) -> str:
 
 
 def table4(rows: Sequence[Row], diffs: Mapping[str, list[Diff]], splits: Sequence[str], metric: str,
-           ci: float) -> tuple[str, str]:
+           ci: float, samples: int = 1000) -> tuple[str, str]:
     """Table 4 as (markdown, csv); ``diffs[ablation label]`` = ablation - full per split."""
-    header = ["Ablation", "Masks off", "Full-mask method", "Split", f"Full mask {metric.upper()}",
-              f"Ablation {metric.upper()}", "Δ (ablation − full)", f"{ci:.0%} CI of Δ", "Beyond noise"]
+    header = ["Ablation", "Masks off", "Full-mask method", "Seeds", "Split", f"Full mask {metric.upper()}",
+              f"Ablation {metric.upper()}", "Δ (ablation − full)", f"{ci:.0%} CI of Δ", "Verdict"]
     md_rows, csv_rows = [], []
     for abl, full in ablation_pairs(rows):
         for d in diffs[abl.label]:
-            md_rows.append([abl.display, masks_text(abl), full.display, d.split, fmt(d.b_mean), fmt(d.a_mean),
-                            fmt_signed(d.diff), f"[{d.ci_lower:+.3f}, {d.ci_upper:+.3f}]",
-                            "yes" if d.beyond_noise else "no"])
-            csv_rows.append([abl.label, abl.display, ";".join(abl.method.masks_off), full.label, d.split, d.b_mean,
-                             d.a_mean, d.diff, d.ci_lower, d.ci_upper, d.n, d.beyond_noise])
+            md_rows.append([abl.display, masks_text(abl), full.display, f"{d.seeds[0]} / {d.seeds[1]}", d.split,
+                            fmt(d.b_mean), fmt(d.a_mean), fmt_signed(d.diff), f"[{d.ci_lower:+.3f}, {d.ci_upper:+.3f}]",
+                            d.verdict])
+            csv_rows.append([abl.label, abl.display, ";".join(abl.method.masks_off), full.label, d.seeds[0], d.seeds[1],
+                             d.split, d.b_mean, d.a_mean, d.diff, d.ci_lower, d.ci_upper, d.n, d.judged, d.beyond_noise])
     orphans = [r.display for r in rows if r.kind == "ablation" and (r.method is None or r.method.ablation_of is None)]
     md = (f"# Table 4: mask ablations ({metric.upper()})\n\n"
-          f"Δ = ablation − full-mask method, per question with seeds averaged; the CI is a paired bootstrap over "
-          f"questions ({ci:.0%}); beyond noise = the CI excludes 0. avg = the unweighted mean of the splits.\n\n")
+          f"Δ = ablation − full-mask method (means over seeds and questions). {interval_method(ci, samples)}. "
+          "Beyond noise = the interval excludes 0; not judged = a row has fewer seeds than report.min_seeds. "
+          "avg = the unweighted mean of the splits.\n\n")
     md += _md_table(header, md_rows) if md_rows else "No ablation in params `runs` has a full-mask method to compare with.\n"
     if orphans:
         md += "\nAblations without a full-mask method in params `runs` (not compared): " + ", ".join(orphans) + ".\n"
-    cols = ["ablation", "name", "masks_off", "full_mask", "split", "full_mean", "ablation_mean", "diff",
-            "diff_ci_lower", "diff_ci_upper", "n_paired", "beyond_noise"]
+    cols = ["ablation", "name", "masks_off", "full_mask", "seeds_ablation", "seeds_full", "split", "full_mean",
+            "ablation_mean", "diff", "diff_ci_lower", "diff_ci_upper", "n_paired", "judged", "beyond_noise"]
     return md, csv_text(cols, csv_rows)
 
 

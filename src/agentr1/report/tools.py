@@ -2,12 +2,12 @@
 evaluated splits hold calculator questions (``data.task: tools`` or GSM8K).
 
 For every policy row of the report and every group ``<split>/<type>`` (type in :data:`TASK_TYPES`
-present in that split): the metric's mean over the group's questions with its percentile
-bootstrap CI (the same bootstrap as Table 3, :func:`agentr1.report.stats.bootstrap`, over the
-group's per-question scores averaged across a method's seeds), the calls per episode and success
-rate of each tool (the evaluations' ``by_type.<type>.by_tool``, averaged over a method's seeds),
-and for each RL method the paired bootstrap difference to the cold start per group
-(:func:`agentr1.report.tables.compare`): "beyond noise" when its CI excludes 0.
+present in that split): the metric's mean over the group's questions with its interval (the same
+two-level bootstrap over seeds x questions as Table 3, :func:`agentr1.report.stats.seeds_questions`,
+the groups as its strata), the calls per episode and success rate of each tool (the evaluations'
+``by_type.<type>.by_tool``, averaged over a method's seeds), and for each RL method the difference
+to the cold start per group (:func:`agentr1.report.tables.compare`): "beyond noise" when its
+interval excludes 0 and the method has ``report.min_seeds`` seeds.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentr1.report.inputs import Evaluation
-from agentr1.report.stats import AVG, bootstrap
-from agentr1.report.tables import Cell, Diff, Row, _md_table, cell_text, compare, fmt, fmt_signed
+from agentr1.report.stats import AVG, seeds_questions
+from agentr1.report.tables import Cell, Diff, Row, _md_table, cell_text, compare, fmt, fmt_signed, row_terms
 
 TASK_TYPES = ("arithmetic", "multi_tool", "gsm8k")
 COLD_START = "cold_start"
@@ -39,8 +39,9 @@ def task_rows(rows: Sequence[Row], groups: Sequence[tuple[str, str, str]], sampl
     for r in rows:
         scores = {k: {qid: v for qid, v in r.scores[s].items() if r.questions[s][qid].type == t} for k, s, t in groups}
         questions = {k: {qid: r.questions[s][qid] for qid in scores[k]} for k, s, _ in groups}
-        row = Row(r.label, r.display, r.kind, r.runs, r.method, scores, questions)
-        boot = bootstrap({k: list(v.values()) for k, v in scores.items()}, samples, ci, seed)
+        per_seed = {k: {qid: r.seed_scores[s][qid] for qid in scores[k]} for k, s, _ in groups}
+        row = Row(r.label, r.display, r.kind, r.runs, r.method, scores, questions, per_seed)
+        boot = seeds_questions([(1.0, row_terms(row, {k: list(v) for k, v in scores.items()}))], samples, ci, seed)
         for key in [*scores, AVG]:
             row.cells[key] = Cell(boot[key].mean, None, boot[key].lower, boot[key].upper,
                                   len(scores[key]) if key != AVG else None)
@@ -62,7 +63,7 @@ def tool_calls(row: Row, evals: Mapping[str, Evaluation], split: str, qtype: str
 
 
 def tools_section(rows: Sequence[Row], evals: Mapping[str, Evaluation], splits: Sequence[str], metric: str,
-                  samples: int, ci: float, seed: int) -> tuple[dict[str, Any], str] | None:
+                  samples: int, ci: float, seed: int, min_seeds: int = 3) -> tuple[dict[str, Any], str] | None:
     """``(report.json "tools" block, tools.md)``, or None when no split holds calculator questions."""
     groups = task_groups(rows, splits)
     if not groups:
@@ -73,7 +74,8 @@ def tools_section(rows: Sequence[Row], evals: Mapping[str, Evaluation], splits: 
     calls = {r.label: {k: tool_calls(r, evals, s, t) for k, s, t in groups} for r in trows}
     diffs: dict[str, list[Diff]] = {}
     if COLD_START in by_label:
-        diffs = {r.label: compare(r, by_label[COLD_START], keys, samples, ci, seed) for r in trows if r.kind != "baseline"}
+        diffs = {r.label: compare(r, by_label[COLD_START], keys, samples, ci, seed, min_seeds)
+                 for r in trows if r.kind != "baseline"}
     data = {
         "groups": keys, "metric": metric,
         "policies": {r.label: {k: {**r.cells[k].as_dict(), "by_tool": calls[r.label].get(k, {})} for k in [*keys, AVG]}
@@ -91,15 +93,15 @@ def _markdown(trows: Sequence[Row], keys: Sequence[str], calls: Mapping, diffs: 
               ci: float) -> str:
     m = metric.upper()
     md = [f"# Calculator tasks: {m} per question type\n",
-          f"{m} over each group's questions (a method's seeds averaged per question) with the {ci:.0%} bootstrap CI; "
+          f"{m} over each group's questions and a method's seeds with the {ci:.0%} interval over seeds x questions; "
           "avg = the mean over the groups. Calls: per episode, per tool (ok = share of calls that executed).\n"]
     md.append(_md_table(["Method", *(f"{k} (n={trows[0].cells[k].n})" for k in keys), AVG],
                         [[r.display, *(cell_text(r.cells[k]) for k in [*keys, AVG])] for r in trows]))
     md.append("\n## Tool calls per episode\n")
     md.append(_md_table(["Method", *keys], [[r.display, *(_calls_text(calls[r.label][k]) for k in keys)] for r in trows]))
     if diffs:
-        md.append(f"\n## RL vs the cold start ({m} difference, paired bootstrap {ci:.0%} CI)\n")
+        md.append(f"\n## RL vs the cold start ({m} difference, {ci:.0%} interval over seeds x questions, paired)\n")
         body = [[a, *(f"{fmt_signed(d.diff)} [{fmt_signed(d.ci_lower)}, {fmt_signed(d.ci_upper)}]"
-                      f"{' beyond noise' if d.beyond_noise else ''}" for d in ds)] for a, ds in diffs.items()]
+                      f"{'' if d.verdict == 'within noise' else ' ' + d.verdict}" for d in ds)] for a, ds in diffs.items()]
         md.append(_md_table(["Method", *keys, AVG], body))
     return "\n".join(md) + "\n"

@@ -193,7 +193,7 @@ def run(ctx: StageContext, args: Any = None) -> dict[str, Any]:
         "policy": policy.name,
         "kind": policy.kind,
         "checkpoint": str(policy.checkpoint),
-        "overrides": dict(cfg.runs[policy.name]) if policy.kind == "rl" else None,
+        "overrides": cfg.run_overrides(policy.name) if policy.kind == "rl" else None,
         "eval_data": eval_data,
         "seed": cfg.seed,
         "bootstrap": {"samples": ecfg.bootstrap.samples, "ci": ecfg.bootstrap.ci},

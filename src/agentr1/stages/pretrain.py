@@ -49,7 +49,7 @@ from agentr1.data.drills import gate_drills, pretraining_docs
 from agentr1.data.world import build_world, corpus_rows
 from agentr1.errors import StageError
 from agentr1.io import atomic_dir, write_json_atomic
-from agentr1.models import downloaded_checkpoint, load_checkpoint, write_reference
+from agentr1.models import downloaded_checkpoint, load_checkpoint, save_checkpoint, write_reference
 from agentr1.models.build import scratch_policy
 from agentr1.lm.pretrain import gate_report, pretrain_reader, reading_accuracy
 from agentr1.stages.context import StageContext
@@ -76,24 +76,10 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     """Run the stage (module docstring); returns the metrics it wrote."""
     t_start = time.perf_counter()
     cfg, pcfg, phase = ctx.cfg, ctx.cfg.pretrain, ctx.phase
-    syn = cfg.data.synthetic
     if pcfg.num_threads is not None:
         torch.set_num_threads(pcfg.num_threads)
     with phase("world"):
-        try:
-            world = build_world(syn, cfg.seed)
-        except ValueError as exc:
-            raise StageError(str(exc)) from None
-        corpus = corpus_rows(world, syn.distractor_sentences, cfg.seed)
-        taken = {e.name for e in world.entities}
-        gate = pcfg.gate
-        drills = {(split, kind): gate_drills(world, corpus, [split], 1 if kind == "one_hop" else gate.passages,
-                                             gate.per_split, cfg.seed)
-                  for split in gate.splits for kind in KINDS}
-        empty = [f"{s}/{k}" for (s, k), d in drills.items() if not d]
-        if empty:
-            raise StageError(f"the gate has no drills for {empty}: data.synthetic.families of those splits is 0; "
-                             "set pretrain.gate.splits to splits with entities")
+        taken, drills = _world(cfg)
     with phase("policy"):
         downloaded = None
         if cfg.model.kind == "scratch":
@@ -104,29 +90,12 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     model.to("cuda" if torch.cuda.is_available() else "cpu")
     n_params = sum(p.numel() for p in model.parameters())
     log.info("pretrain: policy %s with %.2fM parameters, vocabulary %d", cfg.model.kind, n_params / 1e6, len(tokenizer))
-    history: list[dict] = []
-    curve: list[dict] = []
+    history, curve = [], []
     if cfg.model.kind == "scratch":
-        first = gate.splits[0]
-
-        def on_step(row: dict) -> None:
-            ctx.run.logger.log({m: row[k] for k, m in LOSS_METRICS.items()}, step=int(row["step"]))
-            if gate.every and (row["step"] % gate.every == 0 or row["step"] == pcfg.steps):
-                point = {"step": row["step"]}
-                for kind in KINDS:
-                    hits = reading_accuracy(model, tokenizer, drills[(first, kind)])
-                    point[kind] = sum(hits) / len(hits)
-                curve.append(point)
-                ctx.run.logger.log({m: point[k] for k, m in gate_metrics(cfg).items()}, step=int(row["step"]))
-                log.info("pretrain: step %d gate on %s: one-hop %.3f, multi-passage %.3f", row["step"], first,
-                         point["one_hop"], point["multi"])
-
         with phase("pretrain"):
-            docs = pretraining_docs(taken, cfg.seed, pcfg.world_families, pcfg.docs_per_world,
-                                    syn.distractor_sentences, pcfg.passages, pcfg.questions, pcfg.question_first)
-            history = pretrain_reader(model, tokenizer, docs, pcfg, on_step=on_step, log_every=pcfg.log_every)
+            history, curve = _pretrain(ctx, model, tokenizer, taken, drills)
     with phase("gate"):
-        result = gate_report(model, tokenizer, drills, gate.one_hop, gate.multi)
+        result = gate_report(model, tokenizer, drills, pcfg.gate.one_hop, pcfg.gate.multi)
     log.info("pretrain: gate %s (%s)", "passed" if result["passed"] else "not passed",
              ", ".join(f"{s}/{k} {e['accuracy']:.3f}" for s, kinds in result["splits"].items() for k, e in kinds.items()))
     tail = history[-50:]
@@ -141,23 +110,73 @@ def run(ctx: StageContext, args: Any = None) -> dict:
         },
         "model": {"kind": cfg.model.kind, "parameters": n_params, "vocab_size": len(tokenizer)},
     }
-    report = Path(pcfg.report_dir)
-    with atomic_dir(pcfg.out_dir) as tmp:
-        if downloaded is None:
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-        else:  # a downloaded model is its own cached copy: refer to it
-            write_reference(downloaded, tmp)
-        with atomic_dir(report) as rtmp:  # both appear only together: the report describes this base
-            (rtmp / "loss.csv").write_text(curve_csv(history, LOSS_FIELDS))
-            (rtmp / "gate.csv").write_text(curve_csv(curve, GATE_FIELDS))
-            write_json_atomic(rtmp / "metrics.json", metrics)
-            elapsed = time.perf_counter() - t_start
-            ctx.times["total"] = round(elapsed, 2)
-            tokens_per_s = metrics["pretrain"]["tokens"] / ctx.times["pretrain"] if history else None
-            write_json_atomic(rtmp / "timing.json", {"time_s": dict(ctx.times), "tokens_per_s": tokens_per_s})
+    _write_outputs(ctx, model, tokenizer, downloaded, history, curve, metrics, t_start)
     log_outputs(ctx)
     return metrics
+
+
+def _world(cfg) -> tuple[set[str], dict]:
+    """Step 1: the dataset's entity names (no pretraining text may hold one) and the gate's
+    drills per ``(split, kind)``."""
+    syn, gate = cfg.data.synthetic, cfg.pretrain.gate
+    try:
+        world = build_world(syn, cfg.seed)
+    except ValueError as exc:
+        raise StageError(str(exc)) from None
+    corpus = corpus_rows(world, syn.distractor_sentences, cfg.seed)
+    drills = {(split, kind): gate_drills(world, corpus, [split], 1 if kind == "one_hop" else gate.passages,
+                                         gate.per_split, cfg.seed)
+              for split in gate.splits for kind in KINDS}
+    empty = [f"{s}/{k}" for (s, k), d in drills.items() if not d]
+    if empty:
+        raise StageError(f"the gate has no drills for {empty}: data.synthetic.families of those splits is 0; "
+                         "set pretrain.gate.splits to splits with entities")
+    return {e.name for e in world.entities}, drills
+
+
+def _pretrain(ctx: StageContext, model, tokenizer, taken: set[str], drills: dict) -> tuple[list[dict], list[dict]]:
+    """Step 3: pretraining on the drill stream, the loss logged every step and the gate on the
+    first gate split every ``pretrain.gate.every`` steps; returns (loss rows, gate curve)."""
+    cfg, pcfg = ctx.cfg, ctx.cfg.pretrain
+    syn, gate, first = cfg.data.synthetic, pcfg.gate, pcfg.gate.splits[0]
+    curve: list[dict] = []
+
+    def on_step(row: dict) -> None:
+        ctx.run.logger.log({m: row[k] for k, m in LOSS_METRICS.items()}, step=int(row["step"]))
+        if gate.every and (row["step"] % gate.every == 0 or row["step"] == pcfg.steps):
+            point = {"step": row["step"]}
+            for kind in KINDS:
+                hits = reading_accuracy(model, tokenizer, drills[(first, kind)])
+                point[kind] = sum(hits) / len(hits)
+            curve.append(point)
+            ctx.run.logger.log({m: point[k] for k, m in gate_metrics(cfg).items()}, step=int(row["step"]))
+            log.info("pretrain: step %d gate on %s: one-hop %.3f, multi-passage %.3f", row["step"], first,
+                     point["one_hop"], point["multi"])
+
+    docs = pretraining_docs(taken, cfg.seed, pcfg.world_families, pcfg.docs_per_world, syn.distractor_sentences,
+                            pcfg.passages, pcfg.questions, pcfg.question_first)
+    return pretrain_reader(model, tokenizer, docs, pcfg, on_step=on_step, log_every=pcfg.log_every), curve
+
+
+def _write_outputs(ctx: StageContext, model, tokenizer, downloaded, history: list[dict], curve: list[dict],
+                   metrics: dict, t_start: float) -> None:
+    """Step 5: the report files (``pretrain.report_dir``) and the base policy (``pretrain.out_dir``:
+    :func:`agentr1.models.save_checkpoint`, or a reference to a downloaded model's cached copy),
+    each directory atomic; the policy is saved inside the report's temporary directory's
+    lifetime, so a failed save leaves the old report in place."""
+    pcfg = ctx.cfg.pretrain
+    with atomic_dir(Path(pcfg.report_dir)) as rtmp:
+        (rtmp / "loss.csv").write_text(curve_csv(history, LOSS_FIELDS))
+        (rtmp / "gate.csv").write_text(curve_csv(curve, GATE_FIELDS))
+        write_json_atomic(rtmp / "metrics.json", metrics)
+        if downloaded is None:
+            save_checkpoint(model, tokenizer, pcfg.out_dir)
+        else:  # a downloaded model is its own cached copy: refer to it
+            with atomic_dir(Path(pcfg.out_dir)) as tmp:
+                write_reference(downloaded, tmp)
+        ctx.times["total"] = round(time.perf_counter() - t_start, 2)
+        tokens_per_s = metrics["pretrain"]["tokens"] / ctx.times["pretrain"] if history else None
+        write_json_atomic(rtmp / "timing.json", {"time_s": dict(ctx.times), "tokens_per_s": tokens_per_s})
 
 
 def log_outputs(ctx: StageContext, args: Any = None, replay: bool = False) -> None:

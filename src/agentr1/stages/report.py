@@ -1,11 +1,12 @@
 """Stage ``report``: the paper's tables, plots and a generated summary from the evaluations.
 
-``agentr1 report`` reads ``<evaluate.out_dir>/<policy>/{metrics,episodes}`` of every named run in
-params ``runs`` and of the baselines (base_tool_call, naive_rag, cold_start), and each run's
-``<train.out_dir>/<run>/curve.csv``; a missing file fails the stage naming the ``dvc repro``
-that writes it. Runs are grouped into methods (seeds) and ablations by
-:func:`agentr1.report.methods.group_methods`. Outputs in ``report.out_dir`` (default
-``reports/``):
+``agentr1 report`` reads ``<evaluate.out_dir>/<policy>/{metrics,episodes}`` of every replica
+``<run>-<seed>`` of params ``runs`` x ``seeds`` and of the baselines (base_tool_call, naive_rag,
+cold_start), and each replica's ``<train.out_dir>/<run>-<seed>/curve.csv``; a missing file fails the
+stage naming the ``dvc repro`` that writes it. Each run is a row with its seeds, ablations paired
+with their full-mask method (:func:`agentr1.report.methods.group_methods`); every interval resamples
+the seeds and the questions (:mod:`agentr1.report.stats`), and a verdict needs ``report.min_seeds``
+seeds per RL row. Outputs in ``report.out_dir`` (default ``reports/``):
 
 * ``table3.md`` / ``table3.csv`` - baselines and full-mask RL methods per split and averaged;
 * ``table4.md`` / ``table4.csv`` - mask ablations vs their full-mask method, paired bootstrap;
@@ -20,8 +21,9 @@ that writes it. Runs are grouped into methods (seeds) and ablations by
   greedy EM against sampled EM and pass@k; :mod:`agentr1.report.foundation`);
 * ``report.json`` - every number above (DVC metric): ``policies.<label>.<split|avg>`` (mean, std,
   CI, n, per-seed values), ``ablations.<ablation>.<split|avg>`` (a = the ablation, b = its
-  full-mask method), ``vs_baselines.<policy>.<baseline>.<split|avg>`` (a = the policy), each
-  difference with its CI, paired p-value and ``beyond_noise``; ``breakdown``; ``behaviour``
+  full-mask method), ``vs_baselines.<policy>.<baseline>.<split|avg>`` (a = the policy),
+  ``summary.vs_methods`` (RL method pairs from one cold start), each difference with its CI,
+  p-value, seeds, ``judged`` and ``beyond_noise``; ``interval_method``; ``breakdown``; ``behaviour``
   (``splits``: the behaviour table's numbers, ``grpo_vs_cold_start``: the summary's); ``summary``;
 * ``tools.md`` (+ ``report.json`` ``tools``) - only when the splits hold calculator questions
   (``data.task: tools``, GSM8K): per question type the metric with CIs, calls and success rate
@@ -47,17 +49,17 @@ from typing import Any
 
 from agentr1.errors import StageError
 from agentr1.io import write_json_atomic, write_text_atomic
-from agentr1.registry import ESTIMATORS
 from agentr1.report import plots
 from agentr1.report.behaviour import behaviour, behaviour_summary, behaviour_tables
 from agentr1.report.foundation import foundation
 from agentr1.report.inputs import check_inputs, load_curve, load_evaluation
 from agentr1.report.methods import BASELINES, group_methods, report_baselines
 from agentr1.report.stats import AVG
-from agentr1.report.summary import grpo_row, step_credit, summarize, summary_markdown
+from agentr1.report.summary import (grpo_row, method_pairs, step_credit, step_credit_inputs, summarize,
+                                    summary_markdown)
 from agentr1.report.tools import tools_section
 from agentr1.report.tables import (Diff, Row, ablation_pairs, breakdown, breakdown_tables, build_rows, compare,
-                                   csv_text, table3, table4)
+                                   csv_text, interval_method, table3, table4)
 from agentr1.stages.context import StageContext
 from agentr1.stages.spec import StageSpec
 
@@ -81,6 +83,8 @@ def _report_json(cfg, rows: list[Row], ablation_diffs: dict[str, list[Diff]], vs
     return {
         "metric": r.metric, "splits": splits, "bootstrap": {"samples": r.bootstrap.samples, "ci": r.bootstrap.ci,
                                                             "seed": cfg.seed},
+        "seeds": list(cfg.seeds), "min_seeds": r.min_seeds,
+        "interval_method": interval_method(r.bootstrap.ci, r.bootstrap.samples),
         "policies": policies,
         "ablations": {a: {d.split: d.as_dict() for d in ds} for a, ds in ablation_diffs.items()},
         "vs_baselines": {p: {b: {d.split: d.as_dict() for d in ds} for b, ds in per.items()}
@@ -104,21 +108,8 @@ def before(cfg, args: Any = None) -> None:
         raise StageError(f"params runs {clash} reuse a baseline's name ({', '.join(BASELINES)}): rename the run")
     if not runs:
         raise StageError("params `runs` is empty: the report compares named RL runs against the baselines")
-    check_inputs(Path(cfg.evaluate.out_dir), Path(cfg.train.out_dir), runs, list(report_baselines(cfg.sft_reference is not None)))
-
-
-def _stepwise_inputs(rows: list[Row], curves, splits, samples: int, ci: float, seed: int):
-    """For :func:`agentr1.report.summary.step_credit`: each full-mask step-level method's paired
-    differences against plain GRPO from the same cold start, and its runs' mean step-group share."""
-    grpo = grpo_row(rows)
-    stepwise = [r for r in rows if r.kind == "rl" and r.method is not None and grpo is not None
-                and ESTIMATORS.spec(r.method.estimator).meta.get("stepwise") and r.method.cold_start == grpo.method.cold_start]
-    diffs = {r.label: compare(r, grpo, splits, samples, ci, seed) for r in stepwise}
-    shared = {}
-    for r in stepwise:
-        vals = [v for c in curves if c.run in r.runs for v in c.step_group_shared if v is not None]
-        shared[r.label] = sum(vals) / len(vals) if vals else None
-    return diffs, shared
+    check_inputs(Path(cfg.evaluate.out_dir), Path(cfg.train.out_dir), cfg.replicas(),
+                 list(report_baselines(cfg.sft_reference is not None)))
 
 
 def run(ctx: StageContext, args: Any = None) -> dict:
@@ -128,34 +119,37 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     samples, ci, seed = rc.bootstrap.samples, rc.bootstrap.ci, cfg.seed
     eval_dir, runs_dir, out = Path(cfg.evaluate.out_dir), Path(cfg.train.out_dir), Path(rc.out_dir)
     named = report_baselines(cfg.sft_reference is not None)
-    runs, baselines = list(cfg.runs), list(named)
-    methods = group_methods(cfg.runs, cfg.train.model_dump())
+    runs, baselines = cfg.replicas(), list(named)
+    methods = group_methods(cfg.runs, cfg.train.model_dump(), cfg.seeds)
     evals = {p: load_evaluation(eval_dir, p, splits, metric, baselines) for p in [*runs, *baselines]}
     rows = build_rows(methods, evals, splits, samples, ci, seed, named)
     by_label = {r.label: r for r in rows}
-    ablation_diffs = {abl.label: compare(abl, full, splits, samples, ci, seed) for abl, full in ablation_pairs(rows)}
-    vs_baselines = {r.label: {b: compare(r, by_label[b], splits, samples, ci, seed) for b in baselines}
-                    for r in rows if r.kind != "baseline"}
+
+    def diff(a: Row, b: Row) -> list[Diff]:
+        return compare(a, b, splits, samples, ci, seed, rc.min_seeds)
+
+    ablation_diffs = {abl.label: diff(abl, full) for abl, full in ablation_pairs(rows)}
+    vs_baselines = {r.label: {b: diff(r, by_label[b]) for b in baselines} for r in rows if r.kind != "baseline"}
+    vs_methods = {(a.label, b.label): diff(a, b) for a, b in method_pairs(rows)}
     bd = breakdown(rows, splits)
-    facts = summarize(rows, vs_baselines, ablation_diffs, splits, metric, ci)
+    facts = summarize(rows, vs_baselines, ablation_diffs, splits, metric, ci, vs_methods, rc.min_seeds)
     method_of = {run: m.label for m in methods for run in m.runs}
     curves = [load_curve(runs_dir, run) for m in methods for run in m.runs]
-    facts["step_credit"], lines = step_credit(rows, *_stepwise_inputs(rows, curves, splits, samples, ci, seed),
-                                              splits, ci)
+    facts["step_credit"], lines = step_credit(rows, *step_credit_inputs(rows, curves, diff), splits, ci)
     facts["lines"] += lines
     bh = behaviour(rows, evals, splits)
     bh_facts, bh_md_section = behaviour_summary(rows, bh, splits)
     report = _report_json(cfg, rows, ablation_diffs, vs_baselines, bd, facts)
     report["behaviour"] = {"splits": bh, "grpo_vs_cold_start": bh_facts}
-    tools = tools_section(rows, evals, splits, metric, samples, ci, seed)
+    tools = tools_section(rows, evals, splits, metric, samples, ci, seed, rc.min_seeds)
     if tools is not None:
         report["tools"] = tools[0]
     reference_dir = Path(cfg.sft_for("reference").report_dir) if cfg.sft_reference is not None else None
     report["foundation"], foundation_md = foundation(Path(cfg.pretrain.report_dir), Path(cfg.sft.report_dir), eval_dir,
                                                      splits, reference_dir)
 
-    t3_md, t3_csv = table3(rows, splits, metric, ci)
-    t4_md, t4_csv = table4(rows, ablation_diffs, splits, metric, ci)
+    t3_md, t3_csv = table3(rows, splits, metric, ci, samples)
+    t4_md, t4_csv = table4(rows, ablation_diffs, splits, metric, ci, samples)
     bd_md, bd_csv = breakdown_tables(rows, bd, splits, metric)
     bh_md, bh_csv = behaviour_tables(rows, bh, splits, metric)
     curve_rows = [[c.run, method_of[c.run], s, rw, dv, tc] for c in curves
@@ -163,7 +157,8 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     texts = {
         "table3.md": t3_md, "table3.csv": t3_csv, "table4.md": t4_md, "table4.csv": t4_csv,
         "breakdown.md": bd_md, "breakdown.csv": bd_csv, "behaviour.md": bh_md, "behaviour.csv": bh_csv,
-        "summary.md": summary_markdown(facts, rows, metric, splits) + "\n".join(["", *bh_md_section, *foundation_md]),
+        "summary.md": summary_markdown(facts, rows, metric, splits, interval_method(ci, samples))
+        + "\n".join(["", *bh_md_section, *foundation_md]),
         "curves.csv": csv_text(["run", "method", "step", "reward", "dev_em", "tool_calls"], curve_rows),
         **({"tools.md": tools[1]} if tools is not None else {}),
     }

@@ -97,7 +97,7 @@ def demo_sets(ctx: StageContext, ds) -> list[DemoSet]:
                          "set sft.fresh.worlds: 0 for real data")
     taken = frozenset(str(p["title"]) for p in ds.corpus)
     for k in range(f.worlds):
-        world = make_world(cfg.data.synthetic, k, f.families, f.questions, f"{cfg.seed}/sft", taken)
+        world = make_world(cfg.data.synthetic, k, f.families, f.questions, f"{cfg.seed}/sft", taken, "sft.fresh")
         env = corpus_env(cfg.env, cfg.retrieval, world.corpus, cfg.seed)
         sets.append(DemoSet(unique_questions(world.questions), env, world.corpus))
     if not sets:

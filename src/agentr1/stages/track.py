@@ -160,10 +160,11 @@ def _foreach_problem(cfg: Config, stage: str, args: argparse.Namespace, key: str
         name = args.policy
         if name in cfg.runs and name in BASELINES:
             return f"{key}: run {name!r} in params `runs` shadows the baseline of the same name: rename the run"
-        expected = f"evaluate@{name}" if name in cfg.runs else f"evaluate_baseline@{name}" if name in BASELINES else None
+        expected = (f"evaluate@{name}" if cfg.is_run(name) else f"evaluate_baseline@{name}" if name in BASELINES
+                    else None)
         if expected is None:
             return (f"{key}: unknown policy {name!r}: not a run of params `runs` ({', '.join(sorted(cfg.runs))}) nor a "
-                    f"baseline ({', '.join(BASELINES)})")
+                    f"replica <run>-<seed> of one, nor a baseline ({', '.join(BASELINES)})")
         if expected != key:
             return f"{key}: policy {name!r} is evaluated as {expected!r}, not {key!r}"
     elif stage == "train":

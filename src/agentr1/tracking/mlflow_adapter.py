@@ -260,12 +260,14 @@ def _log_params(client: MlflowClient, run_id: str, cfg: "Config") -> None:
 
 def variant_tags(cfg: "Config", variant: str) -> dict[str, str]:
     """Tags of a stage run for the named run of params ``runs`` (``cfg`` = :meth:`Config.for_run`):
-    ``agentr1.variant``, ``agentr1.estimator``, ``agentr1.masks`` (the Agent-R1 masks that are on:
-    ``loss+advantage``, ``loss``, ``advantage`` or ``none``) and the run's own ``agentr1.seed``."""
+    ``agentr1.variant`` (the replica, ``grpo-1``), ``agentr1.run`` (the run of params ``runs`` it is
+    a seed of, ``grpo``: what groups the seeds of one method), ``agentr1.estimator``,
+    ``agentr1.masks`` (the Agent-R1 masks that are on: ``loss+advantage``, ``loss``, ``advantage``
+    or ``none``) and the run's own ``agentr1.seed``."""
     t = cfg.train
     masks = "+".join(m for m, on in (("loss", t.loss_mask), ("advantage", t.advantage_mask)) if on) or "none"
-    return {"agentr1.variant": variant, "agentr1.estimator": t.estimator, "agentr1.masks": masks,
-            "agentr1.seed": str(cfg.seed)}
+    return {"agentr1.variant": variant, "agentr1.run": cfg.split_run(variant)[0], "agentr1.estimator": t.estimator,
+            "agentr1.masks": masks, "agentr1.seed": str(cfg.seed)}
 
 
 @contextlib.contextmanager
