@@ -19,7 +19,7 @@ import pytest
 from agentr1.config import RealConfig, RealSource, config_from_dict
 from agentr1.data.multihop import load_file, load_sources, read_flashrag_corpus
 from agentr1.data.prepare import build_dataset
-from agentr1.data.realformat import RealDataError
+from agentr1.data.realformat import REPEATED_ID, RealDataError
 from agentr1.data.schema import Dataset, write_corpus
 from agentr1.data.validation import validate_dataset
 from agentr1.errors import StageError
@@ -162,8 +162,13 @@ def test_gsm8k_questions_differing_only_in_normalization_are_one_question(tmp_pa
 
 
 def test_ids_differing_only_in_normalization_collide(tmp_path):
+    """One id after NFC: the same content is a counted copy (issue 48 item 11), other content an
+    error naming both lines."""
     path = jsonl(tmp_path / "dev.jsonl", [hotpot(f"caf{NFC_E}"), hotpot(f"caf{NFD_E}")])
-    with pytest.raises(RealDataError, match=f"question id 'hotpotqa:caf{NFC_E}' was already loaded"):
+    loaded = load_file("hotpotqa", path)
+    assert [q["id"] for q in loaded.questions] == [f"hotpotqa:caf{NFC_E}"] and loaded.skipped == {REPEATED_ID: 1}
+    path = jsonl(tmp_path / "dev2.jsonl", [hotpot(f"caf{NFC_E}"), hotpot(f"caf{NFD_E}", question="Who founded it?")])
+    with pytest.raises(RealDataError, match=rf"line 2 .*question id 'hotpotqa:caf{NFC_E}' repeats \S*dev2\.jsonl line 1"):
         load_sources(sources({"dataset": "hotpotqa", "path": str(path)}), seed=0)
 
 

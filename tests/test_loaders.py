@@ -22,12 +22,14 @@ from agentr1.data.multihop import (
     Loaded,
     RealDataError,
     assign_splits,
+    duplicate_reason,
     load_file,
+    load_real,
     load_sources,
     read_records,
     split_counts,
 )
-from agentr1.data.realformat import join_sentences, passage_id
+from agentr1.data.realformat import REPEATED_ID, join_sentences, passage_id
 from agentr1.data.schema import NO_GOLD, QUESTION_FIELDS, Dataset, gold_unknown
 
 
@@ -525,15 +527,65 @@ def test_file_level_errors_name_the_source(tmp_path):
     empty = write_json(tmp_path / "empty.json", [])
     with pytest.raises(RealDataError, match=r"sources\[0\].*no usable question"):
         load_sources(cfg({"dataset": "2wiki", "path": str(empty)}), seed=0)
-    twice = cfg({"dataset": "2wiki", "path": str(files["twowiki_array"])},
-                {"dataset": "2wiki", "path": str(files["twowiki_lines"])})
-    with pytest.raises(RealDataError, match=r"sources\[1\].*'2wiki:w1' was already loaded by data\.real\.sources\[0\]"):
-        load_sources(twice, seed=0)
+    other = json.loads(json.dumps(TWOWIKI))
+    other[0]["answer"] = "Somewhere else"
+    clash = cfg({"dataset": "2wiki", "path": str(files["twowiki_array"])},
+                {"dataset": "2wiki", "path": str(write_jsonl(tmp_path / "2wiki_other.jsonl", other))})
+    message = (r"sources\[1\].*'2wiki:w1' at \S*2wiki_other\.jsonl line 1 \(id 'w1'\) is also at "
+               r"\S*2wiki_dev\.json record 0 \(id 'w1'\) \(data\.real\.sources\[0\]\) with other content: remove one")
+    with pytest.raises(RealDataError, match=message):
+        load_sources(clash, seed=0)
     bad_corpus = write_jsonl(tmp_path / "c.jsonl", [{"id": "1", "text": "no contents"}])
     message = r"^data\.real\.corpus: \S*c\.jsonl line 1 \(id '1'\): required field 'contents'"
     with pytest.raises(RealDataError, match=message):
         load_sources(cfg({"dataset": "2wiki", "path": str(files["twowiki_array"])}, corpus=str(bad_corpus)), seed=0)
     assert isinstance(RealDataError("x"), ValueError)
+
+
+def test_the_same_file_twice_is_a_counted_copy_not_an_error(tmp_path):
+    """Issue 48 item 11: two files holding the same question ids with equal content (the same
+    data in two layouts): the second's questions are dropped as duplicates and counted."""
+    files = small_files(tmp_path)
+    twice = cfg({"dataset": "2wiki", "path": str(files["twowiki_array"])},
+                {"dataset": "2wiki", "path": str(files["twowiki_lines"])})
+    dataset, records = load_real(twice, seed=0)
+    first, second = records["sources"]
+    assert sum(map(len, dataset.questions.values())) == first["questions"] == 2  # a third record has no context
+    assert second["questions"] == 0 and second["skipped"][duplicate_reason(0, "2wiki")] == 2
+
+
+def test_a_repeated_id_inside_one_file_names_both_lines(tmp_path):
+    """Issue 48 items 10-11: a copy inside one file is dropped and counted; other content under
+    the same id is an error naming both records' lines."""
+    rec = musique_record("2hop__1_2")
+    copy = write_jsonl(tmp_path / "copy.jsonl", [rec, musique_record("3hop1__1_2_3"), rec])
+    loaded = load_file("musique", copy)
+    assert [q["id"] for q in loaded.questions] == ["musique:2hop__1_2", "musique:3hop1__1_2_3"]
+    assert loaded.skipped == {REPEATED_ID: 1}
+    changed = {**rec, "answer": "another answer"}
+    clash = write_jsonl(tmp_path / "clash.jsonl", [rec, musique_record("3hop1__1_2_3"), changed])
+    message = (r"clash\.jsonl line 3 \(id '2hop__1_2'\): question id 'musique:2hop__1_2' repeats "
+               r"\S*clash\.jsonl line 1 \(id '2hop__1_2'\) with other content")
+    with pytest.raises(RealDataError, match=message):
+        load_file("musique", clash)
+
+
+@pytest.mark.parametrize("kind", ["directory", "loop", "device", "dangling"])
+def test_a_path_that_is_no_file_says_what_it_is(tmp_path, kind):
+    """Issue 48 item 10: a directory, a symbolic link loop, /dev/zero or a dangling link is not
+    reported as a missing file."""
+    path = {"directory": tmp_path, "device": Path("/dev/zero")}.get(kind, tmp_path / "link.json")
+    if kind == "loop":
+        path.symlink_to(path)
+    elif kind == "dangling":
+        path.symlink_to(tmp_path / "gone.json")
+    expected = {"directory": "a directory, not a data file", "loop": "a symbolic link loop",
+                "device": "a character device, not a data file", "dangling": "a broken symbolic link"}[kind]
+    with pytest.raises(RealDataError, match=expected) as exc:
+        list(read_records(path))
+    assert "file not found" not in str(exc.value) and str(path) in str(exc.value)
+    with pytest.raises(RealDataError, match=rf"sources\[0\]\.path .*{expected}"):
+        load_sources(cfg({"dataset": "hotpotqa", "path": str(path)}), seed=0)
 
 
 def test_read_records_reports_positions(tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentr1.config import Config
+from agentr1.config import Config, load_config
 from agentr1.errors import StageError
 from agentr1.stages import track
 from agentr1.tracking.logger import InMemoryLogger
@@ -31,13 +31,14 @@ def test_every_stage_of_the_repository_lock_resolves_in_dependency_order(repo_ro
         for other in entries:
             if any(track._overlap(d, o) for d in e.deps for o in other.outs) and other is not e:
                 assert pos[other.key] < pos[e.key], (other.key, e.key)
-    runs = yaml.safe_load((repo_root / "params.yaml").read_text())["runs"]
-    for run in runs:
-        assert pos[f"train@{run}"] < pos[f"evaluate@{run}"] < pos["report"]
-        e = entries[pos[f"evaluate@{run}"]]
-        assert e.stage == "evaluate" and e.args.policy == run
+    replicas = load_config(repo_root / "params.yaml").replicas()  # every run x seed: train@ppo-0, ...
+    assert len(replicas) >= 3 * 8
+    for name in replicas:
+        assert pos[f"train@{name}"] < pos[f"evaluate@{name}"] < pos["report"]
+        e = entries[pos[f"evaluate@{name}"]]
+        assert e.stage == "evaluate" and e.args.policy == name
     assert entries[pos["evaluate_baseline@cold_start"]].args.policy == "cold_start"
-    assert entries[pos["train@ppo"]].args.run == "ppo" and entries[pos["train@ppo"]].stage == "train"
+    assert entries[pos["train@ppo-1"]].args.run == "ppo-1" and entries[pos["train@ppo-1"]].stage == "train"
 
 
 def _lock(path: Path, stages: dict) -> Path:

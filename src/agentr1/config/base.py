@@ -39,9 +39,9 @@ class _Section(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _as_written(cls, value: Any, info: ValidationInfo) -> Any:
-        """An int field takes an int, a bool field a bool, a float field a number (not a bool): no
-        coercion from ``true``, ``"16"`` or ``30.0`` (see :mod:`agentr1.yamlparams` for what YAML
-        reads as a number)."""
+        """An int field takes an int, a bool field a bool, a float field a number (not a bool, not a
+        string): no coercion from ``true``, ``"16"``, ``"0.5"`` or ``30.0`` (see
+        :mod:`agentr1.yamlparams` for what YAML reads as a number)."""
         return _scalar_as_written(value, cls.model_fields[info.field_name].annotation)
 
 
@@ -56,8 +56,8 @@ def _scalar_as_written(value: Any, annotation: Any) -> Any:
                          "0x10, 1:30, 010 or 30.0 are not integers here)")
     if kinds == {bool} and not isinstance(value, bool):
         raise ValueError(f"true or false is required, not {_yaml_kind(value)}")
-    if kinds == {float} and isinstance(value, bool):
-        raise ValueError("a number is required, not a boolean")
+    if kinds == {float} and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise ValueError(f"a number written as a number is required, not {_yaml_kind(value)} (no quotes: 0.5, 1e-4)")
     return value
 
 

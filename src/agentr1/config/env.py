@@ -76,14 +76,15 @@ class ProcessRewardConfig(_Section):
     """Per-call process rewards (``agentr1.env.rewards``): ``invalid_call`` / ``failed_call`` for
     every tool; a successful call earns what its tool's ``success_reward`` hook says, by default
     ``successful_<tool name>`` (e.g. ``successful_calculator: 0.05``; 0 when not set). Search's
-    hook pays ``successful_search`` only when a supporting passage came back."""
+    hook pays ``successful_search`` only when a supporting passage came back. Each reward within
+    -1..1 (the outcome reward is within -1..1 too: a larger per-call term would outweigh the answer)."""
 
     model_config = ConfigDict(extra="allow")
 
     enabled: bool = False
-    invalid_call: float = -0.1
-    failed_call: float = -0.05
-    successful_search: float = 0.1
+    invalid_call: float = Field(-0.1, ge=-1, le=1)
+    failed_call: float = Field(-0.05, ge=-1, le=1)
+    successful_search: float = Field(0.1, ge=-1, le=1)
 
     @model_validator(mode="after")
     def _tool_rewards(self) -> "ProcessRewardConfig":
@@ -92,7 +93,7 @@ class ProcessRewardConfig(_Section):
             if not key.startswith("successful_") or tool not in TOOLS:
                 raise ValueError(f"reward.process.{key}: unknown key (allowed extra keys: successful_<tool> for "
                                  f"the tools {', '.join(TOOLS.names())}): remove it or fix its spelling")
-            return Annotated[float, Field(allow_inf_nan=False)]
+            return Annotated[float, Field(allow_inf_nan=False, ge=-1, le=1)]
 
         self.__pydantic_extra__ = _registered_sections(self, "reward.process", reward_key)
         return self

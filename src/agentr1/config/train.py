@@ -16,10 +16,11 @@ AGG = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-me
 class KLConfig(_Section):
     """KL to the frozen start policy (the reference): ``mode`` ``loss`` adds ``coef * agg(kl)`` to
     the policy loss (GRPO style), ``reward`` subtracts ``coef * kl`` from the token rewards before
-    the advantage estimator (PPO style), ``none`` skips the reference model entirely."""
+    the advantage estimator (PPO style), ``none`` skips the reference model entirely. ``coef`` within
+    0..10 (verl's ``kl_coef`` is ~0.001; above 10 the KL term swamps any reward of magnitude <= 1)."""
 
     mode: Literal["none", "loss", "reward"] = "loss"
-    coef: float = Field(0.001, ge=0)
+    coef: float = Field(0.001, ge=0, le=10)
     estimator: KLEstimatorName = "k3"
 
 
@@ -98,21 +99,22 @@ class FreshWorldsConfig(_Section):
 class OffPolicyConfig(_Section):
     """Off-policy correction of the policy loss (``agentr1.rl.losses.behaviour_weights``): with
     ``correction: decoupled`` each action token's loss is weighted by ``min(pi_prox / pi_behav,
-    weight_cap)``, the proximal policy being the recomputed ``old_logp`` (the PPO ratio's) and the
-    behaviour policy the sampling-time log-probs (a rollout engine with other numerics, e.g.
+    weight_cap)`` (``weight_cap`` within 1..100), the proximal policy being the recomputed
+    ``old_logp`` (the PPO ratio's) and the behaviour policy the sampling-time log-probs (a rollout engine with other numerics, e.g.
     vLLM in bf16, or older weights); ``none`` trains as if the samples were the proximal policy's."""
 
     correction: Literal["none", "decoupled"] = "none"
-    weight_cap: float = Field(2.0, ge=1)
+    weight_cap: float = Field(2.0, ge=1, le=100)
 
 
 class GiGPOConfig(_Section):
     """``estimator: gigpo`` (``agentr1.rl.advantages.gigpo``): the step advantage is added with
-    weight ``step_weight`` (0 = GRPO); turns join a step group when the states before them are
-    equal (``similarity: 1``) or match with a ``difflib`` ratio >= ``similarity`` over token ids
+    weight ``step_weight`` (0 = GRPO; within 0..100: verl-agent's ``step_advantage_w`` is used near
+    1, and a far larger weight only scales the step advantage until the update overflows); turns
+    join a step group when the states before them are equal (``similarity: 1``) or match with a ``difflib`` ratio >= ``similarity`` over token ids
     (``agentr1.rl.steps.anchor_groups``)."""
 
-    step_weight: float = Field(1.0, ge=0)
+    step_weight: float = Field(1.0, ge=0, le=100)
     similarity: float = Field(1.0, gt=0, le=1)
 
 
@@ -126,7 +128,8 @@ class TrainConfig(_Section):
     rollout policy, exact) or ``rollout`` (the sampling-time ones; exact only when the rollout and
     training numerics agree, and only for action tokens). ``lr_schedule``: linear warmup over
     ``warmup_steps`` optimizer steps, then ``constant`` or ``cosine`` (to ``min_lr_ratio * lr``).
-    ``num_threads``: torch CPU threads per process (null = torch's default; see ``SFTConfig``).
+    ``entropy_coef`` and ``weight_decay`` within 0..1 (AdamW decays by ``lr * weight_decay`` per
+    step). ``num_threads``: torch CPU threads per process (null = torch's default; see ``SFTConfig``).
     ``seed``: the seed of ``agentr1 train`` without a replica name (null = the top-level ``seed``);
     a replica ``train@<run>-<seed>`` trains with its own (``Config.train_for``; the top-level
     ``seeds`` list makes one per seed, and a run may not set it). ``filter_groups``: dynamic
@@ -140,7 +143,7 @@ class TrainConfig(_Section):
     demonstrator's of stage ``sft_reference`` (params ``sft_reference``). Named runs (``runs`` at the top level) override these
     keys."""
 
-    steps: int = Field(8, ge=0)
+    steps: int = Field(16, ge=0)
     batch_questions: int = Field(8, ge=1)
     group_size: int = Field(4, ge=1)
     estimator: EstimatorName = "grpo"
@@ -160,12 +163,12 @@ class TrainConfig(_Section):
     lr_schedule: Literal["constant", "cosine"] = "constant"
     warmup_steps: int = Field(0, ge=0)
     min_lr_ratio: float = Field(0.1, ge=0, le=1)
-    weight_decay: float = Field(0.0, ge=0)
+    weight_decay: float = Field(0.0, ge=0, le=1)
     grad_clip: float = Field(1.0, ge=0)
     ppo_epochs: int = Field(1, ge=1)
     mini_batches: int = Field(2, ge=1)
     micro_batch_size: int = Field(8, ge=1)
-    entropy_coef: float = Field(0.0, ge=0)
+    entropy_coef: float = Field(0.0, ge=0, le=1)
     kl: KLConfig = KLConfig()
     critic: CriticConfig = CriticConfig()
     dev: DevEvalConfig = DevEvalConfig()

@@ -186,7 +186,7 @@ def load_flashrag(
         else:
             loaded.notes[NO_GOLD] += 1
             hops, sup = 1, []
-        loaded.questions.append(question(qid, text, answers, qtype, hops, sup, source))
+        loaded.add_question(question(qid, text, answers, qtype, hops, sup, source), where)
     loaded.passages = corpus.passages()
     log_skipped(log, origin, loaded)
     return loaded

@@ -51,6 +51,6 @@ def load_gsm8k(records: Iterable[Record], limit: int | None = None, origin: str 
             loaded.skipped["repeated question text"] += 1
             continue
         seen.add(qid)
-        loaded.questions.append(Question(qid, text, [answer], TYPE, 0, [], SOURCE, "").to_dict())
+        loaded.add_question(Question(qid, text, [answer], TYPE, 0, [], SOURCE, "").to_dict(), where)
     log_skipped(log, origin, loaded)
     return loaded

@@ -182,12 +182,14 @@ def load_real(real_cfg: RealConfig, seed: int) -> tuple[Dataset, dict[str, Any]]
     runs and processes). A question whose normalized text an earlier question (of any source, this
     one included) has is dropped before the split is cut and counted under
     :func:`duplicate_reason`, naming the source that keeps it; a warning names both ids. A
-    question id seen twice (the same file listed twice, say), a source that yields no question,
-    and any bad file or record raise :class:`RealDataError` naming the source.
+    question id that an earlier source brought with the same content (the same file listed twice,
+    say) is such a duplicate too; with other content it raises :class:`RealDataError` naming both
+    records. A source that yields no question and any bad file or record raise
+    :class:`RealDataError` naming the source.
     """
     questions: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
     corpus = CorpusBuilder()
-    owner: dict[str, int] = {}
+    owner: dict[str, tuple[int, str, dict[str, Any]]] = {}  # question id -> (source index, where, question)
     texts: dict[str, tuple[int, str]] = {}  # normalized question text -> (source index, question id)
     report: list[dict[str, Any]] = []
     for i, src in enumerate(real_cfg.sources):
@@ -202,11 +204,14 @@ def load_real(real_cfg: RealConfig, seed: int) -> tuple[Dataset, dict[str, Any]]
         entry = _source_entry(i, src, loaded)
         kept, duplicates = [], []
         for q in loaded.questions:
-            if q["id"] in owner:
-                raise RealDataError(
-                    f"{label}: question id {q['id']!r} was already loaded by data.real.sources[{owner[q['id']]}]"
-                )
-            owner[q["id"]] = i
+            where = loaded.where.get(q["id"], label)
+            if q["id"] not in owner:
+                owner[q["id"]] = (i, where, q)
+            elif owner[q["id"]][2] != q:  # the same content falls to the text check below: a counted copy
+                j, first, _ = owner[q["id"]]
+                raise RealDataError(f"{label}: question id {q['id']!r} at {where} is also at {first} "
+                                    f"(data.real.sources[{j}]) with other content: remove one of the two records "
+                                    "or give them distinct ids")
             key = normalize_text(q["question"])
             if key in texts:
                 j, first = texts[key]

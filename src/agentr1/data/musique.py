@@ -90,7 +90,7 @@ def load_musique(records: Iterable[Record], limit: int | None = None, origin: st
         answers = answer_list([require_text(rec, "answer", where), *aliases], where, "answer_aliases")
         for pid, title, text in paragraphs.values():
             corpus.add(pid, title, text, where)
-        loaded.questions.append(
+        loaded.add_question(
             question(
                 f"{SOURCE}:{raw_id}",
                 require_text(rec, "question", where),
@@ -99,7 +99,8 @@ def load_musique(records: Iterable[Record], limit: int | None = None, origin: st
                 len(steps),
                 supporting,
                 SOURCE,
-            )
+            ),
+            where,
         )
     loaded.passages = corpus.passages()
     log_skipped(log, origin, loaded)

@@ -37,9 +37,11 @@ file, the record and the field.
 from __future__ import annotations
 
 import codecs
+import errno
 import hashlib
 import json
 import re
+import stat
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
@@ -66,16 +68,36 @@ class RealDataError(ValueError):
     without a required field, hub load failure); the message names file, record and field."""
 
 
+REPEATED_ID = "repeated question id with the same content (a copy)"
+
+
 @dataclass
 class Loaded:
     """What one loader returns: mapped questions (``split`` still empty), the passages their
     contexts contributed, how many records were skipped (by reason) and how many were kept with
-    a caveat (``notes``, by reason; e.g. FlashRAG records whose supporting ids are unknown)."""
+    a caveat (``notes``, by reason; e.g. FlashRAG records whose supporting ids are unknown), and
+    where each kept question's record is (``where``: question id -> file and line or record)."""
 
     questions: list[dict[str, Any]] = field(default_factory=list)
     passages: list[dict[str, Any]] = field(default_factory=list)
     skipped: Counter = field(default_factory=Counter)
     notes: Counter = field(default_factory=Counter)
+    where: dict[str, str] = field(default_factory=dict)
+    _kept: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+
+    def add_question(self, q: dict[str, Any], where: str) -> None:
+        """Keep question ``q`` read at ``where``. Its id seen before in this file: a copy with the
+        same content is dropped and counted under :data:`REPEATED_ID`; other content is a
+        :class:`RealDataError` naming both records."""
+        first = self._kept.get(q["id"])
+        if first is not None:
+            if first != q:
+                raise RealDataError(f"{where}: question id {q['id']!r} repeats {self.where[q['id']]} with other content: "
+                                    "give each question its own id, or remove one of the two records")
+            self.skipped[REPEATED_ID] += 1
+            return
+        self._kept[q["id"]], self.where[q["id"]] = q, where
+        self.questions.append(q)
 
 
 # ------------------------------------------------------------------------------- reading files
@@ -83,6 +105,25 @@ def _describe(path: Path) -> str:
     """How errors name the file: its path as given (the source labels of :mod:`.multihop` name the
     config key, not the path again)."""
     return str(path)
+
+
+def file_problem(path: Path) -> str | None:
+    """None when ``path`` is a regular file (after symbolic links), else what it is instead, for
+    an error that says so (a directory, a link loop or ``/dev/zero`` is no missing file)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return f"a broken symbolic link (to {str(path.readlink())!r})" if path.is_symlink() else "file not found"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link loop (it resolves to itself), not a data file"
+        return f"cannot be read ({exc.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"))
+    kind = next((name for test, name in kinds if test(mode)), "not a regular file")
+    return f"{kind}, not a data file: name a JSON, JSON Lines or .parquet file"
 
 
 def read_records(path: str | Path) -> Iterator[Record]:
@@ -95,8 +136,9 @@ def read_records(path: str | Path) -> Iterator[Record]:
     bounded nesting).
     """
     path = Path(path)
-    if not path.is_file():
-        raise RealDataError(f"{path}: file not found")
+    problem = file_problem(path)
+    if problem is not None:
+        raise RealDataError(f"{path}: {problem}")
     name = _describe(path)
     if path.suffix == ".parquet":
         yield from _read_parquet(path, name)
@@ -533,7 +575,7 @@ def add_context_question(
     found = not match.missing_titles
     if not found:
         loaded.notes[NO_GOLD] += 1
-    loaded.questions.append(question(qid, text, answers, qtype, hops, match.supporting_ids if found else [], source))
+    loaded.add_question(question(qid, text, answers, qtype, hops, match.supporting_ids if found else [], source), where)
     return found
 
 
