@@ -40,7 +40,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "scripts"))
 from agentr1.numerics import PINS, SWITCH  # noqa: E402  (light: no torch)
+from numerics_fingerprint import cpu_info  # noqa: E402  (torch loads only inside its fingerprint())
 
 WORKLOADS = ("pretrain", "update", "generate")
 
@@ -146,17 +148,7 @@ def main() -> None:
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps({"pins": {p: PINS[p] for p in a.pins}, "settings": {
         k: getattr(a, k) for k in ("rounds", "steps", "threads", "rows", "seq", "prompt", "new")},
-        "cpu": _cpu_name(), "workloads": rows}, indent=1) + "\n")
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
+        "cpu": cpu_info()["model_name"], "workloads": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
