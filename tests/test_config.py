@@ -265,6 +265,7 @@ def test_duplicate_keys_name_both_lines(tmp_path: Path, text: str, first: int, s
     ("train: {gigpo: {step_weight: '0.5'}}", "train.gigpo.step_weight"),  # issue 48 item 9: a quoted float
     ("train: {lr: '1e-4'}", "train.lr"),
     ("reward: {process: {invalid_call: '-0.1'}}", "reward.process.invalid_call"),
+    ("reward: {process: {successful_calculator: '0.05'}}", "reward.process.successful_calculator"),
 ])
 def test_numbers_and_booleans_must_be_written_as_such(tmp_path: Path, text: str, path: str) -> None:
     with pytest.raises(ConfigError) as exc:

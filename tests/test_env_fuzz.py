@@ -28,7 +28,8 @@ REWARDS = [
     RewardConfig(metric="em"),
     RewardConfig(metric="subem", format_score=0.1, process={"enabled": True}),
     RewardConfig(metric="f1", format_score=1.0,
-                 process={"enabled": True, "invalid_call": -1e300, "failed_call": 1e300, "successful_search": 1e-300}),
+                 # the ends of the documented range (-1..1; +-1e300 is refused by the config, issue 48 item 9)
+                 process={"enabled": True, "invalid_call": -1.0, "failed_call": 1.0, "successful_search": 1e-300}),
 ]
 
 

@@ -93,7 +93,7 @@ class ProcessRewardConfig(_Section):
             if not key.startswith("successful_") or tool not in TOOLS:
                 raise ValueError(f"reward.process.{key}: unknown key (allowed extra keys: successful_<tool> for "
                                  f"the tools {', '.join(TOOLS.names())}): remove it or fix its spelling")
-            return Annotated[float, Field(allow_inf_nan=False, ge=-1, le=1)]
+            return Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-1, le=1)]  # strict: no "0.5"
 
         self.__pydantic_extra__ = _registered_sections(self, "reward.process", reward_key)
         return self
