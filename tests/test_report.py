@@ -373,6 +373,7 @@ def test_report_json_breakdown_and_vs_baselines(report):
     assert g["runs"] == GRPO and g["kind"] == "rl" and g["n_seeds"] == 3
     assert g["test"]["per_seed"] == {"grpo-0": 0.8, "grpo-1": 0.7, "grpo-2": 0.75}
     assert data["seeds"] == SEEDS and data["min_seeds"] == 3 and "two-level bootstrap" in data["interval_method"]
+    assert set(data["bootstrap"]["resamples"]) == {"training_seeds", "questions"}
     assert data["policies"]["ppo_no_adv_mask"]["ablation_of"] == "ppo"
     vs = data["vs_baselines"]["rloo"]
     assert vs["naive_rag"]["test"]["diff"] == 0.0 and vs["naive_rag"]["avg"]["beyond_noise"] is False

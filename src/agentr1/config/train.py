@@ -100,8 +100,9 @@ class OffPolicyConfig(_Section):
     """Off-policy correction of the policy loss (``agentr1.rl.losses.behaviour_weights``): with
     ``correction: decoupled`` each action token's loss is weighted by ``min(pi_prox / pi_behav,
     weight_cap)`` (``weight_cap`` within 1..100), the proximal policy being the recomputed
-    ``old_logp`` (the PPO ratio's) and the behaviour policy the sampling-time log-probs (a rollout engine with other numerics, e.g.
-    vLLM in bf16, or older weights); ``none`` trains as if the samples were the proximal policy's."""
+    ``old_logp`` (the PPO ratio's) and the behaviour policy the sampling-time log-probs (a rollout
+    engine with other numerics, e.g. vLLM in bf16, or older weights); ``none`` trains as if the
+    samples were the proximal policy's."""
 
     correction: Literal["none", "decoupled"] = "none"
     weight_cap: float = Field(2.0, ge=1, le=100)
@@ -111,8 +112,8 @@ class GiGPOConfig(_Section):
     """``estimator: gigpo`` (``agentr1.rl.advantages.gigpo``): the step advantage is added with
     weight ``step_weight`` (0 = GRPO; within 0..100: verl-agent's ``step_advantage_w`` is used near
     1, and a far larger weight only scales the step advantage until the update overflows); turns
-    join a step group when the states before them are equal (``similarity: 1``) or match with a ``difflib`` ratio >= ``similarity`` over token ids
-    (``agentr1.rl.steps.anchor_groups``)."""
+    join a step group when the states before them are equal (``similarity: 1``) or match with a
+    ``difflib`` ratio >= ``similarity`` over token ids (``agentr1.rl.steps.anchor_groups``)."""
 
     step_weight: float = Field(1.0, ge=0, le=100)
     similarity: float = Field(1.0, gt=0, le=1)

@@ -204,7 +204,7 @@ def load_real(real_cfg: RealConfig, seed: int) -> tuple[Dataset, dict[str, Any]]
         entry = _source_entry(i, src, loaded)
         kept, duplicates = [], []
         for q in loaded.questions:
-            where = loaded.where.get(q["id"], label)
+            where, _ = loaded.where.get(q["id"], (label, q))  # a plug-in loader may append without add_question
             if q["id"] not in owner:
                 owner[q["id"]] = (i, where, q)
             elif owner[q["id"]][2] != q:  # the same content falls to the text check below: a counted copy

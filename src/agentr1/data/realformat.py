@@ -76,27 +76,27 @@ class Loaded:
     """What one loader returns: mapped questions (``split`` still empty), the passages their
     contexts contributed, how many records were skipped (by reason) and how many were kept with
     a caveat (``notes``, by reason; e.g. FlashRAG records whose supporting ids are unknown), and
-    where each kept question's record is (``where``: question id -> file and line or record)."""
+    where each kept question's record is (``where``: question id -> (file and line or record, the
+    question))."""
 
     questions: list[dict[str, Any]] = field(default_factory=list)
     passages: list[dict[str, Any]] = field(default_factory=list)
     skipped: Counter = field(default_factory=Counter)
     notes: Counter = field(default_factory=Counter)
-    where: dict[str, str] = field(default_factory=dict)
-    _kept: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+    where: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
 
     def add_question(self, q: dict[str, Any], where: str) -> None:
         """Keep question ``q`` read at ``where``. Its id seen before in this file: a copy with the
         same content is dropped and counted under :data:`REPEATED_ID`; other content is a
         :class:`RealDataError` naming both records."""
-        first = self._kept.get(q["id"])
-        if first is not None:
-            if first != q:
-                raise RealDataError(f"{where}: question id {q['id']!r} repeats {self.where[q['id']]} with other content: "
+        if q["id"] in self.where:
+            first, kept = self.where[q["id"]]
+            if kept != q:
+                raise RealDataError(f"{where}: question id {q['id']!r} repeats {first} with other content: "
                                     "give each question its own id, or remove one of the two records")
             self.skipped[REPEATED_ID] += 1
             return
-        self._kept[q["id"]], self.where[q["id"]] = q, where
+        self.where[q["id"]] = (where, q)
         self.questions.append(q)
 
 

@@ -81,8 +81,11 @@ def _report_json(cfg, rows: list[Row], ablation_diffs: dict[str, list[Diff]], vs
             **{k: {**row.cells[k].as_dict(), "per_seed": row.per_seed[k]} for k in [*splits, AVG]},
         }
     return {
-        "metric": r.metric, "splits": splits, "bootstrap": {"samples": r.bootstrap.samples, "ci": r.bootstrap.ci,
-                                                            "seed": cfg.seed},
+        "metric": r.metric, "splits": splits,
+        "bootstrap": {"samples": r.bootstrap.samples, "ci": r.bootstrap.ci, "seed": cfg.seed, "interval": "percentile",
+                      # what each replicate redraws (agentr1.report.stats.seeds_questions)
+                      "resamples": {"training_seeds": "per RL row, S - 1 draws of its S seeds (Rao-Wu)",
+                                    "questions": "per split, one draw shared by every seed and both rows (paired)"}},
         "seeds": list(cfg.seeds), "min_seeds": r.min_seeds,
         "interval_method": interval_method(r.bootstrap.ci, r.bootstrap.samples),
         "policies": policies,
