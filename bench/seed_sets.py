@@ -14,8 +14,10 @@ then makes every comparison the report makes on each set:
 and prints, side by side, the verdict of each set under the report's two-level interval and
 under the interval of earlier reports (paired bootstrap over questions of the seed-averaged
 scores, seeds held fixed): a verdict that differs between A and B is a flip. Set B's runs train
-with ``--set`` overrides into ``bench/.cache/seed_sets/`` (git-ignored, tracking off: no MLflow run
-or registry version), one stage process at a time; finished ones are reused. Set A's are the
+with ``--set`` overrides into ``bench/.cache/seed_sets/<recipe>/`` (git-ignored, tracking off: no
+MLflow run or registry version; ``<recipe>`` = a digest of params ``train``, ``runs`` and
+``evaluate``, so a changed recipe trains anew), one stage process at a time; finished ones are
+reused. Set A's are the
 pipeline's outputs (``dvc repro`` first). Results: table on stdout, ``bench/results/seed_sets.json``.
 
     .venv/bin/python bench/seed_sets.py                 # train + evaluate set B (~the RL part of make run), compare
@@ -34,30 +36,39 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-CACHE = ROOT / "bench" / ".cache" / "seed_sets"
+CACHE_ROOT = ROOT / "bench" / ".cache" / "seed_sets"
 
 
-def _agentr1(*args: str) -> None:
+def cache_dir(cfg) -> Path:
+    """Set B's folder for the recipe of ``cfg`` (params ``train``, ``runs``, ``evaluate``)."""
+    import hashlib
+
+    recipe = json.dumps([cfg.train.model_dump(mode="json"), cfg.runs, cfg.evaluate.model_dump(mode="json")],
+                        sort_keys=True, default=str)
+    return CACHE_ROOT / hashlib.sha256(recipe.encode()).hexdigest()[:12]
+
+
+def _agentr1(cache: Path, *args: str) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "MPLBACKEND": "Agg", "GX_ANALYTICS_ENABLED": "false"}
     exe = Path(sys.executable).with_name("agentr1")
-    sets = ["--set", f"train.out_dir={CACHE / 'runs'}", "--set", f"evaluate.out_dir={CACHE / 'eval'}",
+    sets = ["--set", f"train.out_dir={cache / 'runs'}", "--set", f"evaluate.out_dir={cache / 'eval'}",
             "--set", "tracking.enabled=false"]
     subprocess.run([str(exe), *sets, *args], cwd=ROOT, env=env, check=True)
 
 
 def train_set_b(cfg, seeds: list[int]) -> dict[str, float]:
     """Train and evaluate every run x ``seeds`` not yet in the cache; seconds per replica."""
-    times = {}
+    times, cache = {}, cache_dir(cfg)
     for run in cfg.runs:
         for seed in seeds:
             name = f"{run}-{seed}"
-            if (CACHE / "eval" / name / "episodes.jsonl").is_file():
+            if (cache / "eval" / name / "episodes.jsonl").is_file():
                 continue
             t0 = time.perf_counter()
-            if not (CACHE / "runs" / name / "checkpoint").is_dir():
-                _agentr1("train", "--run", name)
-            _agentr1("evaluate", "--policy", name)
+            if not (cache / "runs" / name / "checkpoint").is_dir():
+                _agentr1(cache, "train", "--run", name)
+            _agentr1(cache, "evaluate", "--policy", name)
             times[name] = round(time.perf_counter() - t0, 1)
             print(f"{name}: {times[name]} s", flush=True)
     return times
@@ -111,7 +122,7 @@ def main() -> None:
         ap.error(f"--seeds {a.seeds} overlap params seeds {cfg.seeds}: set B must be disjoint")
     times = {} if a.no_train else train_set_b(cfg, a.seeds)
     sets = {"A": comparisons(cfg, list(cfg.seeds), Path(cfg.evaluate.out_dir)),
-            "B": comparisons(cfg, list(a.seeds), CACHE / "eval")}
+            "B": comparisons(cfg, list(a.seeds), cache_dir(cfg) / "eval")}
     flips = {"two_level": [], "question_only": []}
     header = f"{'comparison':<48}{'split':<6}" + "".join(f"{f'{k} {s}':>30}" for k in ("two-level", "questions")
                                                           for s in ("A", "B"))

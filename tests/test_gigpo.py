@@ -219,3 +219,159 @@ def test_gae_must_run_on_trajectories_before_the_rows_are_cut():
     first, last = rows["adv_mask"][0].bool(), rows["adv_mask"][1].bool()
     assert torch.allclose(row_adv[1][last], traj_adv[0][last])
     assert not torch.allclose(row_adv[0][first], traj_adv[0][first])
+
+
+# ----------------------------------------------------------------------------- issue 48 items 4-7
+
+
+def test_a_later_context_state_never_joins_a_group_of_its_own_episode():
+    # episode 0's second state extends its first (the prompt): difflib ratio 2*3/(3+6) = 0.67 >= 0.6,
+    # so a similarity test alone would put turn 2 into turn 1's group - a decision against its own past
+    ids, act, r = episode_batch([[([5], OBS_A), ([9], [])], [([6], OBS_A), ([9], [])]], [1.0, 0.0])
+    g = anchor_groups(ids, act, [0, 0], similarity=0.6).group
+    assert g[0, 0] == g[1, 0]  # the prompt: both first turns
+    assert g[0, 1] != g[0, 0] and g[1, 1] != g[1, 0]  # no turn joins its own episode's earlier group
+    assert g[1, 1] == g[0, 1]  # ...but the other episode's similar second state (ratio 5/6 >= 0.6)
+    # verl-agent's observation anchor keeps its rule: the same observation twice in one episode is one group
+    ids, act, r = episode_batch([[([5], OBS_A), ([6], OBS_A), ([9], [])]], [1.0])
+    g = anchor_groups(ids, act, [0], anchor="observation").group
+    assert g[0, 1] == g[0, 2] != g[0, 0]
+
+
+def test_the_similarity_rule_is_verl_agents_argument_order():
+    # difflib's ratio is not symmetric: (new, rep) 0.308, (rep, new) 0.462
+    rep, new = [31, 31, 30, 32, 30, 31], [33, 32, 30, 32, 34, 30, 33]  # no token of the prompt's
+    import difflib
+
+    assert difflib.SequenceMatcher(None, new, rep).ratio() < 0.4 < difflib.SequenceMatcher(None, rep, new).ratio()
+    ids, act, r = episode_batch([[([5], rep), ([9], [])], [([5], new), ([9], [])]], [1.0, 0.0])
+    g = anchor_groups(ids, act, [0, 0], similarity=0.4, anchor="observation").group
+    assert g[1, 1] != g[0, 1]  # ratio(state, representative) = 0.308 < 0.4: apart, as verl-agent's are_similar(obs, rep)
+    ids, act, r = episode_batch([[([5], new), ([9], [])], [([5], rep), ([9], [])]], [1.0, 0.0])
+    g = anchor_groups(ids, act, [0, 0], similarity=0.4, anchor="observation").group
+    assert g[1, 1] == g[0, 1]  # the other way round the ratio is 0.462: together
+
+
+def _first_similar_groups(states, index, t):
+    """The rule written plainly: each state joins the first earlier group (creation order) of its
+    question whose first state has ``ratio(state, rep) >= t``, else opens one."""
+    import difflib
+
+    reps, out = [], []
+    for q, st in zip(index, states):
+        g = next((g for g, (rq, rep) in enumerate(reps)
+                  if rq == q and difflib.SequenceMatcher(None, st, rep).ratio() >= t), None)
+        if g is None:
+            g = len(reps)
+            reps.append((q, st))
+        out.append(g)
+    return out
+
+
+def test_the_similarity_bounds_change_no_grouping_without_a_cap_and_the_cap_bounds_it():
+    import random
+
+    rng = random.Random(0)
+    for _ in range(40):  # observation anchors: one turn per episode after the prompt
+        obs = [[rng.randint(30, 36) for _ in range(rng.randint(1, 12))] for _ in range(6)]
+        index = [rng.randint(0, 1) for _ in range(6)]
+        t = rng.choice([0.3, 0.5, 0.7, 0.9])
+        ids, act, r = episode_batch([[([5], o), ([9], [])] for o in obs], [0.0] * 6)
+        got = anchor_groups(ids, act, index, similarity=t, anchor="observation").group[:, 1].tolist()
+        want = _first_similar_groups([tuple(o) for o in obs], index, t)
+        pairs = {(x, y) for x, y in zip(got, want)}
+        assert len(pairs) == len(set(got)) == len(set(want))  # the same partition (labels aside)
+    # a cap: the third state is similar only to the second group's representative
+    a, b = [40, 41, 42, 43, 44, 45], [50, 51, 52, 53, 54, 55]
+    c = [50, 51, 52, 53, 54, 99]  # ratio to b 5/6, to a 0; a passes real_quick_ratio (equal lengths)
+    ids, act, r = episode_batch([[([5], x), ([9], [])] for x in (a, b, c)], [0.0] * 3)
+    g = anchor_groups(ids, act, [0, 0, 0], similarity=0.8, anchor="observation").group[:, 1].tolist()
+    assert g[2] == g[1] != g[0]
+    g = anchor_groups(ids, act, [0, 0, 0], similarity=0.8, anchor="observation", max_compare=1).group[:, 1].tolist()
+    assert len(set(g)) == 3  # one real comparison (with a's group), then a group of its own
+    # a window sees only the states' tails: two contexts that differ early but end alike
+    head_a, head_b, tail = list(range(100, 140)), list(range(200, 240)), list(range(40, 60))
+    ids, act, r = episode_batch([[([5], head_a + tail), ([9], [])], [([5], head_b + tail), ([9], [])]], [1.0, 0.0])
+    assert anchor_groups(ids, act, [0, 0], similarity=0.9, window=None).sizes()[:, 1].tolist() == [1, 1]
+    assert anchor_groups(ids, act, [0, 0], similarity=0.9, window=20).sizes()[:, 1].tolist() == [2, 2]
+    for bad in ({"window": 0}, {"max_compare": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            anchor_groups(ids, act, [0, 0], similarity=0.9, **bad)
+
+
+def _verl_agent_reference(episodes, index, step_rewards, w, gamma=1.0):
+    """verl-agent's GiGPO on step rows, written out from its description (one row per step; the row
+    score = its episode's score; anchor = the step's observation; mean_norm; episode statistics
+    across the step rows; exact observation clusters; discounted step returns): per episode, the
+    advantage of each step."""
+    rows = [(e, j) for e, turns in enumerate(episodes) for j in range(len(turns))]
+    score = {e: sum(step_rewards[e]) for e in range(len(episodes))}
+    ret = {}
+    for e, rs in enumerate(step_rewards):
+        run = 0.0
+        for j in reversed(range(len(rs))):
+            run = rs[j] + gamma * run
+            ret[e, j] = run
+    obs = {(e, j): tuple(PROMPT) if j == 0 else tuple(episodes[e][j - 1][1]) for e, j in rows}
+    ep_mean = {q: sum(score[e] for e, _ in rows if index[e] == q) / sum(1 for e, _ in rows if index[e] == q)
+               for q in set(index)}
+    clusters = {}
+    for e, j in rows:
+        clusters.setdefault((index[e], obs[e, j]), []).append((e, j))
+    step_mean = {k: sum(ret[x] for x in v) / len(v) for k, v in clusters.items()}
+    return [[(score[e] - ep_mean[index[e]]) + w * (ret[e, j] - step_mean[index[e], obs[e, j]])
+             for j in range(len(episodes[e]))] for e in range(len(episodes))]
+
+
+def test_verl_agent_settings_give_verl_agents_advantages():
+    # 2 questions x 3 episodes of 1-3 turns; observations repeat across episodes (and within one)
+    episodes = [
+        [([5], OBS_A), ([7], OBS_B), ([9], [])],   # q0
+        [([6], OBS_A), ([9], [])],                 # q0: its second turn sees OBS_A like episode 0's
+        [([5], [])],                               # q0: answers at once
+        [([5], OBS_B), ([8], OBS_B), ([9], [])],   # q1: OBS_B twice in one episode
+        [([6], OBS_A), ([9], [])],                 # q1
+        [([7], OBS_B), ([8], OBS_A), ([9], [])],   # q1
+    ]
+    index = [0, 0, 0, 1, 1, 1]
+    step_rewards = [[0.1, -0.05, 1.0], [0.1, 0.0], [0.0], [0.1, 0.1, 1.0], [-0.1, 0.0], [0.1, 0.1, 0.0]]
+    ids, act, _ = episode_batch(episodes, [0.0] * 6)
+    r = torch.zeros(ids.shape, dtype=torch.float32)
+    turn = turn_index(act)
+    for b, rs in enumerate(step_rewards):
+        for j, v in enumerate(rs):  # each turn's reward on its last action token
+            r[b, int(torch.nonzero((turn[b] == j) & (act[b] == 1)).max())] = v
+    w = 0.7
+    cfg = R.train_cfg(estimator="gigpo", gigpo={"step_advantage_w": w, "episode_stats": "steps", "mode": "mean_norm",
+                                           "anchor": "observation", "enable_similarity": False})
+    g = cfg.gigpo
+    assert g.step_weight == w and g.similarity == 1.0 and g.norm_by_std(True) is False
+    steps = anchor_groups(ids, act, index, g.similarity, g.anchor, g.window, g.max_compare)
+    adv, _ = compute_advantage("gigpo", r, act, index=index, steps=steps, norm_by_std=g.norm_by_std(cfg.norm_by_std),
+                               step_weight=g.step_weight, episode_stats=g.episode_stats)
+    want = _verl_agent_reference(episodes, index, step_rewards, w)
+    got = per_turn(adv, act)
+    assert [len(x) for x in got] == [len(x) for x in want]
+    for gr, wr in zip(got, want):
+        assert gr == pytest.approx(wr, abs=1e-6)
+    # this project's defaults differ exactly where documented: context anchors, episode statistics
+    adv2, _ = compute_advantage("gigpo", r, act, index=index, steps=anchor_groups(ids, act, index), norm_by_std=False,
+                                step_weight=w)
+    flat = lambda rows: [x for row in rows for x in row]  # noqa: E731
+    assert max(abs(a - b) for a, b in zip(flat(per_turn(adv2, act)), flat(want))) > 0.05
+
+
+def test_verl_agent_names_are_aliases_and_refused_twice():
+    import pydantic
+
+    cfg = R.train_cfg(estimator="gigpo", gigpo={"enable_similarity": True, "similarity_thresh": 0.9, "step_advantage_w": 2.0})
+    assert cfg.gigpo.similarity == 0.9 and cfg.gigpo.step_weight == 2.0
+    assert "step_advantage_w" not in cfg.gigpo.model_dump()
+    for bad, msg in [({"step_weight": 1.0, "step_advantage_w": 2.0}, "not both"),
+                     ({"similarity": 0.9, "similarity_thresh": 0.8, "enable_similarity": True}, "not both"),
+                     ({"enable_similarity": True, "similarity_thresh": 1.0}, r"similarity_thresh.*\(0, 1\)"),
+                     ({"enable_similarity": "yes"}, "enable_similarity"),
+                     ({"mode": "std_norm"}, "mode"), ({"anchor": "obs"}, "anchor"), ({"window": 0}, "window"),
+                     ({"max_compare": 0}, "max_compare")]:
+        with pytest.raises((pydantic.ValidationError, ValueError), match=msg):
+            R.train_cfg(estimator="gigpo", gigpo=bad)

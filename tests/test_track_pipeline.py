@@ -128,7 +128,8 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     live to store ``live``; returns ``(root, live store env, dvc.lock keys)``."""
     base = tmp_path_factory.mktemp("track")
     stages = tiny_dvc_yaml()
-    root = make_project(base / "proj", params=PARAMS, extra_stages=stages)
+    root = make_project(base / "proj", params=PARAMS, extra_stages=stages,
+                        files={"data/raw/README.md": (REPO / "data/raw/README.md").read_text()})  # prepare's dep
     (root / ".gitignore").write_text("timing.json\n")  # wall times, as in the repository
     sh(["git", "add", ".gitignore"], root)
     sh(["git", "commit", "-q", "-m", "ignore timings"], root)

@@ -104,3 +104,75 @@ def test_missing_cold_start_is_a_stage_error(tmp_path):
     cfg.sft.out_dir = str(tmp_path / "nothing")
     with pytest.raises(StageError, match="agentr1 sft"):
         stages.run("train", cfg, SimpleNamespace(run="grpo", resume=False))
+
+
+# --- issue 48 items 1-3: a run that could never finish is refused at its start, and a refusal keeps the state
+
+
+class _Killed(Exception):
+    """A kill at a step (an Exception, so that a run that goes on by mistake fails only its test)."""
+
+
+def _state_files(run_dir):
+    return {p.relative_to(run_dir).as_posix(): p.read_bytes() for p in sorted((run_dir / "state").rglob("*")) if p.is_file()}
+
+
+def test_a_fresh_world_that_cannot_be_generated_is_refused_before_step_1(tmp_path, monkeypatch):
+    # world 10 of seed 0 cannot supply 120 questions from 3 clusters (worlds 0-9 can): the old trainer
+    # met it at step 11, after 10 steps of work, and --resume met it again; now nothing trains
+    cfg = _cfg(tmp_path, steps=12, questions="fresh", fresh={"families": 3, "questions": 120, "every": 1})
+    trained = []
+
+    def step_(self, step):
+        trained.append(step)
+        raise AssertionError("the run reached training before the refusal")
+
+    monkeypatch.setattr(Trainer, "train_step", step_)
+    with pytest.raises(StageError, match=r"train\.fresh: world 10 .*step 11.*train\.fresh\.families=3.*"
+                                         r"train\.fresh\.questions=120") as err:
+        stages.run("train", cfg, SimpleNamespace(run="grpo", resume=False))
+    assert "Nothing was trained" in str(err.value) and trained == []
+    assert not (tmp_path / "runs" / "grpo" / "state").exists()
+    cfg.train.steps = 10  # worlds 0-9 only: accepted
+    monkeypatch.setattr(Trainer, "train", lambda self, until=None: [])
+    monkeypatch.setattr("agentr1.stages.train.save_checkpoint", lambda *a, **k: None)
+    stages.run("train", cfg, SimpleNamespace(run="grpo", resume=False))
+
+
+@pytest.mark.parametrize("bad", [
+    {"old_logprobs": "rollout", "loss_mask": False},  # the trainer's check (rl/checks.py)
+    {"questions": "fresh", "fresh": {"families": 3, "questions": 120, "every": 1}, "steps": 12},  # world 10
+])
+def test_a_refused_config_keeps_the_state_of_an_interrupted_run(tmp_path, monkeypatch, bad):
+    cfg = _cfg(tmp_path, steps=4)
+    orig = Trainer.train_step
+
+    def killed(self, step):
+        if step == 3:
+            raise _Killed(step)
+        return orig(self, step)
+
+    monkeypatch.setattr(Trainer, "train_step", killed)
+    with pytest.raises(_Killed):
+        stages.run("train", cfg, SimpleNamespace(run="grpo", resume=False))
+    run_dir = tmp_path / "runs" / "grpo"
+    before = _state_files(run_dir)
+    assert before and json.loads((run_dir / "state" / "manifest.json").read_text())
+    broken = cfg.model_copy(update={"runs": {**cfg.runs, "grpo": {**cfg.runs["grpo"], **bad}}})
+    with pytest.raises(StageError):
+        stages.run("train", broken, SimpleNamespace(run="grpo", resume=False))
+    assert _state_files(run_dir) == before  # the refusal deleted nothing: fix the config and --resume
+    monkeypatch.setattr(Trainer, "train_step", orig)
+    resumed = stages.run("train", cfg, SimpleNamespace(run="grpo", resume=True))
+    assert resumed["steps"] == 4
+
+
+def test_a_huge_fresh_world_names_its_own_param():
+    from agentr1.config import SyntheticConfig
+    from agentr1.data.fresh import make_world
+
+    with pytest.raises(ValueError) as err:
+        make_world(SyntheticConfig(), 0, 100_000, 96, 0, param="train.fresh")
+    msg = str(err.value)
+    assert msg.startswith("train.fresh.families=100000: one fresh world") and "lower train.fresh.families" in msg
+    assert "pretrain" not in msg and "summed over all splits" not in msg

@@ -213,6 +213,10 @@ def _blank_title(ds: Dataset) -> None:
     ds.corpus[2]["title"] = "  "
 
 
+def _escaped_title(ds: Dataset) -> None:
+    ds.corpus[2]["title"] = "Dolenz, Jones, Boyce &amp; Hart"  # HotpotQA's raw spelling, not decoded
+
+
 def _control_char_answer(ds: Dataset) -> None:
     ds.questions["dev"][0]["answers"] = ["Orsk\x1b[2J"]
 
@@ -248,6 +252,7 @@ CORRUPTIONS: list[tuple[str, Callable[[Dataset], None], str, str, str]] = [
     ("two_hops_one_id", _two_hops_one_id, "questions.hops_match_supporting_ids", "d1", "hops 2 but 1"),
     ("repeated_ids", _repeated_ids, "questions.hops_match_supporting_ids", "e1", "repeated supporting ids"),
     ("blank_title", _blank_title, "corpus.title_not_blank", "p3", "'  '"),
+    ("escaped_title", _escaped_title, "corpus.title_unescaped", "p3", "'&amp;'"),
     ("control_char_answer", _control_char_answer, "questions.no_control_chars", "d1", "answer 1: U+001B at 4"),
     ("control_char_question", _control_char_question, "questions.no_control_chars", "t2", "question: U+0000"),
     ("megabyte_question", _megabyte_question, "questions.question_length", "e1", "1000016 chars (at most 2048)"),

@@ -3,7 +3,7 @@ collapse guard, distribution, dynamic sampling)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -109,14 +109,64 @@ class OffPolicyConfig(_Section):
 
 
 class GiGPOConfig(_Section):
-    """``estimator: gigpo`` (``agentr1.rl.advantages.gigpo``): the step advantage is added with
-    weight ``step_weight`` (0 = GRPO; within 0..100: verl-agent's ``step_advantage_w`` is used near
-    1, and a far larger weight only scales the step advantage until the update overflows); turns
-    join a step group when the states before them are equal (``similarity: 1``) or match with a
-    ``difflib`` ratio >= ``similarity`` over token ids (``agentr1.rl.steps.anchor_groups``)."""
+    """``estimator: gigpo`` (``agentr1.rl.advantages.gigpo``, ``agentr1.rl.steps.anchor_groups``).
+    Each option with its default and verl-agent's name (``algorithm.gigpo.*``; docs/EXTENDING.md):
+
+    * ``step_weight`` (1.0; ``step_advantage_w``): weight of the step advantage, within 0..100 (0 =
+      GRPO; verl-agent uses it near 1, and a far larger weight only scales the step advantage
+      until the update overflows).
+    * ``similarity`` (1.0 = exact states; ``enable_similarity: true`` + ``similarity_thresh``): a
+      turn joins a step group whose representative state has a ``difflib`` ratio >= it.
+    * ``anchor`` (``context``; verl-agent's is ``observation``): the state before a turn is the
+      whole context, or only the observation that precedes it.
+    * ``window`` (256 tokens; null = whole states) and ``max_compare`` (8; null = no cap):
+      ``similarity < 1`` compares the states' last ``window`` tokens, at most ``max_compare``
+      representatives per turn, which bounds its cost per step (``bench/gigpo_similarity.py``);
+      exact matching always compares whole states, at one dict lookup per turn.
+    * ``episode_stats`` (``episodes``; verl-agent's default is ``steps``,
+      ``compute_mean_std_cross_steps``): the episode advantage's mean / std over the group's
+      episodes, or over its step rows (each episode once per turn).
+    * ``mode`` (null = ``train.norm_by_std``; ``mean_norm`` | ``mean_std_norm`` as verl-agent's
+      ``mode``): ``mean_norm`` subtracts the group means only, ``mean_std_norm`` also divides by
+      the std (:meth:`norm_by_std`).
+
+    ``step_advantage_w``, ``enable_similarity`` and ``similarity_thresh`` are accepted as aliases
+    (written back under this project's names); giving an alias and its name is refused."""
 
     step_weight: float = Field(1.0, ge=0, le=100)
     similarity: float = Field(1.0, gt=0, le=1)
+    anchor: Literal["context", "observation"] = "context"
+    window: int | None = Field(256, ge=1)
+    max_compare: int | None = Field(8, ge=1)
+    episode_stats: Literal["episodes", "steps"] = "episodes"
+    mode: Literal["mean_norm", "mean_std_norm"] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _verl_agent_names(cls, data: Any) -> Any:
+        """Map verl-agent's names onto this section's (class docstring)."""
+        if not isinstance(data, dict) or not {"step_advantage_w", "enable_similarity", "similarity_thresh"} & set(data):
+            return data
+        data = dict(data)
+        if "step_advantage_w" in data:
+            if "step_weight" in data:
+                raise ValueError("train.gigpo: give step_weight or its verl-agent alias step_advantage_w, not both")
+            data["step_weight"] = data.pop("step_advantage_w")
+        if "enable_similarity" in data or "similarity_thresh" in data:
+            if "similarity" in data:
+                raise ValueError("train.gigpo: give similarity or verl-agent's enable_similarity / similarity_thresh, not both")
+            enable, thresh = data.pop("enable_similarity", False), data.pop("similarity_thresh", 0.95)
+            if not isinstance(enable, bool):
+                raise ValueError(f"train.gigpo.enable_similarity: {enable!r} is not true or false")
+            if enable and not (isinstance(thresh, (int, float)) and not isinstance(thresh, bool) and 0 < thresh < 1):
+                raise ValueError(f"train.gigpo.similarity_thresh: {thresh!r} must be a number in (0, 1) with "
+                                 "enable_similarity: true (verl-agent's rule; 1 = exact states: enable_similarity: false)")
+            data["similarity"] = thresh if enable else 1.0
+        return data
+
+    def norm_by_std(self, default: bool) -> bool:
+        """Whether GiGPO divides by the group std: ``mode`` when set, else ``default`` (``train.norm_by_std``)."""
+        return default if self.mode is None else self.mode == "mean_std_norm"
 
 
 class TrainConfig(_Section):

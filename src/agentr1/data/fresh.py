@@ -49,7 +49,14 @@ def make_world(cfg: SyntheticConfig, index: int, families: int, questions: int, 
     or ``sft.fresh``) when the name inventory cannot supply ``families`` clusters or they cannot
     supply ``questions`` questions."""
     key = f"{seed}/fresh/{index}"
-    w = fresh_world(families, key, taken=taken, split=SPLIT, capacity_hint=f"{param}.families")
+    try:
+        w = fresh_world(families, key, taken=taken, split=SPLIT, capacity_hint=f"{param}.families")
+    except ValueError as exc:  # the inventory's message speaks of the dataset's families, summed over splits
+        if not str(exc).startswith("the synthetic name inventory"):
+            raise
+        room = str(exc).split(", and this world")[0]
+        raise ValueError(f"{param}.families={families}: one fresh world of that many clusters needs more names than "
+                         f"{room} (the dataset's own names excluded): lower {param}.families") from None
     prefix = f"fresh{index}-"
     for e in w.entities:
         e.pid = prefix + e.pid

@@ -39,17 +39,18 @@ from __future__ import annotations
 import codecs
 import errno
 import hashlib
+import html
 import json
 import re
 import stat
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentr1.data.schema import NO_GOLD, Passage, Question, passage_key
+from agentr1.data.schema import HTML_REFERENCE, NO_GOLD, Passage, Question, passage_key
 
 Record = tuple[str, Mapping[str, Any]]  # (where, record)
 
@@ -579,6 +580,15 @@ def add_context_question(
     return found
 
 
+def unescape_entities(text: str) -> str:
+    """``text`` with its HTML character references (``&amp;``, ``&quot;``, ``&#39;``, ``&#x27;``)
+    decoded once, as HotpotQA's raw files keep them in titles (``Dolenz, Jones, Boyce &amp; Hart``)
+    where the supporting facts and every other source spell the name plainly. Only complete
+    references (with their ``;``) are decoded: ``html.unescape`` alone would also read the
+    legacy forms without one (``&para`` in ``&paragraph``), which plain text can hold."""
+    return HTML_REFERENCE.sub(lambda m: html.unescape(m.group(0)), text)
+
+
 def load_context_records(
     records: Iterable[Record],
     limit: int | None,
@@ -589,6 +599,7 @@ def load_context_records(
     hops: Mapping[str, int],
     logger: Any,
     no_context: str | None = None,
+    clean: Callable[[str], str] | None = None,
 ) -> Loaded:
     """Map HotpotQA-style records (HotpotQA, 2Wiki: ``_id``/``id``, ``type``, ``question``,
     ``answer``, ``context``, ``supporting_facts``); stop after ``limit`` questions.
@@ -597,8 +608,11 @@ def load_context_records(
     (else a :class:`RealDataError` listing ``label``'s types), which gives the question's hop
     count; context and supporting facts go through :func:`add_context_question`. A record without
     a (non-empty) ``context`` is skipped and counted under ``no_context`` when that reason is
-    given, and is an error otherwise."""
+    given, and is an error otherwise. ``clean`` (e.g. :func:`unescape_entities`) is applied once
+    to every context title and text and supporting-fact title, before the passages are built,
+    deduplicated and matched."""
     loaded, corpus = Loaded(), CorpusBuilder()
+    fix = clean or (lambda text: text)
     for where, rec in records:
         if limit is not None and len(loaded.questions) >= limit:
             break
@@ -618,8 +632,8 @@ def load_context_records(
             answers=[require_text(rec, "answer", where)],
             qtype=qtype,
             hops=hops[qtype],
-            context=parse_context(require(rec, "context", (list, dict, str), where), where),
-            titles=supporting_titles(require(rec, "supporting_facts", (list, dict, str), where), where),
+            context=[(fix(t), fix(x)) for t, x in parse_context(require(rec, "context", (list, dict, str), where), where)],
+            titles=[fix(t) for t in supporting_titles(require(rec, "supporting_facts", (list, dict, str), where), where)],
             where=where,
         )
     loaded.passages = corpus.passages()

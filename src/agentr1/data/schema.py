@@ -29,6 +29,7 @@ order as given, no timestamps) so re-running a stage gives byte-identical files.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -61,6 +62,9 @@ OPTIONAL_QUESTION_FIELDS = (pa.field("expression", pa.string()),)
 QUESTION_FIELDS = tuple(QUESTION_SCHEMA.names)
 CORPUS_FIELDS = tuple(CORPUS_SCHEMA.names)
 CORPUS_FILE = "corpus.parquet"
+# a complete HTML character reference (&amp; &quot; &#39; &#x27;): passage titles hold none once
+# loaded (HotpotQA's raw titles do: agentr1.data.realformat.unescape_entities; validate checks it)
+HTML_REFERENCE = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 
 
 NO_GOLD = "gold passages not in the corpus: kept with supporting_ids [] (scored on the answer, not in recall)"

@@ -82,7 +82,7 @@ from agentr1.config import SPLITS, Config, ValidateConfig
 from agentr1.data.gx_suite import Check, CheckResult, run_checks
 from agentr1.data.prepare import MANIFEST_FILE
 from agentr1.data.schema import (CORPUS_FILE, CORPUS_SCHEMA, OPTIONAL_QUESTION_FIELDS, QUESTION_FIELDS, QUESTION_SCHEMA,
-                                 Dataset, gold_unknown)
+                                 HTML_REFERENCE, Dataset, gold_unknown)
 from agentr1.data.answers import normalize_answer, normalize_number, normalize_text
 from agentr1.errors import StageError
 
@@ -298,6 +298,13 @@ def first_control_char(texts: Iterable[tuple[str, Any]]) -> str | None:
 def control_chars(question: Any, answers: Any) -> str | None:
     """:func:`first_control_char` of the question and its answers (``answer 1`` is the first)."""
     return first_control_char([("question", question)] + [(f"answer {i + 1}", a) for i, a in enumerate(answers or [])])
+
+
+def html_reference(title: Any) -> str | None:
+    """The first HTML character reference (``&amp;``) a passage title still holds: a loader left
+    the raw file's escaping in place (HotpotQA's titles; ``realformat.unescape_entities``)."""
+    m = HTML_REFERENCE.search(title) if isinstance(title, str) else None
+    return None if m is None else m.group(0)
 
 
 def passage_control_chars(title: Any, text: Any) -> str | None:
@@ -597,7 +604,7 @@ def apply_leak_tolerance(q: pd.DataFrame, max_share: float, n_ids: int) -> dict[
 def build_corpus_frame(ds: Dataset, bounds: ValidateConfig | None = None) -> pd.DataFrame:
     """The corpus as a frame with the schema's columns (missing ones all-null, so checks fail),
     plus the derived ``unsafe_id``, ``special_tokens`` (title or text), ``control_chars``
-    (:func:`passage_control_chars`), ``not_nfc`` (:func:`not_nfc` of id, title, text) and
+    (:func:`passage_control_chars`), ``html_reference`` (:func:`html_reference` of the title), ``not_nfc`` (:func:`not_nfc` of id, title, text) and
     ``nfc_duplicate`` (:func:`nfc_twins` of the ids and of the (title, text) pairs) columns."""
     v = bounds or ValidateConfig()
     c = pd.DataFrame(ds.corpus).reindex(columns=list(CORPUS_SCHEMA.names))
@@ -606,6 +613,7 @@ def build_corpus_frame(ds: Dataset, bounds: ValidateConfig | None = None) -> pd.
                                      for t, x in zip(c["title"], c["text"])], index=c.index, dtype=object)
     c["control_chars"] = pd.Series([passage_control_chars(t, x) for t, x in zip(c["title"], c["text"])],
                                    index=c.index, dtype=object)
+    c["html_reference"] = pd.Series([html_reference(t) for t in c["title"]], index=c.index, dtype=object)
     c["not_nfc"] = pd.Series([not_nfc([("id", i), ("title", t), ("text", x)])
                               for i, t, x in zip(c["id"], c["title"], c["text"])], index=c.index, dtype=object)
     ids = list(c["id"])
@@ -721,6 +729,9 @@ def unicode_checks(q, c) -> list[Check]:
     return [
         c("no_control_chars", null, "passage titles and texts hold no control characters besides tab and newline "
           "(value = the first)", column="control_chars"),
+        c("title_unescaped", null, "passage titles hold no HTML character reference such as &amp; (value = the "
+          "first): decode them at load, as the HotpotQA loader does (realformat.unescape_entities)",
+          column="html_reference"),
         q("text_nfc", null, "ids, questions, answers, types, sources and supporting ids are in Unicode NFC (value = "
           "the first field that is not)", column="not_nfc"),
         q("nfc_distinct", null, "no two questions have ids or question texts that differ only in Unicode "

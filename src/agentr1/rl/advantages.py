@@ -44,7 +44,8 @@ from agentr1.rl.steps import Steps
 # Shared knobs a trainer may pass to any estimator; each is forwarded only to estimators whose
 # signature takes it (the signature is the estimator's list of knobs). Anything else unknown to
 # the chosen estimator is a TypeError (a typo, not a knob).
-SHARED_OPTIONS = frozenset({"values", "index", "gamma", "lam", "whiten", "norm_by_std", "eps", "steps", "step_weight"})
+SHARED_OPTIONS = frozenset({"values", "index", "gamma", "lam", "whiten", "norm_by_std", "eps", "steps", "step_weight",
+                            "episode_stats"})
 
 
 def compute_advantage(
@@ -52,7 +53,7 @@ def compute_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run estimator ``name`` of :data:`~agentr1.registry.ESTIMATORS`. Keyword arguments in
     :data:`SHARED_OPTIONS` (``values``, ``index``, ``gamma``, ``lam``, ``whiten``,
-    ``norm_by_std``, ``eps``, ``steps``, ``step_weight``) are passed only where the estimator
+    ``norm_by_std``, ``eps``, ``steps``, ``step_weight``, ``episode_stats``) are passed only where the estimator
     accepts them, so one config serves every estimator; the input it declares it needs
     (``values`` for ``needs_values``, ``index`` for ``grouped``, ``steps`` for ``stepwise``)
     missing or ``None`` raises ``ValueError``; any other keyword the
@@ -96,21 +97,31 @@ def group_ids(index: torch.Tensor | Sequence[Hashable], batch_size: int, device:
     return torch.tensor(dense, dtype=torch.long, device=device), len(ids)
 
 
-def group_stats(scores: torch.Tensor, gid: torch.Tensor, n_groups: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-sample ``(count, mean, unbiased std)`` of its group; std is 0 for singletons."""
-    count = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(0, gid, torch.ones_like(scores))
-    total = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(0, gid, scores)
-    mean = total / count
-    sq = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(0, gid, (scores - mean[gid]) ** 2)
+def group_stats(scores: torch.Tensor, gid: torch.Tensor, n_groups: int,
+                weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-sample ``(count, mean, unbiased std)`` of its group; std is 0 for singletons. With
+    ``weights`` ``[B]`` (positive integers) sample ``b`` counts as ``weights[b]`` equal samples:
+    ``count = sum w``, ``mean = sum w s / count``, ``var = sum w (s - mean)^2 / (count - 1)``."""
+    if weights is None:
+        count = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(0, gid, torch.ones_like(scores))
+        total = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(0, gid, scores)
+        mean = total / count
+        sq = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(0, gid, (scores - mean[gid]) ** 2)
+    else:
+        w = weights.to(scores.dtype)
+        count = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(0, gid, w)
+        mean = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(0, gid, w * scores) / count
+        sq = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(0, gid, w * (scores - mean[gid]) ** 2)
     var = torch.where(count > 1, sq / (count - 1).clamp(min=1), torch.zeros_like(sq))
     return count[gid], mean[gid], var.sqrt()[gid]
 
 
 def group_normalized(scores: torch.Tensor, gid: torch.Tensor, n_groups: int, norm_by_std: bool = True,
-                     eps: float = 1e-6) -> torch.Tensor:
+                     eps: float = 1e-6, weights: torch.Tensor | None = None) -> torch.Tensor:
     """``(s - mean_g) / (std_g + eps)`` (or ``s - mean_g`` without ``norm_by_std``) per sample of
-    group ``gid``, 0 for a singleton group (:func:`grpo`'s and GiGPO's normalization)."""
-    count, mean, std = group_stats(scores, gid, n_groups)
+    group ``gid`` (statistics weighted by ``weights``, :func:`group_stats`), 0 for a singleton
+    group (:func:`grpo`'s and GiGPO's normalization)."""
+    count, mean, std = group_stats(scores, gid, n_groups, weights)
     a = scores - mean
     if norm_by_std:
         a = a / (std + eps)
@@ -262,24 +273,31 @@ def rloo(token_rewards: torch.Tensor, mask: torch.Tensor, index: torch.Tensor | 
     return adv, adv
 
 
+EPISODE_STATS = ("episodes", "steps")
+
+
 @torch.no_grad()
 def gigpo_parts(token_rewards: torch.Tensor, mask: torch.Tensor, index: torch.Tensor | Sequence[Hashable], steps: Steps,
-                gamma: float = 1.0, norm_by_std: bool = True, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
-    """GiGPO's two advantages: the episode one ``a_b`` ``[B]`` (:func:`grpo`'s) and the step one
-    ``a_bj`` ``[B, J]`` (0 where row ``b`` has no turn ``j``); :func:`gigpo` states the math."""
+                gamma: float = 1.0, norm_by_std: bool = True, eps: float = 1e-6,
+                episode_stats: str = "episodes") -> tuple[torch.Tensor, torch.Tensor]:
+    """GiGPO's two advantages: the episode one ``a_b`` ``[B]`` and the step one ``a_bj`` ``[B, J]``
+    (0 where row ``b`` has no turn ``j``); :func:`gigpo` states the math."""
     _check(token_rewards, mask)
+    if episode_stats not in EPISODE_STATS:
+        raise ValueError(f"episode_stats must be one of {EPISODE_STATS}, got {episode_stats!r}")
     s = sequence_scores(token_rewards, mask)
     gid, G = group_ids(index, s.shape[0], s.device)
-    a_ep = group_normalized(s, gid, G, norm_by_std, eps)
     turn, group = steps.turn, steps.group
     if turn.shape != token_rewards.shape or group.shape[0] != s.shape[0]:
         raise ValueError(f"steps {tuple(turn.shape)} / {tuple(group.shape)} do not fit token_rewards {tuple(token_rewards.shape)}")
+    valid = group >= 0
+    weights = valid.sum(dim=1).clamp(min=1) if episode_stats == "steps" else None
+    a_ep = group_normalized(s, gid, G, norm_by_std, eps, weights)
     B, J = group.shape
     r = torch.where(as_bool(mask), _float(token_rewards), _zero(_float(token_rewards)))
     step_r = torch.zeros(B, J + 1, dtype=r.dtype, device=r.device)  # column J collects the tokens of no turn
     step_r.scatter_add_(1, torch.where(turn >= 0, turn, torch.full_like(turn, J)), r)
     step_r[:, 0] += step_r[:, J]  # a reward before the first turn (the prompt never holds one) counts for it
-    valid = group >= 0
     ret = torch.zeros(B, J, dtype=r.dtype, device=r.device)
     running = torch.zeros(B, dtype=r.dtype, device=r.device)
     for j in reversed(range(J)):
@@ -301,23 +319,29 @@ def gigpo(
     norm_by_std: bool = True,
     eps: float = 1e-6,
     step_weight: float = 1.0,
+    episode_stats: str = "episodes",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GiGPO (Group-in-Group Policy Optimization, arXiv 2505.10978): the episode-level group
     advantage plus a step-level one from the turns of the group's episodes that start from the
     same state (``steps``, :func:`agentr1.rl.steps.anchor_groups`)::
 
-        a_b    = (s_b - mean_g(s)) / (std_g(s) + eps)            (GRPO's, s_b the episode score)
+        a_b    = (s_b - mean_g(s)) / (std_g(s) + eps)            (s_b the episode score)
         r_bj   = sum of mask[b,t] * r[b,t] over the tokens t of turn j
         G_bj   = r_bj + gamma * G_b(j+1)                         (G after the last turn = 0)
         a_bj   = (G_bj - mean_S(G)) / (std_S(G) + eps)           over the step group S of (b, j)
         A_bt   = mask_bt * (a_b + step_weight * a_b,j(t))       (j(t) = the turn owning token t)
 
-    ``norm_by_std: false`` drops both divisions (as in :func:`grpo`); ``std`` is unbiased; a group
-    or step group of one gets 0. With no shared state beyond the prompt every step group after the
-    first turn is a singleton, so ``A = (1 + step_weight) * a_b`` on the first turn's tokens and
-    ``a_b`` on the others (GRPO with ``gamma = 1``). Returns ``(A, A)``.
+    ``episode_stats``: ``episodes`` takes ``mean_g`` / ``std_g`` over the group's episodes (one
+    value each: GRPO's); ``steps`` over its step rows, each episode's score counted once per turn
+    it has (verl-agent's default ``compute_mean_std_cross_steps``: a longer episode weighs more).
+    ``norm_by_std: false`` drops both divisions (verl-agent's ``mode: mean_norm``; ``true`` is
+    ``mean_std_norm``); ``std`` is unbiased; a group or step group of one gets 0 (verl-agent passes
+    a lone episode's raw score through; a lone step gets 0 there too). With no shared state beyond
+    the prompt every step group after the first turn is a singleton, so ``A = (1 + step_weight) *
+    a_b`` on the first turn's tokens and ``a_b`` on the others (GRPO with ``gamma = 1`` under
+    ``episodes``). Returns ``(A, A)``.
     """
-    a_ep, a_step = gigpo_parts(token_rewards, mask, index, steps, gamma, norm_by_std, eps)
+    a_ep, a_step = gigpo_parts(token_rewards, mask, index, steps, gamma, norm_by_std, eps, episode_stats)
     turn = steps.turn
     per_tok = torch.gather(a_step, 1, turn.clamp(min=0)) * (turn >= 0)
     adv = _broadcast(a_ep, mask) + torch.where(as_bool(mask), step_weight * per_tok, _zero(per_tok))
@@ -329,6 +353,7 @@ __all__ = [
     "WHITEN_EPS",
     "compute_advantage",
     "gae",
+    "EPISODE_STATS",
     "gigpo",
     "gigpo_parts",
     "group_ids",

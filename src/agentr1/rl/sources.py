@@ -12,7 +12,10 @@
 
 A source is a function of ``(seed, step)`` alone (the world's seed is the run's seed), so a
 resumed run and an uninterrupted one see the same questions. The last world is cached (a step
-never asks for an earlier one).
+never asks for an earlier one). Whether a world can be generated is decided by its seed too (a
+small world may lack the names or chains some draw asks for), so :meth:`FreshWorlds.check` draws
+every world a run of ``train.steps`` will ask for before step 1 (~16 ms each): a run that could
+never finish is refused at its start, not at the step that meets the world.
 """
 
 from __future__ import annotations
@@ -37,6 +40,20 @@ class FreshWorlds:
 
     def world_index(self, step: int) -> int:
         return (max(step, 1) - 1) // self.fresh_cfg.every
+
+    def check(self, steps: int) -> None:
+        """:class:`ValueError` naming the first world (and the step that asks for it) among those
+        steps ``1..steps`` draw that cannot be generated, with the params to change."""
+        from agentr1.data.fresh import make_world
+
+        f = self.fresh_cfg
+        for k in range(self.world_index(steps) + 1):
+            try:
+                make_world(self.synthetic_cfg, k, f.families, f.questions, self.seed, self.taken)
+            except ValueError as exc:
+                raise ValueError(f"train.fresh: world {k} of this run's stream (seed {self.seed}), which step "
+                                 f"{k * f.every + 1} trains on, cannot be generated: {exc}. Nothing was trained "
+                                 f"(every world of train.steps={steps} is drawn before step 1)") from None
 
     def at(self, step: int) -> tuple[Any, list[dict]]:
         """The ToolEnv over world ``world_index(step)`` (with the dataset's passages when

@@ -78,7 +78,9 @@ def step_stats(token_rewards: torch.Tensor, mask: torch.Tensor, index, steps, tc
     valid = steps.group >= 0
     later = valid.clone()
     later[:, 0] = False
-    a_ep, a_step = gigpo_parts(token_rewards, mask, index, steps, tcfg.gamma, tcfg.norm_by_std)
+    g = tcfg.gigpo
+    a_ep, a_step = gigpo_parts(token_rewards, mask, index, steps, tcfg.gamma, g.norm_by_std(tcfg.norm_by_std),
+                               episode_stats=g.episode_stats)
 
     def share(sel: torch.Tensor) -> float:
         return float((sizes[sel] > 1).float().mean()) if bool(sel.any()) else 0.0

@@ -7,14 +7,33 @@ start of its run up to the start of run ``j + 1`` (its action tokens, then the o
 answers it), the last turn up to the row's end; tokens before the first run (the prompt) belong
 to no turn (``-1``). :func:`turn_index` writes that as a ``[B, T]`` tensor.
 
-Anchor states (GiGPO, arXiv 2505.10978). The state before turn ``j`` is the whole context the
-policy sees when it starts that turn: the tokens ``input_ids[b, :start_j]`` (prompt, earlier
-turns and observations). Two turns of episodes of the same question (same ``index``) whose
-states are equal form one *step group* (:func:`anchor_groups`): every episode's first turn shares
-the prompt, and a second turn joins another when both first turns wrote the same tokens and got
-the same observation. With ``similarity < 1`` a state joins the first group (in row, turn order)
-whose first state matches it with ``difflib.SequenceMatcher(...).ratio() >= similarity`` over
-token ids, for episodes whose texts rarely coincide exactly.
+Anchor states (GiGPO, arXiv 2505.10978). ``anchor`` says what "the state before turn ``j``" is:
+
+* ``context`` (this project's default): the whole context the policy sees when it starts the turn,
+  ``input_ids[b, :start_j]`` (prompt, earlier turns and observations);
+* ``observation`` (verl-agent's ``anchor_obs``): only the environment's last word before the turn,
+  the observation tokens ``input_ids[b, end_(j-1):start_j]`` between the end of turn ``j - 1``'s
+  action run and the start of turn ``j``'s (the prompt for ``j = 0``).
+
+Turns of episodes of the same question (same ``index``) whose states are equal form one *step group*
+(:func:`anchor_groups`; states are hashed first, so exact matching costs one dict lookup per turn):
+every episode's first turn shares the prompt, and with ``context`` a second turn joins another when
+both first turns wrote the same tokens and got the same observation. With ``similarity < 1`` a state
+that matches no group exactly joins the first group (in order of creation) whose representative (its
+first state) has ``difflib.SequenceMatcher(None, state, representative).ratio() >= similarity`` -
+verl-agent's rule (``are_similar(obs, rep)``: the new state first, difflib's default ``autojunk``;
+the ratio is not symmetric in its arguments), over token ids where verl-agent compares the
+observation's text. Three bounds keep it cheap (``bench/gigpo_similarity.py``): only the last
+``window`` tokens of the two states are compared (``None`` = all); difflib's ``real_quick_ratio``
+(O(1)) rejects a representative before any real comparison; and a state gets at most ``max_compare``
+real comparisons (``quick_ratio``, then the quadratic ``ratio``), with the representatives in order
+of creation, before it opens a group of its own (``None`` = no cap). A step's similarity work is
+then at most ``turns x max_compare`` comparisons of ``window`` tokens, whatever the states' length
+or the group size. Under ``context`` a turn never joins a group that already holds a turn of its own
+episode: a later state extends the same episode's earlier one, so a similarity test would compare a
+decision with its own past (exact equality cannot, the lengths differ). Under ``observation``
+verl-agent's rule is kept: an episode that meets the same observation twice has both turns in one
+group.
 
 Step rows (``train.sample_unit: step``, Agent-R1 v0.1.0's step-level samples): :func:`step_rows`
 cuts each row into one row per turn, ``input_ids[b, :end_j]`` with every per-token tensor kept
@@ -62,13 +81,14 @@ class Steps:
         return torch.where(valid, counts[self.group.clamp(min=0)], torch.zeros_like(self.group))
 
 
-def turn_starts(action_mask: torch.Tensor) -> list[list[int]]:
-    """Per row, the positions where a run of action tokens starts."""
+def _runs(action_mask: torch.Tensor) -> list[list[tuple[int, int]]]:
+    """Per row, the ``(start, end)`` (end exclusive) of each run of action tokens."""
     m = as_bool(action_mask)
-    prev = torch.zeros_like(m)
-    prev[:, 1:] = m[:, :-1]
-    starts = m & ~prev
-    return [torch.nonzero(row).flatten().tolist() for row in starts]
+    prev, nxt = torch.zeros_like(m), torch.zeros_like(m)
+    prev[:, 1:], nxt[:, :-1] = m[:, :-1], m[:, 1:]
+    starts = [torch.nonzero(r).flatten().tolist() for r in m & ~prev]
+    ends = [(torch.nonzero(r).flatten() + 1).tolist() for r in m & ~nxt]
+    return [list(zip(s, e)) for s, e in zip(starts, ends)]
 
 
 def turn_index(action_mask: torch.Tensor) -> torch.Tensor:
@@ -79,34 +99,68 @@ def turn_index(action_mask: torch.Tensor) -> torch.Tensor:
     return torch.cumsum((m & ~prev).long(), dim=-1) - 1
 
 
-def _states(input_ids: torch.Tensor, starts: list[list[int]]) -> list[list[tuple[int, ...]]]:
-    return [[tuple(input_ids[b, :s].tolist()) for s in row] for b, row in enumerate(starts)]
+ANCHORS = ("context", "observation")
+
+
+def anchor_states(input_ids: torch.Tensor, action_mask: torch.Tensor, anchor: str = "context") -> list[list[tuple[int, ...]]]:
+    """Per row, the state before each of its turns as a tuple of token ids (module docstring)."""
+    if anchor not in ANCHORS:
+        raise ValueError(f"anchor must be one of {ANCHORS}, got {anchor!r}")
+    out = []
+    for b, row in enumerate(_runs(action_mask)):
+        ids = input_ids[b].tolist()
+        if anchor == "context":
+            out.append([tuple(ids[:s]) for s, _ in row])
+        else:
+            out.append([tuple(ids[(row[j - 1][1] if j else 0):s]) for j, (s, _) in enumerate(row)])
+    return out
 
 
 def anchor_groups(input_ids: torch.Tensor, action_mask: torch.Tensor, index: Sequence[Hashable],
-                  similarity: float = 1.0) -> Steps:
+                  similarity: float = 1.0, anchor: str = "context", window: int | None = None,
+                  max_compare: int | None = None) -> Steps:
     """The batch's :class:`Steps`: turns from ``action_mask``, step groups of equal (or, with
-    ``similarity < 1``, similar) states before each turn among rows of the same ``index``."""
+    ``similarity < 1``, similar over the last ``window`` tokens, at most ``max_compare`` real
+    comparisons per turn) ``anchor`` states before each turn among rows of the same ``index``
+    (module docstring)."""
     if not 0.0 < similarity <= 1.0:
         raise ValueError(f"similarity must be in (0, 1], got {similarity}")
-    starts = turn_starts(action_mask)
-    states = _states(input_ids, starts)
-    B, J = len(starts), max((len(r) for r in starts), default=0)
+    for name, v in (("window", window), ("max_compare", max_compare)):
+        if v is not None and v < 1:
+            raise ValueError(f"{name} must be >= 1 (or None for no bound), got {v}")
+    states = anchor_states(input_ids, action_mask, anchor)
+    B, J = len(states), max((len(r) for r in states), default=0)
     group = torch.full((B, max(J, 1)), -1, dtype=torch.long)
     exact: dict[tuple[Hashable, tuple[int, ...]], int] = {}
-    reps: dict[Hashable, list[tuple[tuple[int, ...], int]]] = {}  # per question: (first state, group id)
+    reps: dict[Hashable, list[tuple[difflib.SequenceMatcher, int]]] = {}  # per question: (matcher on its representative, group id)
+    members: list[set[int]] = []  # per group: the rows (episodes) with a turn in it
+    cut = (lambda st: st) if window is None else (lambda st: st[-window:])
     n = 0
     for b, row in enumerate(states):
         for j, state in enumerate(row):
             key = (index[b], state)
             gid = exact.get(key)
             if gid is None and similarity < 1.0:
-                gid = next((g for rep, g in reps.get(index[b], ())
-                            if difflib.SequenceMatcher(None, rep, state, autojunk=False).ratio() >= similarity), None)
+                tail, tried = cut(state), 0
+                for matcher, g in reps.get(index[b], ()):
+                    if anchor == "context" and b in members[g]:
+                        continue  # a later state of the same episode: never its own baseline
+                    matcher.set_seq1(tail)  # verl-agent's order: (state, representative)
+                    if matcher.real_quick_ratio() < similarity:
+                        continue
+                    if matcher.quick_ratio() >= similarity and matcher.ratio() >= similarity:
+                        gid = g
+                        break
+                    tried += 1
+                    if max_compare is not None and tried >= max_compare:
+                        break
             if gid is None:
                 gid, n = n, n + 1
-                reps.setdefault(index[b], []).append((state, gid))
+                if similarity < 1.0:  # the representative is each comparison's second sequence: analysed once
+                    reps.setdefault(index[b], []).append((difflib.SequenceMatcher(None, None, cut(state)), gid))
+                members.append(set())
             exact.setdefault(key, gid)
+            members[gid].add(b)
             group[b, j] = gid
     return Steps(turn_index(action_mask), group)
 
@@ -137,4 +191,4 @@ def step_rows(batch: dict, turn: torch.Tensor) -> dict:
     return out
 
 
-__all__ = ["Steps", "TOKEN_KEYS", "anchor_groups", "step_rows", "turn_index", "turn_starts"]
+__all__ = ["ANCHORS", "Steps", "TOKEN_KEYS", "anchor_groups", "anchor_states", "step_rows", "turn_index"]

@@ -233,10 +233,13 @@ class Trainer(Sampling, Optimizers, Resumable):
         index = [b // t.group_size for b in range(B)]
         steps = None
         if ESTIMATORS.spec(t.estimator).meta.get("stepwise"):
-            steps = anchor_groups(batch["input_ids"], batch["action_mask"], index, t.gigpo.similarity)
+            g = t.gigpo
+            steps = anchor_groups(batch["input_ids"], batch["action_mask"], index, g.similarity, g.anchor, g.window,
+                                  g.max_compare)
+        norm_by_std = t.gigpo.norm_by_std(t.norm_by_std) if steps is not None else t.norm_by_std
         adv, ret = compute_advantage(t.estimator, rewards, adv_mask, values=values, index=index, gamma=t.gamma,
-                                     lam=t.lam, whiten=t.whiten, norm_by_std=t.norm_by_std, steps=steps,
-                                     step_weight=t.gigpo.step_weight)
+                                     lam=t.lam, whiten=t.whiten, norm_by_std=norm_by_std, steps=steps,
+                                     step_weight=t.gigpo.step_weight, episode_stats=t.gigpo.episode_stats)
         batch["token_rewards"], batch["advantages"], batch["returns"] = rewards, adv, ret
         stats["train/adv_abs_mean"] = float(masked_mean(adv.abs(), adv_mask))
         stats["train/token_reward_sum"] = float(rewards.sum() / B)

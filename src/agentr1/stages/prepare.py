@@ -5,6 +5,12 @@ split/type/hops, corpus size; deterministic, no timestamps; :mod:`agentr1.data.p
 inside one atomic directory swap: a failure anywhere leaves the previous output untouched and no
 temporary directory behind.
 
+Real data (``data.source: real``): ``dvc.yaml``'s ``prepare`` depends on the folder
+:data:`RAW_DIR` (``data/raw``), so a raw file there that changes makes ``dvc status`` report the
+stage changed and ``dvc repro`` rebuild it. DVC cannot depend on a path a param names, so a
+source or corpus file elsewhere is read but not watched: the stage says so with a warning naming
+the param and the fix (:func:`unwatched_inputs`).
+
 Tracking (:func:`log_outputs`): metrics ``prepare/<split>.questions``, ``prepare/questions``,
 ``prepare/corpus_size``, ``prepare/build_s``, ``prepare/total_s`` (live runs only: no file keeps
 them), for real data the manifest's records report per source (``prepare/records.<source>.questions``,
@@ -42,9 +48,32 @@ def manifest_metrics(manifest: dict[str, Any]) -> dict[str, float]:
     return metrics
 
 
+RAW_DIR = Path("data/raw")  # the folder dvc.yaml's prepare stage depends on
+
+
+def unwatched_inputs(real_cfg, root: Path | None = None) -> list[str]:
+    """``"<param>: <path>"`` for each local file of ``data.real`` (sources' ``path``, ``corpus``)
+    outside :data:`RAW_DIR` (relative to ``root``, default the working directory): DVC does not see
+    those change. Symlinks count where they are, not where they point (DVC hashes the link's
+    target wherever it lies)."""
+    raw = ((root or Path.cwd()) / RAW_DIR).absolute()
+    named = [(f"data.real.sources[{i}].path", s.path) for i, s in enumerate(real_cfg.sources) if s.path]
+    named += [("data.real.corpus", real_cfg.corpus)] if real_cfg.corpus else []
+    out = []
+    for key, path in named:
+        where = Path(path) if Path(path).is_absolute() else (root or Path.cwd()) / path
+        if not where.absolute().is_relative_to(raw):
+            out.append(f"{key}: {path}")
+    return out
+
+
 def run(ctx: StageContext, args: Any = None) -> Path:
     """Build the dataset and swap it into ``data.processed_dir`` atomically; returns the dir."""
     cfg = ctx.cfg
+    if cfg.data.source == "real":
+        for item in unwatched_inputs(cfg.data.real):
+            log.warning("prepare: %s is outside %s/, which dvc.yaml's prepare stage depends on: `dvc repro` will not "
+                        "see this file change (move it, or a symlink to it, under %s/)", item, RAW_DIR, RAW_DIR)
     with ctx.phase("total", quiet=True):
         with ctx.phase("build", quiet=True):
             ds, extra = build_dataset(cfg)

@@ -25,7 +25,10 @@ Outputs in ``<train.out_dir>/<run>/`` (written only when training finished, each
 ``state/`` next to them holds the resumable training state (every ``train.checkpoint.every``
 steps). ``--resume`` continues from it (a run killed at step k restarts at its last checkpoint and
 ends with the same numbers as an uninterrupted run on the CPU); without ``--resume`` an old state
-is discarded (with a warning) and training starts from the cold start. ``--resume`` fails (before
+is discarded (with a warning, only once every check of the config has passed: a refused run keeps
+it) and training starts from the cold start. With ``train.questions: fresh`` every world the run will
+draw is generated before step 1 (:meth:`agentr1.rl.sources.FreshWorlds.check`), so a world that
+cannot be generated refuses the params at the start, not at its step. ``--resume`` fails (before
 any training) when there is nothing to resume (no state and no backup copy of one: run without it
 the first time), when the state is incomplete or corrupt, or when the run's params differ from
 the ones the state was trained with (``env.*``, ``reward.*``, ``rollout.*``, the run's merged
@@ -254,20 +257,26 @@ def run(ctx: StageContext, args: Any = None) -> dict | None:
     run_dir = Path(tcfg.out_dir) / run
     state_dir = run_dir / "state"
     try:
+        # everything that can refuse the config comes before the saved state is touched (a refused run
+        # keeps the state of an interrupted one, to be resumed once the config is fixed)
+        fresh = fresh_source(cfg, tcfg, ds.corpus, run_seed)
+        if fresh is not None:
+            try:
+                fresh.check(tcfg.steps)
+            except ValueError as exc:
+                raise StageError(str(exc)) from None
+        run_params = {**flatten(cfg.env.model_dump(mode="json"), "env."), "model.dtype": cfg.model.dtype,
+                      "start_checkpoint": tree_digest(sft_dir), **input_digests(cfg.retrieval, cfg.data.processed_dir)}
+        model, tokenizer = load_checkpoint(sft_dir, cfg.model.dtype, cfg.model.trust_remote_code)
+        trainer = Trainer(model, tokenizer, tcfg, cfg.rollout, cfg.reward, episodes=Episodes(env, train_q, dev_q, fresh),
+                          logger=ctx.run.logger, seed=run_seed, dist=dist, state_dir=state_dir, model_path=sft_dir,
+                          run_params=run_params)
         problem = _prepare_state(run, run_dir, state_dir, resume) if dist.is_main else None
         problem = dist.broadcast_object(problem)
         if problem is not None:
             raise StageError(problem)
         if dist.is_main:
             _remember_run(ctx, args)
-        run_params = {**flatten(cfg.env.model_dump(mode="json"), "env."), "model.dtype": cfg.model.dtype,
-                      "start_checkpoint": tree_digest(sft_dir), **input_digests(cfg.retrieval, cfg.data.processed_dir)}
-        logger = ctx.run.logger
-        model, tokenizer = load_checkpoint(sft_dir, cfg.model.dtype, cfg.model.trust_remote_code)
-        trainer = Trainer(model, tokenizer, tcfg, cfg.rollout, cfg.reward,
-                          episodes=Episodes(env, train_q, dev_q, fresh_source(cfg, tcfg, ds.corpus, run_seed)),
-                          logger=logger, seed=run_seed, dist=dist, state_dir=state_dir, model_path=sft_dir,
-                          run_params=run_params)
         if resume:
             trainer.resume()  # StageError when the params differ from the state's
             log.info("train@%s: resumed at step %d from %s", run, trainer.step, state_dir)
