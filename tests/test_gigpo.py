@@ -371,6 +371,7 @@ def test_verl_agent_names_are_aliases_and_refused_twice():
                      ({"similarity": 0.9, "similarity_thresh": 0.8, "enable_similarity": True}, "not both"),
                      ({"enable_similarity": True, "similarity_thresh": 1.0}, r"similarity_thresh.*\(0, 1\)"),
                      ({"enable_similarity": "yes"}, "enable_similarity"),
+                     ({"similarity_thresh": 0.8}, "only with enable_similarity: true"),
                      ({"mode": "std_norm"}, "mode"), ({"anchor": "obs"}, "anchor"), ({"window": 0}, "window"),
                      ({"max_compare": 0}, "max_compare")]:
         with pytest.raises((pydantic.ValidationError, ValueError), match=msg):

@@ -25,9 +25,6 @@ from pathlib import Path
 import pytest
 import tiny_world as tw
 
-from agentr1.data.schema import Dataset, write_dataset
-from agentr1.models import save_checkpoint
-
 pytestmark = pytest.mark.slow
 
 N_KILLS = 3  # per kill point, at steps 2, 3 and 4 of 5
@@ -77,12 +74,7 @@ stages.run("train", cfg, SimpleNamespace(run="gigpo", resume=sys.argv[2] == "res
 
 
 def _project(root: Path) -> Path:
-    processed, index = root / "processed", root / "index"
-    write_dataset(Dataset(questions={"train": tw.questions("train"), "dev": tw.questions("dev")[:2]}, corpus=tw.corpus()),
-                  processed)
-    tw.retriever().save(index)
-    tok = tw.tokenizer([q["question"] for q in tw.questions()])
-    save_checkpoint(tw.model(tok), tok, root / "sft")
+    processed, index, _ = tw.train_inputs(root)
     cfg = {
         "data": {"processed_dir": str(processed)},
         "retrieval": {"index_dir": str(index)},

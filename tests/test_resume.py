@@ -22,7 +22,6 @@ from agentr1.config import config_from_dict
 from agentr1.data.schema import Dataset, write_dataset
 from agentr1.errors import StageError
 from agentr1.io import atomic_dir
-from agentr1.models import save_checkpoint
 from agentr1.rl import checkpoint as ckpt
 from agentr1 import stages
 from agentr1.rl.sampling import Episodes
@@ -128,11 +127,7 @@ def stage_cfg(tmp_path, **train):
     """A tiny world (real BM25 index, ToolEnv, a tiny cold start), as in test_train_stage."""
     processed, index, sft = tmp_path / "processed", tmp_path / "index", tmp_path / "sft"
     if not processed.exists():
-        write_dataset(Dataset(questions={"train": tw.questions("train"), "dev": tw.questions("dev")[:2]},
-                              corpus=tw.corpus()), processed)
-        tw.retriever().save(index)
-        tok = tw.tokenizer([q["question"] for q in tw.questions()])
-        save_checkpoint(tw.model(tok), tok, sft)
+        tw.train_inputs(tmp_path)
     base = {"steps": 2, "batch_questions": 2, "group_size": 2, "micro_batch_size": 2, "out_dir": str(tmp_path / "runs"),
             "dev": {"every": 2, "examples": 2}, "checkpoint": {"every": 1}}
     for k, v in train.items():

@@ -12,9 +12,8 @@ import torch
 import tiny_world as tw
 
 from agentr1.config import config_from_dict
-from agentr1.data.schema import Dataset, write_dataset
 from agentr1.errors import StageError
-from agentr1.models import load_checkpoint, save_checkpoint
+from agentr1.models import load_checkpoint
 from agentr1 import stages
 from agentr1.rl.trainer import Trainer
 
@@ -22,12 +21,7 @@ torch.set_num_threads(1)
 
 
 def _cfg(tmp_path, **train):
-    processed, index = tmp_path / "processed", tmp_path / "index"
-    write_dataset(Dataset(questions={"train": tw.questions("train"), "dev": tw.questions("dev")[:2]}, corpus=tw.corpus()),
-                  processed)
-    tw.retriever().save(index)
-    tok = tw.tokenizer([q["question"] for q in tw.questions()])
-    save_checkpoint(tw.model(tok), tok, tmp_path / "sft")
+    processed, index, _ = tw.train_inputs(tmp_path)
     return config_from_dict({
         "data": {"processed_dir": str(processed)},
         "retrieval": {"index_dir": str(index)},

@@ -78,6 +78,23 @@ def stage_config(root, splits: dict[str, list[dict]], **sections):
     return cfg
 
 
+def train_inputs(root) -> tuple:
+    """What a train stage reads, written under ``root``: the train split and 2 dev questions as
+    ``processed``, the BM25 index as ``index`` and an untrained "cold start" as ``sft``; the three paths."""
+    from pathlib import Path
+
+    from agentr1.data.schema import Dataset, write_dataset
+    from agentr1.models import save_checkpoint
+
+    root = Path(root)
+    processed, index, sft = root / "processed", root / "index", root / "sft"
+    write_dataset(Dataset(questions={"train": questions("train"), "dev": questions("dev")[:2]}, corpus=corpus()), processed)
+    retriever().save(index)
+    tok = tokenizer([q["question"] for q in questions()])
+    save_checkpoint(model(tok), tok, sft)
+    return processed, index, sft
+
+
 def save_base(cfg, seed: int = 0):
     """The base policy the sft stage starts from, as ``agentr1 pretrain`` leaves it in
     ``pretrain.out_dir``: here the tiny model with the tiny world's tokenizer, untrained."""

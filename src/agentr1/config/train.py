@@ -147,7 +147,7 @@ class GiGPOConfig(_Section):
         """Map verl-agent's names onto this section's (class docstring)."""
         if not isinstance(data, dict) or not {"step_advantage_w", "enable_similarity", "similarity_thresh"} & set(data):
             return data
-        data = dict(data)
+        original, data = data, dict(data)
         if "step_advantage_w" in data:
             if "step_weight" in data:
                 raise ValueError("train.gigpo: give step_weight or its verl-agent alias step_advantage_w, not both")
@@ -158,6 +158,9 @@ class GiGPOConfig(_Section):
             enable, thresh = data.pop("enable_similarity", False), data.pop("similarity_thresh", 0.95)
             if not isinstance(enable, bool):
                 raise ValueError(f"train.gigpo.enable_similarity: {enable!r} is not true or false")
+            if not enable and "similarity_thresh" in original:
+                raise ValueError("train.gigpo.similarity_thresh is used only with enable_similarity: true (verl-agent "
+                                 "ignores it otherwise): set enable_similarity: true, or drop similarity_thresh")
             if enable and not (isinstance(thresh, (int, float)) and not isinstance(thresh, bool) and 0 < thresh < 1):
                 raise ValueError(f"train.gigpo.similarity_thresh: {thresh!r} must be a number in (0, 1) with "
                                  "enable_similarity: true (verl-agent's rule; 1 = exact states: enable_similarity: false)")

@@ -12,7 +12,7 @@ dev entities, three ways:
 
 Table on stdout, one JSON line appended to ``--out``:
 
-    python bench/reading_after_prefix.py --model data/models/init
+    python bench/archive/reading_after_prefix.py --model data/models/init
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: _rl
 import _rl  # noqa: E402
 
 _rl.quiet()

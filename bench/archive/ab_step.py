@@ -3,8 +3,8 @@ revision (A) and on the working tree (B), alternated in one run.
 
 Not a test. Run from the repository root (after ``dvc repro sft``):
 
-    python bench/ab_step.py --rev f87841b              # 3 rounds, ~3 min
-    python bench/ab_step.py --rev f87841b --rounds 5 --steps 3
+    python bench/archive/ab_step.py --rev f87841b              # 3 rounds, ~3 min
+    python bench/archive/ab_step.py --rev f87841b --rounds 5 --steps 3
 
 A is ``git worktree add`` of ``--rev`` (kept under ``bench/.ab_<rev>``, git-ignored), imported
 through ``PYTHONPATH`` ahead of the editable install; the harness (``bench/rl_step.py`` and
@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PHASES = ("rollout", "old_logp", "ref_logp", "update", "total")
 
 

@@ -15,7 +15,7 @@ machine noise hits them alike. Reported: seconds per step, tokens per second and
 ``small-targets`` (table on stdout, ``bench/results/ab_pretrain_cost.json``). Run it alone on the
 machine (no training beside it):
 
-    python bench/ab_pretrain_cost.py --rounds 3 --steps 10
+    python bench/archive/ab_pretrain_cost.py --rounds 3 --steps 10
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import time
 from itertools import islice
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: _rl
 import _rl  # noqa: E402
 
 _rl.quiet()

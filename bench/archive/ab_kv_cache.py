@@ -3,8 +3,8 @@
 Not a test. Run from the repository root after ``dvc repro sft`` (it uses the cold-start policy
 ``sft.out_dir``, the BM25 index and the processed test split of params.yaml):
 
-    python bench/ab_kv_cache.py                      # ~2 min
-    python bench/ab_kv_cache.py --rounds 3 --eval-questions 64
+    python bench/archive/ab_kv_cache.py                      # ~2 min
+    python bench/archive/ab_kv_cache.py --rounds 3 --eval-questions 64
 
 Two workloads, each run with A = ``reuse_cache=False`` (every turn prefills the whole history, the
 behaviour before) and B = ``reuse_cache=True``, alternated ``--rounds`` times in one process:
@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: _rl
 import _rl  # noqa: E402
 
 _rl.quiet()

@@ -7,7 +7,7 @@ the reading gate on the dataset's dev entities (never trained on): one-hop (the 
 passage alone) and multi-passage (3 passages), greedy, per relation. One JSON line per run is
 appended to ``--out``; ``--save`` keeps the model.
 
-    python bench/pretrain_recipe.py --name A --steps 2000 --loss-on answers
+    python bench/archive/pretrain_recipe.py --name A --steps 2000 --loss-on answers
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: _rl
 import _rl  # noqa: E402
 
 _rl.quiet()

@@ -9,8 +9,8 @@ is compared by SHA-256. Files that hold wall-clock time (``timing.json``, and co
 DVC output) is not compared: it records step times, and its torch RNG state already differed
 between two runs of the same old code (``--new`` pointing at the old worktree, the self-test).
 
-    python bench/refactor_identity.py --ref 4aaa424            # all stages
-    python bench/refactor_identity.py --ref 4aaa424 --stages sft,train
+    python bench/archive/refactor_identity.py --ref 4aaa424            # all stages
+    python bench/archive/refactor_identity.py --ref 4aaa424 --stages sft,train
 
 Writes ``bench/results/refactor_identity.json`` and prints a table: per stage, files compared,
 identical, different (named). Exit status 1 when any file differs or a stage failed on one side only.
@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TIMED = {"seconds", "elapsed_s", "wall_s", "time_s", "tokens_per_s", "step_s", "rollout_s", "update_s"}
 
 # stage -> list of `agentr1` argument lists; {R} is the side's output root

@@ -2,9 +2,9 @@
 
 Not a test. Run from the repository root:
 
-    python bench/ab_bytecode.py                        # ~3 min
-    python bench/ab_bytecode.py --clone-rev aaa6770    # also `dvc repro` (no-op) in a clone of that commit
-    python bench/ab_bytecode.py --prefect --only prefect --repeats 2   # Prefect's first flow run (adds to the JSON)
+    python bench/archive/ab_bytecode.py                        # ~3 min
+    python bench/archive/ab_bytecode.py --clone-rev aaa6770    # also `dvc repro` (no-op) in a clone of that commit
+    python bench/archive/ab_bytecode.py --prefect --only prefect --repeats 2   # Prefect's first flow run (adds to the JSON)
 
 The venv is installed by uv, which does not compile bytecode by default, and this machine runs
 with ``PYTHONDONTWRITEBYTECODE=1``, so no ``.pyc`` exists under ``.venv`` and every Python process
@@ -33,7 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: _rl
 import pipeline as P  # noqa: E402  (bench/pipeline.py: run(), paths)
 
 

@@ -2,7 +2,7 @@
 
 Not a test. Run from the repository root after ``dvc repro index`` (~6 min on 2 cores):
 
-    python bench/ab_vocab.py --rounds 2
+    python bench/archive/ab_vocab.py --rounds 2
 
 Two GRPO trainers on the same world (the smol step of bench/_rl.py: ``--smol-questions`` x
 ``--smol-group`` episodes, short turns), one on SmolLM2-135M as converted from the GGUF, one on
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: _rl
 import _rl  # noqa: E402
 
 _rl.quiet()

@@ -6,7 +6,7 @@ and of the wrong answers how many (a) start with a name of another fact of the d
 copy the right name but do not stop after it, (c) other; then a few wrong answers, greedy, with
 the gold. Reads ``params.yaml`` for the world.
 
-    python bench/reading_errors.py --model /tmp/base --passages 1
+    python bench/archive/reading_errors.py --model /tmp/base --passages 1
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: _rl
 import _rl  # noqa: E402
 
 _rl.quiet()

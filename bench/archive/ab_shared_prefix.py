@@ -2,8 +2,8 @@
 
 Not a test. Run from the repository root:
 
-    python bench/ab_shared_prefix.py            # nano, ~1.5 min
-    python bench/ab_shared_prefix.py --model smol --rounds 2   # slow
+    python bench/archive/ab_shared_prefix.py            # nano, ~1.5 min
+    python bench/archive/ab_shared_prefix.py --model smol --rounds 2   # slow
 
 ``agentr1.lm.sft`` already computes the prefix that every row of an SFT batch shares (the system
 prompt and chat header) once and repeats its KV cache for the rows (``shared_prefix_length`` +
@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: _rl
 import _rl  # noqa: E402
 
 _rl.quiet()
