@@ -367,8 +367,18 @@ def test_verl_agent_names_are_aliases_and_refused_twice():
     cfg = R.train_cfg(estimator="gigpo", gigpo={"enable_similarity": True, "similarity_thresh": 0.9, "step_advantage_w": 2.0})
     assert cfg.gigpo.similarity == 0.9 and cfg.gigpo.step_weight == 2.0
     assert "step_advantage_w" not in cfg.gigpo.model_dump()
-    for bad, msg in [({"step_weight": 1.0, "step_advantage_w": 2.0}, "not both"),
-                     ({"similarity": 0.9, "similarity_thresh": 0.8, "enable_similarity": True}, "not both"),
+    # params.yaml lists step_weight and similarity at their defaults: an alias merged over them wins
+    from pathlib import Path
+
+    from agentr1.config.load import apply_overrides, config_from_dict, read_params
+
+    raw = apply_overrides(read_params(Path(__file__).resolve().parents[1] / "params.yaml"),
+                          {"train.gigpo.step_advantage_w": 0.5, "train.gigpo.enable_similarity": True,
+                           "train.gigpo.similarity_thresh": 0.9})
+    merged = config_from_dict(raw).train.gigpo
+    assert (merged.step_weight, merged.similarity) == (0.5, 0.9)
+    for bad, msg in [({"step_weight": 1.5, "step_advantage_w": 2.0}, "both given"),
+                     ({"similarity": 0.9, "similarity_thresh": 0.8, "enable_similarity": True}, "both given"),
                      ({"enable_similarity": True, "similarity_thresh": 1.0}, r"similarity_thresh.*\(0, 1\)"),
                      ({"enable_similarity": "yes"}, "enable_similarity"),
                      ({"similarity_thresh": 0.8}, "only with enable_similarity: true"),

@@ -131,7 +131,8 @@ class GiGPOConfig(_Section):
       the std (:meth:`norm_by_std`).
 
     ``step_advantage_w``, ``enable_similarity`` and ``similarity_thresh`` are accepted as aliases
-    (written back under this project's names); giving an alias and its name is refused."""
+    (written back under this project's names): an alias overrides its name at the default
+    (params.yaml lists them so), and an alias beside another value of its name is refused."""
 
     step_weight: float = Field(1.0, ge=0, le=100)
     similarity: float = Field(1.0, gt=0, le=1)
@@ -148,13 +149,17 @@ class GiGPOConfig(_Section):
         if not isinstance(data, dict) or not {"step_advantage_w", "enable_similarity", "similarity_thresh"} & set(data):
             return data
         original, data = data, dict(data)
+        # params.yaml lists step_weight and similarity at their defaults: an alias (in a run or a --set merged
+        # over them) overrides a default; beside a value of its own its name is a conflict
         if "step_advantage_w" in data:
-            if "step_weight" in data:
-                raise ValueError("train.gigpo: give step_weight or its verl-agent alias step_advantage_w, not both")
+            if data.get("step_weight", 1.0) != 1.0:
+                raise ValueError(f"step_weight {data['step_weight']!r} and its verl-agent alias "
+                                 f"step_advantage_w {data['step_advantage_w']!r} both given: keep one")
             data["step_weight"] = data.pop("step_advantage_w")
         if "enable_similarity" in data or "similarity_thresh" in data:
-            if "similarity" in data:
-                raise ValueError("train.gigpo: give similarity or verl-agent's enable_similarity / similarity_thresh, not both")
+            if data.get("similarity", 1.0) != 1.0:
+                raise ValueError(f"similarity {data['similarity']!r} and verl-agent's enable_similarity / "
+                                 "similarity_thresh both given: keep one")
             enable, thresh = data.pop("enable_similarity", False), data.pop("similarity_thresh", 0.95)
             if not isinstance(enable, bool):
                 raise ValueError(f"train.gigpo.enable_similarity: {enable!r} is not true or false")
