@@ -313,3 +313,16 @@ def test_hotpotqa_titles_are_unescaped_before_matching(tmp_path):
         passages = load_hotpotqa(read_records(fixture)).passages
         assert passages and not [p["title"] for p in passages if HTML_REFERENCE.search(p["title"])]
         assert any("&" in p["title"] for p in passages)
+
+
+def test_context_parsers_decode_before_they_deduplicate():
+    # both spellings of one title in a record's supporting facts are one paragraph, not two
+    from agentr1.data.realformat import parse_context, supporting_titles
+
+    facts = {"title": ["Tunnels &amp; Trolls", "Tunnels & Trolls", "Jackyl"], "sent_id": [0, 1, 0]}
+    assert supporting_titles(facts, "f:1") == ["Tunnels & Trolls", "Jackyl"]
+    ctx = [["Tunnels &amp; Trolls", ["A game &quot;for&quot; all."]], ["  &amp;  ", ["x"]]]
+    assert parse_context(ctx[:1], "f:1") == [("Tunnels & Trolls", 'A game "for" all.')]
+    with pytest.raises(RealDataError, match="has no title"):  # &#32; decodes to a space: no title
+        parse_context([["&#32;", ["x"]]], "f:2")
+    assert parse_context(ctx[1:], "f:3") == [("&", "x")]

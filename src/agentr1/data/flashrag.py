@@ -61,7 +61,6 @@ from agentr1.data.realformat import (
     require,
     require_text,
     supporting_titles,
-    unescape_entities,
     where_id,
 )
 from agentr1.data.schema import NO_GOLD, Dataset
@@ -120,12 +119,10 @@ def _exported(meta: Mapping[str, Any], where: str) -> tuple[str, int, list[str],
 
 
 def _from_context(meta: Mapping[str, Any], where: str, loaded: Loaded, corpus: CorpusBuilder) -> tuple[int, list[str]]:
-    """(hops, supporting_ids) from ``metadata.context`` / ``supporting_facts`` (HotpotQA's raw
-    contexts: titles and texts decoded once, :func:`~agentr1.data.realformat.unescape_entities`)."""
-    context = [(unescape_entities(t), unescape_entities(x))
-               for t, x in parse_context(meta["context"], where, "metadata.context")]
+    """(hops, supporting_ids) from ``metadata.context`` / ``supporting_facts``."""
+    context = parse_context(meta["context"], where, "metadata.context")
     facts = meta.get("supporting_facts")
-    titles = [unescape_entities(t) for t in supporting_titles(facts, where, "metadata.supporting_facts")] if facts else []
+    titles = supporting_titles(facts, where, "metadata.supporting_facts") if facts else []
     match = match_context(context, titles)
     for pid, title, text in match.passages:
         corpus.add(pid, title, text, where)

@@ -14,8 +14,8 @@ hops 2; ``supporting_ids`` = the supporting paragraphs in order of first appeara
 whose gold paragraph is not among their retrieved context paragraphs are kept with
 ``supporting_ids: []`` and counted (see :func:`agentr1.data.realformat.add_context_question`). Test-set files have no answers and fail on
 the missing ``answer`` field. The raw files keep HTML character references in titles
-(``Ye Olde Man &amp; Scythe``): titles and texts are decoded once at load
-(:func:`~agentr1.data.realformat.unescape_entities`), before passages are deduplicated and
+(``Ye Olde Man &amp; Scythe``): ``parse_context`` and ``supporting_titles`` decode titles and texts
+once at load (:func:`~agentr1.data.realformat.unescape_entities`), before passages are deduplicated and
 supporting facts matched, and ``validate`` checks that no passage title keeps one.
 """
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from agentr1.data.realformat import Loaded, Record, load_context_records, unescape_entities
+from agentr1.data.realformat import Loaded, Record, load_context_records
 
 SOURCE = "hotpotqa"
 TYPES = ("bridge", "comparison")
@@ -36,4 +36,4 @@ def load_hotpotqa(records: Iterable[Record], limit: int | None = None, origin: s
     """Map HotpotQA records (``(where, record)`` pairs, see ``read_records``); stop after
     ``limit`` questions."""
     return load_context_records(records, limit, origin, source=SOURCE, label="HotpotQA",
-                                hops=dict.fromkeys(TYPES, HOPS), logger=log, clean=unescape_entities)
+                                hops=dict.fromkeys(TYPES, HOPS), logger=log)

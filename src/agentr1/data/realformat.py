@@ -45,7 +45,7 @@ import re
 import stat
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -275,6 +275,18 @@ def clean_value(value: Any, where: str, name: str = "", depth: int = 0) -> Any:
     return value
 
 
+def unescape_entities(text: str) -> str:
+    """``text`` with its HTML character references (``&amp;``, ``&quot;``, ``&#39;``, ``&#x27;``)
+    decoded once, as HotpotQA's raw files keep them in titles (``Dolenz, Jones, Boyce &amp; Hart``)
+    where other sources spell the name plainly. :func:`parse_context` and :func:`supporting_titles`
+    decode every title and text with it, before control characters are refused and titles
+    deduplicated, so every context-style loader (HotpotQA, 2Wiki, FlashRAG's ``metadata.context``)
+    gives passages and supporting facts in one spelling. Only complete
+    references (with their ``;``) are decoded: ``html.unescape`` alone would also read the
+    legacy forms without one (``&para`` in ``&paragraph``), which plain text can hold."""
+    return HTML_REFERENCE.sub(lambda m: html.unescape(m.group(0)), text)
+
+
 def reject_control(text: str, where: str, name: str) -> str:
     """``text``, unless it holds a control character (Unicode Cc: U+0000-U+001F, U+007F-U+009F)
     other than tab, newline and carriage return: then a :class:`RealDataError` naming the field,
@@ -433,7 +445,7 @@ def _decoded(value: Any, where: str, name: str) -> Any:
 
 
 def parse_context(value: Any, where: str, name: str = "context") -> list[tuple[str, str]]:
-    """``[(title, text)]`` from either context layout.
+    """``[(title, text)]`` from either context layout, HTML references decoded (:func:`unescape_entities`).
 
     Official: ``[[title, [sentence, ...]], ...]``. Hugging Face: ``{"title": [...],
     "sentences": [[...], ...]}`` (FlashRAG's 2Wiki files name the second column ``content``).
@@ -465,19 +477,19 @@ def parse_context(value: Any, where: str, name: str = "context") -> list[tuple[s
         )
     out = []
     for i, (title, sents) in enumerate(pairs):
-        if not isinstance(title, str) or not title.strip():
+        if not isinstance(title, str) or not unescape_entities(title).strip():
             raise RealDataError(f"{where}: field {name!r}[{i}] has no title")
         if isinstance(sents, str):
             sents = [sents]
         if not isinstance(sents, list) or not all(isinstance(s, str) for s in sents):
             raise RealDataError(f"{where}: field {name!r}[{i}] ({title!r}) sentences must be strings")
-        text = reject_control(join_sentences(sents), where, f"{name}[{i}] sentences")
-        out.append((reject_control(title.strip(), where, f"{name}[{i}] title"), text))
+        text = reject_control(unescape_entities(join_sentences(sents)), where, f"{name}[{i}] sentences")
+        out.append((reject_control(unescape_entities(title).strip(), where, f"{name}[{i}] title"), text))
     return out
 
 
 def supporting_titles(value: Any, where: str, name: str = "supporting_facts") -> list[str]:
-    """Titles of the supporting facts, in order of first appearance (one per paragraph).
+    """Titles of the supporting facts (HTML references decoded), in order of first appearance (one per paragraph).
 
     Official: ``[[title, sent_idx], ...]``; Hugging Face: ``{"title": [...], "sent_id": [...]}``.
     Sentence indices are not used (a few official records point past a paragraph's end).
@@ -500,9 +512,9 @@ def supporting_titles(value: Any, where: str, name: str = "supporting_facts") ->
         )
     out: list[str] = []
     for i, t in enumerate(titles):
-        if not isinstance(t, str) or not t.strip():
+        if not isinstance(t, str) or not unescape_entities(t).strip():
             raise RealDataError(f"{where}: field {name!r}[{i}] has no title")
-        t = reject_control(t.strip(), where, f"{name}[{i}] title")
+        t = reject_control(unescape_entities(t).strip(), where, f"{name}[{i}] title")
         if t not in out:
             out.append(t)
     if not out:
@@ -580,15 +592,6 @@ def add_context_question(
     return found
 
 
-def unescape_entities(text: str) -> str:
-    """``text`` with its HTML character references (``&amp;``, ``&quot;``, ``&#39;``, ``&#x27;``)
-    decoded once, as HotpotQA's raw files keep them in titles (``Dolenz, Jones, Boyce &amp; Hart``)
-    where the supporting facts and every other source spell the name plainly. Only complete
-    references (with their ``;``) are decoded: ``html.unescape`` alone would also read the
-    legacy forms without one (``&para`` in ``&paragraph``), which plain text can hold."""
-    return HTML_REFERENCE.sub(lambda m: html.unescape(m.group(0)), text)
-
-
 def load_context_records(
     records: Iterable[Record],
     limit: int | None,
@@ -599,7 +602,6 @@ def load_context_records(
     hops: Mapping[str, int],
     logger: Any,
     no_context: str | None = None,
-    clean: Callable[[str], str] | None = None,
 ) -> Loaded:
     """Map HotpotQA-style records (HotpotQA, 2Wiki: ``_id``/``id``, ``type``, ``question``,
     ``answer``, ``context``, ``supporting_facts``); stop after ``limit`` questions.
@@ -608,11 +610,8 @@ def load_context_records(
     (else a :class:`RealDataError` listing ``label``'s types), which gives the question's hop
     count; context and supporting facts go through :func:`add_context_question`. A record without
     a (non-empty) ``context`` is skipped and counted under ``no_context`` when that reason is
-    given, and is an error otherwise. ``clean`` (e.g. :func:`unescape_entities`) is applied once
-    to every context title and text and supporting-fact title, before the passages are built,
-    deduplicated and matched."""
+    given, and is an error otherwise."""
     loaded, corpus = Loaded(), CorpusBuilder()
-    fix = clean or (lambda text: text)
     for where, rec in records:
         if limit is not None and len(loaded.questions) >= limit:
             break
@@ -632,8 +631,8 @@ def load_context_records(
             answers=[require_text(rec, "answer", where)],
             qtype=qtype,
             hops=hops[qtype],
-            context=[(fix(t), fix(x)) for t, x in parse_context(require(rec, "context", (list, dict, str), where), where)],
-            titles=[fix(t) for t in supporting_titles(require(rec, "supporting_facts", (list, dict, str), where), where)],
+            context=parse_context(require(rec, "context", (list, dict, str), where), where),
+            titles=supporting_titles(require(rec, "supporting_facts", (list, dict, str), where), where),
             where=where,
         )
     loaded.passages = corpus.passages()
