@@ -11,9 +11,12 @@ then makes every comparison the report makes on each set:
 * each mask ablation minus its full-mask method (the paper's direction);
 * GRPO minus the reference cold start;
 
-and prints, side by side, the verdict of each set under the report's two-level interval and
-under the interval of earlier reports (paired bootstrap over questions of the seed-averaged
-scores, seeds held fixed): a verdict that differs between A and B is a flip. Set B's runs train
+and prints, side by side, the verdict of each set under the report's two-level interval (paired on
+the seeds where both rows share them, ``report.pair_seeds``), under the two-level interval with each
+row's seeds drawn on its own (the report before session 15), and under the interval of earlier
+reports (paired bootstrap over questions of the seed-averaged scores, seeds held fixed): a verdict
+that differs between A and B is a flip. It also prints each row's test EM per seed (a seed that is
+slow in every method is what pairing the seeds cancels). Set B's runs train
 with ``--set`` overrides into ``bench/.cache/seed_sets/<recipe>/`` (git-ignored, tracking off: no
 MLflow run or registry version; ``<recipe>`` = a digest of params ``train``, ``runs`` and
 ``evaluate``, so a changed recipe trains anew), one stage process at a time; finished ones are
@@ -98,10 +101,14 @@ def comparisons(cfg, seeds: list[int], eval_dir: Path) -> dict[str, dict]:
         pairs.append((grpo.label, "cold_start_reference"))
     out = {}
     for a, b in pairs:
-        two = compare(by[a], by[b], splits, samples, ci, cfg.seed, rc.min_seeds)
+        two = compare(by[a], by[b], splits, samples, ci, cfg.seed, rc.min_seeds, pair_seeds=True)
+        alone = compare(by[a], by[b], splits, samples, ci, cfg.seed, rc.min_seeds, pair_seeds=False)
         one = compare_questions_only(by[a], by[b], splits, samples, ci, cfg.seed)
-        out[f"{a} - {b}"] = {d.split: {"two_level": _entry(d), "question_only": _entry(q)} for d, q in zip(two, one)}
-    return out
+        out[f"{a} - {b}"] = {d.split: {"two_level": _entry(d), "two_level_unpaired": _entry(u),
+                                       "question_only": _entry(q)} for d, u, q in zip(two, alone, one)}
+    per_seed = {r.label: {k: [round(v, 4) for v in r.per_seed[k].values()] for k in r.per_seed}
+                for r in rows if r.kind != "baseline"}
+    return {"comparisons": out, "per_seed": per_seed}
 
 
 def _entry(d) -> dict:
@@ -121,17 +128,23 @@ def main() -> None:
     if set(a.seeds) & set(cfg.seeds):
         ap.error(f"--seeds {a.seeds} overlap params seeds {cfg.seeds}: set B must be disjoint")
     times = {} if a.no_train else train_set_b(cfg, a.seeds)
-    sets = {"A": comparisons(cfg, list(cfg.seeds), Path(cfg.evaluate.out_dir)),
+    made = {"A": comparisons(cfg, list(cfg.seeds), Path(cfg.evaluate.out_dir)),
             "B": comparisons(cfg, list(a.seeds), cache_dir(cfg) / "eval")}
-    flips = {"two_level": [], "question_only": []}
-    header = f"{'comparison':<48}{'split':<6}" + "".join(f"{f'{k} {s}':>30}" for k in ("two-level", "questions")
+    sets = {k: v["comparisons"] for k, v in made.items()}
+    kinds = {"two_level": "two-level", "two_level_unpaired": "unpaired", "question_only": "questions"}
+    for key, made_set in made.items():
+        print(f"test EM per seed, set {key}:")
+        for row, per in made_set["per_seed"].items():
+            print(f"  {row:<28}" + " ".join(f"{v:.3f}" for v in per["test"]))
+    flips = {k: [] for k in kinds}
+    header = f"{'comparison':<48}{'split':<6}" + "".join(f"{f'{k} {s}':>30}" for k in kinds.values()
                                                           for s in ("A", "B"))
     print(header)
     for name, per_split in sets["A"].items():
         for split, entry in per_split.items():
             b = sets["B"][name][split]
             cells = []
-            for kind in ("two_level", "question_only"):
+            for kind in kinds:
                 va, vb = entry[kind], b[kind]
                 cells += [f"{va['diff']:+.3f} {va['verdict']}", f"{vb['diff']:+.3f} {vb['verdict']}"]
                 if va["verdict"] != vb["verdict"]:
@@ -144,7 +157,8 @@ def main() -> None:
             print("  " + f)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps({"seeds": {"A": list(cfg.seeds), "B": a.seeds}, "comparisons": n, "flips": flips,
-                                       "sets": sets, "seconds_per_replica_B": times}, indent=1) + "\n")
+                                       "sets": sets, "per_seed": {k: v["per_seed"] for k, v in made.items()},
+                                       "seconds_per_replica_B": times}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -17,13 +17,17 @@ class ReportConfig(_Section):
     per-question score compared (``em`` | ``f1`` | ``subem``); ``bootstrap``: the two-level
     bootstrap over seeds x questions (``agentr1.report.stats``); ``min_seeds``: the training seeds
     each RL row of a difference needs for a verdict (fewer: "not judged"; the baselines are one SFT
-    run each and need none)."""
+    run each and need none); ``pair_seeds``: a difference of two RL rows trained on the same seeds
+    resamples one seed draw for both (seed s fixes the fresh worlds and first rollouts of every
+    method alike: a blocked design, as the questions are paired; ``false``: each row's seeds on
+    their own, the conservative interval of reports before it)."""
 
     out_dir: str = "reports"
     splits: list[str] = Field(default_factory=lambda: ["test", "ood"])
     metric: Literal["em", "f1", "subem"] = "em"
     bootstrap: BootstrapConfig = BootstrapConfig()  # the report's own, independent of evaluate.bootstrap
     min_seeds: int = Field(3, ge=1)
+    pair_seeds: bool = True
 
     @field_validator("splits")
     @classmethod

@@ -54,6 +54,7 @@ class Method:
     ablation_of: str | None = None
     display: str = ""
     cold_start: str = "cold_start"  # the baseline this method starts from (:data:`COLD_STARTS`)
+    seeds: list[int] = field(default_factory=list)  # the training seed of each run, in ``runs``' order
 
     @property
     def is_ablation(self) -> bool:
@@ -89,7 +90,7 @@ def group_methods(runs: Mapping[str, Mapping[str, Any]], defaults: Mapping[str, 
         estimator = str(_effective("estimator", canon, defaults, TrainConfig.model_fields["estimator"].default))
         start = COLD_STARTS[str(_effective("cold_start", canon, defaults, "sft"))]
         methods.append(Method(label=name, runs=[replica(name, s) for s in seeds], overrides=canon, estimator=estimator,
-                              masks_off=off, cold_start=start))
+                              masks_off=off, cold_start=start, seeds=list(seeds)))
 
     by_overrides = {_key(m.overrides): m for m in methods if not m.is_ablation}
     for m in methods:

@@ -11,8 +11,13 @@ half-width). An interval over questions alone calls a difference that flips with
 * **questions**, with replacement, Q draws per split, the *same* draw for every seed of a row and
   for both rows of a difference (paired on the questions they share: question difficulty cancels);
   each split is resampled on its own (stratified);
-* **seeds**, with replacement, independently per row (different rows are different training runs),
-  the same draw for every split (a seed is one run, evaluated on every split), by the rescaled
+* **seeds**, with replacement, the same draw for every split (a seed is one run, evaluated on every
+  split) and, for a difference of two RL rows trained on the same seeds, the *same* draw for both
+  rows (paired on seeds: seed s fixes the fresh-world stream and the first rollouts of every method
+  alike, so a seed that is slow for one method is slow for the other - ``bench/RESULTS.md`` section
+  23 measures it - and a blocked design cancels it as the shared question draw cancels question
+  difficulty); a row against a baseline (one SFT run, no seed) or against a row of other seeds has
+  its own draw (``report.pair_seeds: false`` draws every row on its own). The draw is the rescaled
   bootstrap of Rao & Wu (1988) in its with-replacement form (McCarthy & Snowden 1985): S - 1 draws
   of the S seeds, so that the bootstrap variance of a row's seed mean, sigma_hat^2 / (S - 1) with
   the plug-in variance sigma_hat^2 = (1/S) sum_s (m_s - m)^2, is the unbiased s^2 / S (S draws would
@@ -166,12 +171,14 @@ def _percentile(point: float, replicates: np.ndarray, ci: float, p_value: bool) 
 
 
 def seeds_questions(terms: Sequence[tuple[float, Mapping[str, np.ndarray]]], samples: int, ci: float,
-                    seed: int) -> dict[str, Interval]:
+                    seed: int, paired_seeds: bool = False) -> dict[str, Interval]:
     """The interval of ``sum_t coef_t * m_t`` per split and on ``avg`` (module docstring): each term
     is ``(coef, {split: x})`` with ``x`` of shape ``(seeds, questions)``; in a split every term's
     columns are the same questions in the same order (the caller aligns them), so the question draw
-    is shared (paired); each term has its own seed draw, shared by the splits. One term: a row's
-    mean (no p-value); ``[(1, a), (-1, b)]``: the difference a - b with its p-value."""
+    is shared (paired); each term has its own seed draw, shared by the splits, unless
+    ``paired_seeds``: then every term's rows are the same seeds in the same order (the caller
+    aligns them) and one seed draw serves them all. One term: a row's mean (no p-value);
+    ``[(1, a), (-1, b)]``: the difference a - b with its p-value."""
     if not terms:
         raise ValueError("no rows to bootstrap")
     splits = list(terms[0][1])
@@ -180,9 +187,15 @@ def seeds_questions(terms: Sequence[tuple[float, Mapping[str, np.ndarray]]], sam
         widths = {m[sp].shape[1] for m in mats}
         if len(widths) != 1 or 0 in widths:
             raise ValueError(f"split {sp!r}: the rows are not aligned on the same questions ({sorted(widths)})")
+    n_seeds = [m[splits[0]].shape[0] for m in mats]
+    if paired_seeds and len(set(n_seeds)) != 1:
+        raise ValueError(f"paired seeds need the same seeds in every row, not {n_seeds} of them")
     rng = np.random.default_rng(seed)
     qc = {sp: question_counts(rng, mats[0][sp].shape[1], samples) for sp in splits}
-    sc = [seed_counts(rng, m[splits[0]].shape[0], samples) for m in mats]
+    if paired_seeds:
+        sc = [seed_counts(rng, n_seeds[0], samples)] * len(mats)
+    else:
+        sc = [seed_counts(rng, n, samples) for n in n_seeds]
     out: dict[str, Interval] = {}
     reps, points = {}, {}
     for sp in splits:

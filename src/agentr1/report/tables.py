@@ -70,6 +70,11 @@ class Row:
         per_q = self.seed_scores[split]
         return np.array([[per_q[q][s] for q in ids] for s in range(self.n_seeds)], dtype=float)
 
+    @property
+    def seeds(self) -> list[int] | None:
+        """The training seed of each run (``None`` for a baseline: one SFT run, no seed level)."""
+        return list(self.method.seeds) if self.method is not None and self.method.seeds else None
+
     def judgeable(self, min_seeds: int) -> bool:
         """Whether a verdict may rest on this row: a baseline (one SFT run, stated), or enough seeds."""
         return self.kind == "baseline" or self.n_seeds >= min_seeds
@@ -91,6 +96,7 @@ class Diff:
     p_value: float | None = None
     judged: bool = True  # both rows have enough seeds for a verdict (module docstring)
     seeds: tuple[int, int] = (1, 1)  # training seeds of a and b
+    paired_seeds: bool = False  # one seed draw for both rows (the same training seeds)
 
     @property
     def beyond_noise(self) -> bool:
@@ -105,7 +111,7 @@ class Diff:
         """The numbers (the policies and the split are the keys it is stored under)."""
         return {"a_mean": self.a_mean, "b_mean": self.b_mean, "diff": self.diff, "ci_lower": self.ci_lower,
                 "ci_upper": self.ci_upper, "n": self.n, "p_value": self.p_value, "seeds_a": self.seeds[0],
-                "seeds_b": self.seeds[1], "judged": self.judged, "beyond_noise": self.beyond_noise,
+                "seeds_b": self.seeds[1], "paired_seeds": self.paired_seeds, "judged": self.judged, "beyond_noise": self.beyond_noise,
                 "verdict": self.verdict}
 
 
@@ -181,16 +187,25 @@ def shared_ids(a: Row, b: Row, splits: Sequence[str]) -> dict[str, list[str]]:
     return ids
 
 
-def compare(a: Row, b: Row, splits: Sequence[str], samples: int, ci: float, seed: int, min_seeds: int = 3) -> list[Diff]:
+def seeds_paired(a: Row, b: Row) -> bool:
+    """Whether ``a - b`` resamples one seed draw for both rows: two RL rows of the same seeds."""
+    return a.seeds is not None and a.seeds == b.seeds
+
+
+def compare(a: Row, b: Row, splits: Sequence[str], samples: int, ci: float, seed: int, min_seeds: int = 3,
+            pair_seeds: bool = True) -> list[Diff]:
     """``a - b`` per split and on the average: the two-level interval (both rows' seeds x the
-    questions they share, paired; :func:`agentr1.report.stats.seeds_questions`); judged when both
-    rows may carry a verdict (:meth:`Row.judgeable`)."""
+    questions they share, paired on the questions and, with ``pair_seeds`` where both rows were
+    trained on the same seeds, on the seeds; :func:`agentr1.report.stats.seeds_questions`); judged
+    when both rows may carry a verdict (:meth:`Row.judgeable`)."""
     ids = shared_ids(a, b, splits)
-    intervals = seeds_questions([(1.0, row_terms(a, ids)), (-1.0, row_terms(b, ids))], samples, ci, seed)
+    paired_seeds = pair_seeds and seeds_paired(a, b)
+    intervals = seeds_questions([(1.0, row_terms(a, ids)), (-1.0, row_terms(b, ids))], samples, ci, seed,
+                                paired_seeds=paired_seeds)
     judged = a.judgeable(min_seeds) and b.judgeable(min_seeds)
     return [Diff(a.label, b.label, key, a.cells[key].mean, b.cells[key].mean, intervals[key].mean,
                  intervals[key].lower, intervals[key].upper, len(ids[key]) if key in ids else None,
-                 intervals[key].p_value, judged, (a.n_seeds, b.n_seeds))
+                 intervals[key].p_value, judged, (a.n_seeds, b.n_seeds), paired_seeds)
             for key in [*splits, AVG]]
 
 
@@ -247,15 +262,18 @@ def table3_rows(rows: Sequence[Row]) -> list[Row]:
     return [r for r in rows if r.kind in ("baseline", "rl")]
 
 
-def interval_method(ci: float, samples: int) -> str:
+def interval_method(ci: float, samples: int, pair_seeds: bool = True) -> str:
     """One sentence stating how every interval of the report is made (the tables' and summary's header)."""
+    seeds = ("one draw shared by both rows of a difference trained on the same seeds: paired, as a seed fixes the "
+             "fresh worlds and first rollouts of every method" if pair_seeds else "each row drawn on its own")
     return (f"{ci:.0%} intervals: a two-level bootstrap ({samples} replicates, percentile) that resamples the "
             "training seeds of each RL row (S - 1 draws of its S seeds, the Rao-Wu rescaling that keeps the seed "
-            "variance unbiased) and the questions of each split (one draw shared by every seed and by both rows of "
-            "a difference: paired); the baselines are one SFT run each (no seed level)")
+            f"variance unbiased; {seeds}) and the questions of each split (one draw shared by every seed and by "
+            "both rows of a difference: paired); the baselines are one SFT run each (no seed level)")
 
 
-def table3(rows: Sequence[Row], splits: Sequence[str], metric: str, ci: float, samples: int = 1000) -> tuple[str, str]:
+def table3(rows: Sequence[Row], splits: Sequence[str], metric: str, ci: float, samples: int = 1000,
+           pair_seeds: bool = True) -> tuple[str, str]:
     """Table 3 as (markdown, csv)."""
     t3 = table3_rows(rows)
     header = ["Method", "Runs", "n_seeds", *(split_header(s, metric) for s in splits), f"Average {metric.upper()}"]
@@ -263,7 +281,7 @@ def table3(rows: Sequence[Row], splits: Sequence[str], metric: str, ci: float, s
     n = {s: sorted({r.cells[s].n for r in t3}) for s in splits}
     md = (f"# Table 3: {metric.upper()} of the baselines and the RL methods\n\n"
           f"Each cell: mean over seeds and questions ± std over seeds [CI]; no ± for a single run. "
-          f"{interval_method(ci, samples)}. Average = the unweighted mean of the splits. Questions: "
+          f"{interval_method(ci, samples, pair_seeds)}. Average = the unweighted mean of the splits. Questions: "
           + ", ".join(f"{s} n={'/'.join(map(str, n[s]))}" for s in splits) + ".\n\n"
           + _md_table(header, md_rows))
     cols = ["method", "name", "kind", "runs", "n_seeds"]
@@ -291,7 +309,7 @@ def masks_text(row: Row) -> str:
 
 
 def table4(rows: Sequence[Row], diffs: Mapping[str, list[Diff]], splits: Sequence[str], metric: str,
-           ci: float, samples: int = 1000) -> tuple[str, str]:
+           ci: float, samples: int = 1000, pair_seeds: bool = True) -> tuple[str, str]:
     """Table 4 as (markdown, csv); ``diffs[ablation label]`` = ablation - full per split."""
     header = ["Ablation", "Masks off", "Full-mask method", "Seeds", "Split", f"Full mask {metric.upper()}",
               f"Ablation {metric.upper()}", "Δ (ablation − full)", f"{ci:.0%} CI of Δ", "Verdict"]
@@ -305,7 +323,7 @@ def table4(rows: Sequence[Row], diffs: Mapping[str, list[Diff]], splits: Sequenc
                              d.split, d.b_mean, d.a_mean, d.diff, d.ci_lower, d.ci_upper, d.n, d.judged, d.beyond_noise])
     orphans = [r.display for r in rows if r.kind == "ablation" and (r.method is None or r.method.ablation_of is None)]
     md = (f"# Table 4: mask ablations ({metric.upper()})\n\n"
-          f"Δ = ablation − full-mask method (means over seeds and questions). {interval_method(ci, samples)}. "
+          f"Δ = ablation − full-mask method (means over seeds and questions). {interval_method(ci, samples, pair_seeds)}. "
           "Beyond noise = the interval excludes 0; not judged = a row has fewer seeds than report.min_seeds. "
           "avg = the unweighted mean of the splits.\n\n")
     md += _md_table(header, md_rows) if md_rows else "No ablation in params `runs` has a full-mask method to compare with.\n"

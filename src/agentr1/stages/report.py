@@ -84,10 +84,12 @@ def _report_json(cfg, rows: list[Row], ablation_diffs: dict[str, list[Diff]], vs
         "metric": r.metric, "splits": splits,
         "bootstrap": {"samples": r.bootstrap.samples, "ci": r.bootstrap.ci, "seed": cfg.seed, "interval": "percentile",
                       # what each replicate redraws (agentr1.report.stats.seeds_questions)
-                      "resamples": {"training_seeds": "per RL row, S - 1 draws of its S seeds (Rao-Wu)",
+                      "resamples": {"training_seeds": "per RL row, S - 1 draws of its S seeds (Rao-Wu)"
+                                                      + ("; one draw for both rows of a difference on the same seeds"
+                                                         if r.pair_seeds else ""),
                                     "questions": "per split, one draw shared by every seed and both rows (paired)"}},
         "seeds": list(cfg.seeds), "min_seeds": r.min_seeds,
-        "interval_method": interval_method(r.bootstrap.ci, r.bootstrap.samples),
+        "interval_method": interval_method(r.bootstrap.ci, r.bootstrap.samples, r.pair_seeds), "pair_seeds": r.pair_seeds,
         "policies": policies,
         "ablations": {a: {d.split: d.as_dict() for d in ds} for a, ds in ablation_diffs.items()},
         "vs_baselines": {p: {b: {d.split: d.as_dict() for d in ds} for b, ds in per.items()}
@@ -129,7 +131,7 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     by_label = {r.label: r for r in rows}
 
     def diff(a: Row, b: Row) -> list[Diff]:
-        return compare(a, b, splits, samples, ci, seed, rc.min_seeds)
+        return compare(a, b, splits, samples, ci, seed, rc.min_seeds, rc.pair_seeds)
 
     ablation_diffs = {abl.label: diff(abl, full) for abl, full in ablation_pairs(rows)}
     vs_baselines = {r.label: {b: diff(r, by_label[b]) for b in baselines} for r in rows if r.kind != "baseline"}
@@ -151,8 +153,8 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     report["foundation"], foundation_md = foundation(Path(cfg.pretrain.report_dir), Path(cfg.sft.report_dir), eval_dir,
                                                      splits, reference_dir)
 
-    t3_md, t3_csv = table3(rows, splits, metric, ci, samples)
-    t4_md, t4_csv = table4(rows, ablation_diffs, splits, metric, ci, samples)
+    t3_md, t3_csv = table3(rows, splits, metric, ci, samples, rc.pair_seeds)
+    t4_md, t4_csv = table4(rows, ablation_diffs, splits, metric, ci, samples, rc.pair_seeds)
     bd_md, bd_csv = breakdown_tables(rows, bd, splits, metric)
     bh_md, bh_csv = behaviour_tables(rows, bh, splits, metric)
     curve_rows = [[c.run, method_of[c.run], s, rw, dv, tc] for c in curves
@@ -160,7 +162,7 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     texts = {
         "table3.md": t3_md, "table3.csv": t3_csv, "table4.md": t4_md, "table4.csv": t4_csv,
         "breakdown.md": bd_md, "breakdown.csv": bd_csv, "behaviour.md": bh_md, "behaviour.csv": bh_csv,
-        "summary.md": summary_markdown(facts, rows, metric, splits, interval_method(ci, samples))
+        "summary.md": summary_markdown(facts, rows, metric, splits, interval_method(ci, samples, rc.pair_seeds))
         + "\n".join(["", *bh_md_section, *foundation_md]),
         "curves.csv": csv_text(["run", "method", "step", "reward", "dev_em", "tool_calls"], curve_rows),
         **({"tools.md": tools[1]} if tools is not None else {}),
