@@ -21,7 +21,7 @@ export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export MPLBACKEND := Agg
 
-.PHONY: setup run test lock clean-venv bench
+.PHONY: setup run test lint lock clean-venv bench
 
 $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
@@ -46,8 +46,13 @@ run: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/agentr1 track
 	@echo "report: $(CURDIR)/reports/summary.md (tables reports/table3.md, reports/table4.md; plots reports/plots/)"
 
-test: setup
+test: setup lint
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# ruff: the rule set and its reasons are in pyproject.toml ([tool.ruff]); `ruff format .` fixes the format.
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # Profiles (docs/PIPELINE.md "Profiles"): `make profile PROFILE=smol|paper` shows the resolved config and every
 # stage's command, then writes the merged, validated params over params.yaml (then `make run`);

@@ -34,15 +34,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def quiet() -> None:
     """Offline, no tokenizer threads, no analytics (what the Makefile exports)."""
-    for k, v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-                 "TOKENIZERS_PARALLELISM": "false", "GX_ANALYTICS_ENABLED": "false",
-                 "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "MPLBACKEND": "Agg"}.items():
+    for k, v in {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "GX_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "MPLBACKEND": "Agg",
+    }.items():
         os.environ.setdefault(k, v)
     import warnings
 
@@ -52,8 +57,8 @@ def quiet() -> None:
 # ----------------------------------------------------------------------------- model + world
 @dataclass
 class World:
-    cfg: Any            # Config (params.yaml)
-    env: Any            # ToolEnv over the BM25 index
+    cfg: Any  # Config (params.yaml)
+    env: Any  # ToolEnv over the BM25 index
     train_q: list[dict]
     dev_q: list[dict]
 
@@ -97,7 +102,7 @@ def load_model(kind: str, cfg, smol_cache: str | None = None, scratch_texts: lis
 def default_smol_cache(cfg) -> str:
     """``model.cache_dir`` when it already holds the conversion, else ``bench/.cache/models``
     (git-ignored, so a 540 MB checkpoint never shows up as an untracked file of the repo)."""
-    from agentr1.models.loading import is_checkpoint, find_gguf_file
+    from agentr1.models.loading import find_gguf_file, is_checkpoint
 
     try:
         stem = find_gguf_file(cfg.model.gguf_package, cfg.model.gguf_file).stem
@@ -132,10 +137,12 @@ def step_configs(kind: str, cfg, args):
     if kind == "nano":
         return bench_train_cfg(cfg, args.run), cfg.rollout
     bq, g = args.smol_questions, args.smol_group
-    tcfg = bench_train_cfg(cfg, args.run, batch_questions=bq, group_size=g, mini_batches=2,
-                           micro_batch_size=max(bq * g // 2, 1))
-    rcfg = cfg.rollout.model_copy(update={"max_turn_tokens": args.smol_turn_tokens,
-                                          "max_total_tokens": args.smol_max_total})
+    tcfg = bench_train_cfg(
+        cfg, args.run, batch_questions=bq, group_size=g, mini_batches=2, micro_batch_size=max(bq * g // 2, 1)
+    )
+    rcfg = cfg.rollout.model_copy(
+        update={"max_turn_tokens": args.smol_turn_tokens, "max_total_tokens": args.smol_max_total}
+    )
     return tcfg, rcfg
 
 
@@ -144,8 +151,13 @@ def bench_train_cfg(cfg, run: str = "grpo", **overrides):
     from agentr1.config import TrainConfig
 
     base = cfg.train_for(run).model_dump()
-    base.update({"dev": {**base["dev"], "every": 0}, "checkpoint": {"every": 0},
-                 "collapse": {**base["collapse"], "reward_drop": None, "action": "skip"}})
+    base.update(
+        {
+            "dev": {**base["dev"], "every": 0},
+            "checkpoint": {"every": 0},
+            "collapse": {**base["collapse"], "reward_drop": None, "action": "skip"},
+        }
+    )
     for k, v in overrides.items():
         if v is not None:
             base[k] = {**base[k], **v} if isinstance(v, dict) and isinstance(base.get(k), dict) else v
@@ -157,8 +169,16 @@ def make_trainer(model, tok, world: World, tcfg, rollout_cfg, seed: int | None =
     from agentr1.rl.trainer import Trainer
     from agentr1.tracking.logger import NullLogger
 
-    return Trainer(model, tok, tcfg, rollout_cfg, world.cfg.reward, episodes=Episodes(world.env, world.train_q, world.dev_q),
-                   logger=NullLogger(), seed=world.cfg.seed if seed is None else seed)
+    return Trainer(
+        model,
+        tok,
+        tcfg,
+        rollout_cfg,
+        world.cfg.reward,
+        episodes=Episodes(world.env, world.train_q, world.dev_q),
+        logger=NullLogger(),
+        seed=world.cfg.seed if seed is None else seed,
+    )
 
 
 # ----------------------------------------------------------------------------- FLOPs
@@ -168,10 +188,10 @@ class Dims:
     hidden: int
     vocab: int
     n_params: int
-    n_body: int      # outside the embedding table and the LM head
+    n_body: int  # outside the embedding table and the LM head
 
     @classmethod
-    def of(cls, model) -> "Dims":
+    def of(cls, model) -> Dims:
         c = model.config
         emb = model.get_input_embeddings().weight
         head = model.get_output_embeddings().weight
@@ -205,8 +225,11 @@ def executed_forward_flops(dims: Dims, batch: dict, groups: list[list[int]]) -> 
     T = sq = head = 0.0
     for rows in groups:
         width = int(lens[rows].max())
-        sub = {"input_ids": batch["input_ids"][rows, :width], "attention_mask": batch["attention_mask"][rows, :width],
-               "action_mask": batch["loss_mask"][rows, :width]}
+        sub = {
+            "input_ids": batch["input_ids"][rows, :width],
+            "attention_mask": batch["attention_mask"][rows, :width],
+            "action_mask": batch["loss_mask"][rows, :width],
+        }
         P = shared_prefix_length(sub)
         S = [int(lens[b]) for b in rows]
         T += sum(S) - (len(S) - 1) * P
@@ -280,7 +303,12 @@ class PhaseTimer:
             self.times["update"] += time.perf_counter() - t0
             return out
 
-        trainer.collect, trainer.prepare, trainer._row_forward, trainer.update = t_collect, t_prepare, t_row_forward, t_update
+        trainer.collect, trainer.prepare, trainer._row_forward, trainer.update = (
+            t_collect,
+            t_prepare,
+            t_row_forward,
+            t_update,
+        )
 
     def step(self, step: int) -> dict[str, Any]:
         """One ``train_step`` timed; returns the phase seconds and the shapes of the batch."""
@@ -290,6 +318,8 @@ class PhaseTimer:
         total = time.perf_counter() - t0
         t = dict(self.times)
         t["total"] = total
-        t["rewards_advantages_other"] = t.get("prepare", 0.0) - t.get("old_logp", 0.0) - t.get("ref_logp", 0.0) - t.get("values", 0.0)
+        t["rewards_advantages_other"] = (
+            t.get("prepare", 0.0) - t.get("old_logp", 0.0) - t.get("ref_logp", 0.0) - t.get("values", 0.0)
+        )
         t["step_other"] = total - t.get("rollout", 0.0) - t.get("prepare", 0.0) - t.get("update", 0.0)
         return {"seconds": t, "metrics": metrics or {}}

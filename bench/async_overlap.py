@@ -164,8 +164,9 @@ def worker(spec: dict, batches, weights, go) -> None:
         alive = (lambda: parent.is_alive()) if parent is not None else (lambda: True)
         t0 = time.perf_counter()
         tr, _, _ = build_trainer(spec["run"], spec["seed"], spec["params"])
-        batches.put(("ready", {"build_s": time.perf_counter() - t0, "pid": os.getpid(),
-                               "threads": torch.get_num_threads()}))
+        batches.put(
+            ("ready", {"build_s": time.perf_counter() - t0, "pid": os.getpid(), "threads": torch.get_num_threads()})
+        )
         while not go.wait(0.5):
             if not alive():
                 return
@@ -191,9 +192,24 @@ def worker(spec: dict, batches, weights, go) -> None:
             tc = time.perf_counter()
             trajs, scores, metrics = tr.collect_batch(s)
             t_end = time.perf_counter()
-            batches.put(("batch", s, trajs, scores, metrics,
-                         {"wait_weights_s": wait, "load_s": load, "rollout_s": t_end - tc, "version": have,
-                          "checksum": have_sum, "rollout_start": tc, "rollout_end": t_end}))
+            batches.put(
+                (
+                    "batch",
+                    s,
+                    trajs,
+                    scores,
+                    metrics,
+                    {
+                        "wait_weights_s": wait,
+                        "load_s": load,
+                        "rollout_s": t_end - tc,
+                        "version": have,
+                        "checksum": have_sum,
+                        "rollout_start": tc,
+                        "rollout_end": t_end,
+                    },
+                )
+            )
         batches.put(("done", {}))
     except BaseException:  # noqa: BLE001 - everything goes back to the main process
         try:
@@ -216,10 +232,20 @@ def side_sync(run: str, args, world, corpus) -> dict:
         ends.append(time.perf_counter() - t0)
         if m is None:  # a non-finite loss or gradient: the step was skipped
             m = tr.history[-1] if tr.history else {}
-        steps.append({"step": s, "rollout_s": _r(m.get("time/rollout_s")), "prepare_s": _r(m.get("time/prepare_s")),
-                      "update_s": _r(m.get("time/update_s")), "step_s": _r(m.get("time/step_s")),
-                      "end_s": _r(ends[-1]), "reward": _r(m.get("rollout/reward")), "em": _r(m.get("rollout/em")),
-                      "kl_ref": _r(m.get("train/kl_ref"), 6), "skipped": bool(m.get("train/skipped", 0.0))})
+        steps.append(
+            {
+                "step": s,
+                "rollout_s": _r(m.get("time/rollout_s")),
+                "prepare_s": _r(m.get("time/prepare_s")),
+                "update_s": _r(m.get("time/update_s")),
+                "step_s": _r(m.get("time/step_s")),
+                "end_s": _r(ends[-1]),
+                "reward": _r(m.get("rollout/reward")),
+                "em": _r(m.get("rollout/em")),
+                "kl_ref": _r(m.get("train/kl_ref"), 6),
+                "skipped": bool(m.get("train/skipped", 0.0)),
+            }
+        )
     out = {"side": "sync2", "threads": args.sync_threads, "build_s": _r(build_s, 2), "loadavg_1m_before": load0}
     out.update(summarize_side(steps, ends, ("rollout_s", "prepare_s", "update_s")))
     del tr
@@ -236,8 +262,15 @@ def side_async(run: str, args, world, corpus) -> dict:
     k, n = args.staleness, args.steps
     ctx = mp.get_context("spawn")
     batches, weights, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-    spec = {"run": run, "seed": args.seed, "params": args.params, "steps": n, "staleness": k,
-            "threads": args.async_threads, "cpu": cpus[1] if pin else None}
+    spec = {
+        "run": run,
+        "seed": args.seed,
+        "params": args.params,
+        "steps": n,
+        "staleness": k,
+        "threads": args.async_threads,
+        "cpu": cpus[1] if pin else None,
+    }
     saved = {v: os.environ.get(v) for v in THREAD_VARS}
     os.environ.update({v: str(args.async_threads) for v in THREAD_VARS})  # the child's OpenMP reads them at start
     proc = ctx.Process(target=worker, args=(spec, batches, weights, go), name=f"rollout-worker-{run}", daemon=True)
@@ -277,16 +310,23 @@ def side_async(run: str, args, world, corpus) -> dict:
                 raise RuntimeError(f"expected step {s}'s batch, got step {s_got}'s")
             need = max(0, s - 1 - k)
             if w["version"] != need or w["checksum"] != sums.get(need):
-                mismatches.append({"step": s, "need": need, "version": w["version"], "checksum": w["checksum"],
-                                   "sent": sums.get(need)})
+                mismatches.append(
+                    {
+                        "step": s,
+                        "need": need,
+                        "version": w["version"],
+                        "checksum": w["checksum"],
+                        "sent": sums.get(need),
+                    }
+                )
             skipped = False
             tp = time.perf_counter()
             batch = tr.prepare(trajs, scores)
             tu = time.perf_counter()
             try:
-                upd = tr.update(batch, s)
+                tr.update(batch, s)
             except Collapse:
-                upd, skipped = {}, True
+                skipped = True
             tr.step = s
             t_upd = time.perf_counter()
             send = 0.0
@@ -297,24 +337,51 @@ def side_async(run: str, args, world, corpus) -> dict:
                 sums[s] = checksum(sd)  # verification, outside the send timer
                 del sd
             ends.append(time.perf_counter() - t0)
-            steps.append({"step": s, "wait_s": _r(wait), "prepare_s": _r(tu - tp), "update_s": _r(t_upd - tu),
-                          "send_s": _r(send), "end_s": _r(ends[-1]), "rollout_s": _r(w["rollout_s"]),
-                          "worker_wait_weights_s": _r(w["wait_weights_s"]), "load_s": _r(w["load_s"]),
-                          "rollout_start_s": _r(w["rollout_start"] - t0), "rollout_end_s": _r(w["rollout_end"] - t0),
-                          "weights_version": w["version"], "reward": _r(metrics.get("rollout/reward")),
-                          "em": _r(metrics.get("rollout/em")), "kl_ref": _r(batch["stats"].get("train/kl_ref"), 6),
-                          "skipped": skipped})
+            steps.append(
+                {
+                    "step": s,
+                    "wait_s": _r(wait),
+                    "prepare_s": _r(tu - tp),
+                    "update_s": _r(t_upd - tu),
+                    "send_s": _r(send),
+                    "end_s": _r(ends[-1]),
+                    "rollout_s": _r(w["rollout_s"]),
+                    "worker_wait_weights_s": _r(w["wait_weights_s"]),
+                    "load_s": _r(w["load_s"]),
+                    "rollout_start_s": _r(w["rollout_start"] - t0),
+                    "rollout_end_s": _r(w["rollout_end"] - t0),
+                    "weights_version": w["version"],
+                    "reward": _r(metrics.get("rollout/reward")),
+                    "em": _r(metrics.get("rollout/em")),
+                    "kl_ref": _r(batch["stats"].get("train/kl_ref"), 6),
+                    "skipped": skipped,
+                }
+            )
             del batch, trajs, scores
         msg = get_alive(batches, proc.is_alive, "worker end", timeout=60)
         if msg[0] != "done":
             raise RuntimeError(f"rollout worker: expected done, got {msg[0]}: {msg[1] if len(msg) > 1 else ''}")
         proc.join(timeout=30)
-        out = {"side": "async1", "threads": args.async_threads, "staleness": k, "pinned": pin,
-               "main_build_s": _r(main_build_s, 2), "worker_ready_after_spawn_s": _r(worker_ready_s, 2),
-               "worker_build_s": _r(worker_info["build_s"], 2), "worker_threads": worker_info["threads"],
-               "loadavg_1m_before": load0, "weights_verified": not mismatches, "weight_mismatches": mismatches}
-        out.update(summarize_side(steps, ends, ("wait_s", "prepare_s", "update_s", "send_s", "rollout_s",
-                                                "worker_wait_weights_s", "load_s")))
+        out = {
+            "side": "async1",
+            "threads": args.async_threads,
+            "staleness": k,
+            "pinned": pin,
+            "main_build_s": _r(main_build_s, 2),
+            "worker_ready_after_spawn_s": _r(worker_ready_s, 2),
+            "worker_build_s": _r(worker_info["build_s"], 2),
+            "worker_threads": worker_info["threads"],
+            "loadavg_1m_before": load0,
+            "weights_verified": not mismatches,
+            "weight_mismatches": mismatches,
+        }
+        out.update(
+            summarize_side(
+                steps,
+                ends,
+                ("wait_s", "prepare_s", "update_s", "send_s", "rollout_s", "worker_wait_weights_s", "load_s"),
+            )
+        )
         del tr
         gc.collect()
         return out
@@ -335,10 +402,17 @@ def side_async(run: str, args, world, corpus) -> dict:
 def summarize_side(steps: list[dict], ends: list[float], phases) -> dict:
     n, wall = len(steps), ends[-1]
     steady = (ends[-1] - ends[0]) / (n - 1) if n > 1 else None
-    return {"steps": n, "wall_s": _r(wall, 3), "steps_per_min": _r(60.0 * n / wall, 3), "s_per_step": _r(wall / n),
-            "steady_s_per_step": _r(steady), "phase_means_s": {p: _r(_mean(st[p] for st in steps)) for p in phases},
-            "reward_mean": _r(_mean(st["reward"] for st in steps)), "skipped": sum(st["skipped"] for st in steps),
-            "per_step": steps}
+    return {
+        "steps": n,
+        "wall_s": _r(wall, 3),
+        "steps_per_min": _r(60.0 * n / wall, 3),
+        "s_per_step": _r(wall / n),
+        "steady_s_per_step": _r(steady),
+        "phase_means_s": {p: _r(_mean(st[p] for st in steps)) for p in phases},
+        "reward_mean": _r(_mean(st["reward"] for st in steps)),
+        "skipped": sum(st["skipped"] for st in steps),
+        "per_step": steps,
+    }
 
 
 # ----------------------------------------------------------------------------- summary
@@ -357,47 +431,69 @@ def summarize_run(run: str, rows: list[dict]) -> dict:
     return {
         "ratio_per_round": [_r(x, 3) for x in ratios],
         "ratio_median": _r(statistics.median(ratios), 3),
-        "steady_ratio_per_round": [_r(s["steady_s_per_step"] / a["steady_s_per_step"], 3)
-                                   for s, a in zip(sync, asy) if s["steady_s_per_step"] and a["steady_s_per_step"]],
-        "sync2": {"steps_per_min_median": _r(statistics.median(r["steps_per_min"] for r in sync), 3),
-                  "s_per_step_median": _r(sync_step),
-                  "phases_s": {p: _r(ph(sync, p)) for p in ("rollout_s", "prepare_s", "update_s")},
-                  "reward_mean": _r(_mean(r["reward_mean"] for r in sync))},
-        "async1": {"steps_per_min_median": _r(statistics.median(r["steps_per_min"] for r in asy), 3),
-                   "s_per_step_median": _r(statistics.median(r["s_per_step"] for r in asy)),
-                   "phases_s": {p: _r(ph(asy, p)) for p in ("wait_s", "prepare_s", "update_s", "send_s", "rollout_s",
-                                                            "worker_wait_weights_s", "load_s")},
-                   "reward_mean": _r(_mean(r["reward_mean"] for r in asy)),
-                   "weights_verified": all(r["weights_verified"] for r in asy),
-                   "worker_ready_after_spawn_s": _r(statistics.median(r["worker_ready_after_spawn_s"] for r in asy), 2)},
+        "steady_ratio_per_round": [
+            _r(s["steady_s_per_step"] / a["steady_s_per_step"], 3)
+            for s, a in zip(sync, asy)
+            if s["steady_s_per_step"] and a["steady_s_per_step"]
+        ],
+        "sync2": {
+            "steps_per_min_median": _r(statistics.median(r["steps_per_min"] for r in sync), 3),
+            "s_per_step_median": _r(sync_step),
+            "phases_s": {p: _r(ph(sync, p)) for p in ("rollout_s", "prepare_s", "update_s")},
+            "reward_mean": _r(_mean(r["reward_mean"] for r in sync)),
+        },
+        "async1": {
+            "steps_per_min_median": _r(statistics.median(r["steps_per_min"] for r in asy), 3),
+            "s_per_step_median": _r(statistics.median(r["s_per_step"] for r in asy)),
+            "phases_s": {
+                p: _r(ph(asy, p))
+                for p in ("wait_s", "prepare_s", "update_s", "send_s", "rollout_s", "worker_wait_weights_s", "load_s")
+            },
+            "reward_mean": _r(_mean(r["reward_mean"] for r in asy)),
+            "weights_verified": all(r["weights_verified"] for r in asy),
+            "worker_ready_after_spawn_s": _r(statistics.median(r["worker_ready_after_spawn_s"] for r in asy), 2),
+        },
         "bounds": {
-            "worker_work_s": _r(worker_work), "trainer_work_s": _r(trainer_work),
+            "worker_work_s": _r(worker_work),
+            "trainer_work_s": _r(trainer_work),
             "overlap_step_s": _r(max(worker_work, trainer_work)),
             "overlap_ratio": _r(sync_step / max(worker_work, trainer_work), 3),
-            "total_1thread_s": _r(total_1t), "perfect_balance_step_s": _r(total_1t / 2),
+            "total_1thread_s": _r(total_1t),
+            "perfect_balance_step_s": _r(total_1t / 2),
             "perfect_balance_ratio": _r(sync_step / (total_1t / 2), 3),
             "note": "1-thread phases of the async side (medians over rounds of per-step means), measured "
-                    "with both processes running; sync2 s/step = wall / steps (median over rounds)"},
+            "with both processes running; sync2 s/step = wall / steps (median over rounds)",
+        },
     }
 
 
 def table(results: dict) -> str:
-    lines = ["| run | side | steps/min | s/step | steady s/step | rollout | prepare | update | wait | send / load | reward |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| run | side | steps/min | s/step | steady s/step | rollout | prepare | update | wait | send / load | reward |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for row in results["rows"]:
         p = row["phase_means_s"]
         wait = p.get("wait_s")
         sl = f"{p['send_s']:.3f} / {p['load_s']:.3f}" if "send_s" in p else ""
-        lines.append(f"| {row['run']} r{row['round']} | {row['side']} | {row['steps_per_min']:.2f} | {row['s_per_step']:.3f} | "
-                     f"{row['steady_s_per_step'] or float('nan'):.3f} | {p['rollout_s']:.3f} | {p['prepare_s']:.3f} | "
-                     f"{p['update_s']:.3f} | {'' if wait is None else f'{wait:.3f}'} | {sl} | {row['reward_mean']:.3f} |")
-    lines += ["", "| run | async1/sync2 (median) | per round | steady per round | overlap bound | perfect-balance bound | "
-              "worker / trainer work s | weights verified |", "|---|---:|---|---|---:|---:|---|---|"]
+        lines.append(
+            f"| {row['run']} r{row['round']} | {row['side']} | {row['steps_per_min']:.2f} | {row['s_per_step']:.3f} | "
+            f"{row['steady_s_per_step'] or float('nan'):.3f} | {p['rollout_s']:.3f} | {p['prepare_s']:.3f} | "
+            f"{p['update_s']:.3f} | {'' if wait is None else f'{wait:.3f}'} | {sl} | {row['reward_mean']:.3f} |"
+        )
+    lines += [
+        "",
+        "| run | async1/sync2 (median) | per round | steady per round | overlap bound | perfect-balance bound | "
+        "worker / trainer work s | weights verified |",
+        "|---|---:|---|---|---:|---:|---|---|",
+    ]
     for run, s in results["summary"].items():
         b = s["bounds"]
-        lines.append(f"| {run} | {s['ratio_median']:.3f} | {s['ratio_per_round']} | {s['steady_ratio_per_round']} | "
-                     f"{b['overlap_ratio']:.3f} | {b['perfect_balance_ratio']:.3f} | "
-                     f"{b['worker_work_s']:.3f} / {b['trainer_work_s']:.3f} | {s['async1']['weights_verified']} |")
+        lines.append(
+            f"| {run} | {s['ratio_median']:.3f} | {s['ratio_per_round']} | {s['steady_ratio_per_round']} | "
+            f"{b['overlap_ratio']:.3f} | {b['perfect_balance_ratio']:.3f} | "
+            f"{b['worker_work_s']:.3f} / {b['trainer_work_s']:.3f} | {s['async1']['weights_verified']} |"
+        )
     return "\n".join(lines)
 
 
@@ -410,7 +506,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sync-threads", type=int, default=2)
     ap.add_argument("--async-threads", type=int, default=1, help="torch threads of the trainer and of the worker each")
-    ap.add_argument("--pin", action="store_true", help="async side: trainer on the first allowed CPU, worker on the second")
+    ap.add_argument(
+        "--pin", action="store_true", help="async side: trainer on the first allowed CPU, worker on the second"
+    )
     ap.add_argument("--start-timeout", type=float, default=300.0, help="seconds to wait for the worker to be ready")
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--out", default=str(_rl.ROOT / "bench/results/async_overlap.json"))
@@ -430,21 +528,44 @@ def main() -> int:
                 row = side(run, args, world, corpus)
                 row = {"run": run, "round": rnd, **row}
                 rows.append(row)
-                print(f"round {rnd} {run} {row['side']}: {row['steps_per_min']:.2f} steps/min "
-                      f"({row['s_per_step']:.3f} s/step), reward {row['reward_mean']:.3f}"
-                      + (f", worker ready {row['worker_ready_after_spawn_s']:.1f}s after spawn"
-                         if row["side"] == "async1" else ""), flush=True)
+                print(
+                    f"round {rnd} {run} {row['side']}: {row['steps_per_min']:.2f} steps/min "
+                    f"({row['s_per_step']:.3f} s/step), reward {row['reward_mean']:.3f}"
+                    + (
+                        f", worker ready {row['worker_ready_after_spawn_s']:.1f}s after spawn"
+                        if row["side"] == "async1"
+                        else ""
+                    ),
+                    flush=True,
+                )
     summary = {run: summarize_run(run, [r for r in rows if r["run"] == run]) for run in args.runs}
     results = {
         "bench": "async_overlap",
-        "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpu": _cpu_name(),
-                    "cpus": os.cpu_count(), "allowed_cpus": len(os.sched_getaffinity(0)), "torch": torch.__version__},
-        "settings": {"runs": args.runs, "steps": args.steps, "rounds": args.rounds, "staleness": args.staleness,
-                     "seed": args.seed, "sync_threads": args.sync_threads, "async_threads": args.async_threads,
-                     "pin": args.pin, "params": args.params, "model": "nano (data/models/sft)",
-                     "questions": "train.questions of the run (fresh worlds in params.yaml)",
-                     "dev_eval": False, "checkpoints": False, "mp_start": "spawn",
-                     "sharing_strategy": mp.get_sharing_strategy()},
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpu": _cpu_name(),
+            "cpus": os.cpu_count(),
+            "allowed_cpus": len(os.sched_getaffinity(0)),
+            "torch": torch.__version__,
+        },
+        "settings": {
+            "runs": args.runs,
+            "steps": args.steps,
+            "rounds": args.rounds,
+            "staleness": args.staleness,
+            "seed": args.seed,
+            "sync_threads": args.sync_threads,
+            "async_threads": args.async_threads,
+            "pin": args.pin,
+            "params": args.params,
+            "model": "nano (data/models/sft)",
+            "questions": "train.questions of the run (fresh worlds in params.yaml)",
+            "dev_eval": False,
+            "checkpoints": False,
+            "mp_start": "spawn",
+            "sharing_strategy": mp.get_sharing_strategy(),
+        },
         "rows": rows,
         "summary": summary,
         "total_s": _r(time.perf_counter() - t_all, 1),
@@ -457,7 +578,10 @@ def main() -> int:
     print(f"\n-> {out}")
     ok = all(s["async1"]["weights_verified"] for s in summary.values())
     if not ok:
-        print("WEIGHT VERSION MISMATCH: the worker rolled out with weights other than the scheduled version", file=sys.stderr)
+        print(
+            "WEIGHT VERSION MISMATCH: the worker rolled out with weights other than the scheduled version",
+            file=sys.stderr,
+        )
     return 0 if ok else 1
 
 

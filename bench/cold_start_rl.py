@@ -58,17 +58,28 @@ def cold_start(work: Path, sft_sets: list[str]) -> tuple[Path, dict]:
         d.mkdir(parents=True, exist_ok=True)
         wall = agentr1(["sft"], sft_sets + [f"sft.out_dir={d}/model", f"sft.report_dir={d}/report"], d / "sft.log")
         m = json.loads((d / "report" / "metrics.json").read_text())
-        summary.write_text(json.dumps({"sft": sft_sets, "wall_s": round(wall, 1), "train": m["train"],
-                                       "oracle": {k: m["oracle"][k] for k in ("em", "kinds")},
-                                       "copy": {k: m["copy"]["cold_start"][k]["top1"] for k in ("start", "continue")}}))
+        summary.write_text(
+            json.dumps(
+                {
+                    "sft": sft_sets,
+                    "wall_s": round(wall, 1),
+                    "train": m["train"],
+                    "oracle": {k: m["oracle"][k] for k in ("em", "kinds")},
+                    "copy": {k: m["copy"]["cold_start"][k]["top1"] for k in ("start", "continue")},
+                }
+            )
+        )
     return d, json.loads(summary.read_text())
 
 
 def rl(work: Path, name: str, model: Path, run: str, train_sets: list[str]) -> dict:
     """One RL run from ``model``; its curve summarized."""
     out = work / "runs"
-    wall = agentr1(["train", "--run", run], train_sets + [f"sft.out_dir={model}", f"train.out_dir={out}/{name}"],
-                   work / f"{name}.train.log")
+    wall = agentr1(
+        ["train", "--run", run],
+        train_sets + [f"sft.out_dir={model}", f"train.out_dir={out}/{name}"],
+        work / f"{name}.train.log",
+    )
     rows = list(csv.DictReader((out / name / run / "curve.csv").open()))
     dev = [[int(r["step"]), round(float(r["dev_em"]), 4)] for r in rows if r["dev_em"]]
     steps = [r for r in rows if r["reward"]]
@@ -77,9 +88,16 @@ def rl(work: Path, name: str, model: Path, run: str, train_sets: list[str]) -> d
         vals = [float(r[key]) for r in part if r.get(key)]
         return round(sum(vals) / len(vals), 3) if vals else None
 
-    return {"dev_em": dev, "reward_first10": mean("reward", steps[:10]), "reward_last10": mean("reward", steps[-10:]),
-            "tool_calls_first10": mean("tool_calls", steps[:10]), "tool_calls_last10": mean("tool_calls", steps[-10:]),
-            "informative_groups": mean("informative_groups", steps), "wall_s": round(wall, 1), "steps": len(steps)}
+    return {
+        "dev_em": dev,
+        "reward_first10": mean("reward", steps[:10]),
+        "reward_last10": mean("reward", steps[-10:]),
+        "tool_calls_first10": mean("tool_calls", steps[:10]),
+        "tool_calls_last10": mean("tool_calls", steps[-10:]),
+        "informative_groups": mean("informative_groups", steps),
+        "wall_s": round(wall, 1),
+        "steps": len(steps),
+    }
 
 
 def main() -> None:
@@ -93,8 +111,7 @@ def main() -> None:
     a = ap.parse_args()
     work = Path(a.work)
     d, cs = cold_start(work, a.sft)
-    rec = {"name": a.name, "run": a.run, "cold_start": cs, "train": a.train,
-           "date": time.strftime("%Y-%m-%d %H:%M")}
+    rec = {"name": a.name, "run": a.run, "cold_start": cs, "train": a.train, "date": time.strftime("%Y-%m-%d %H:%M")}
     if not a.no_rl:
         rec["rl"] = rl(work, a.name, d / "model", a.run, a.train)
     OUT.parent.mkdir(parents=True, exist_ok=True)

@@ -35,8 +35,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from test_registry_concurrency import (copy_store, make_base_store, make_eval_project, make_full_store,  # noqa: E402
-                                       problems, registry_state, run_together, store_env)
+from test_registry_concurrency import (  # noqa: E402
+    copy_store,
+    make_base_store,
+    make_eval_project,
+    make_full_store,
+    problems,
+    registry_state,
+    run_together,
+    store_env,
+)
 
 # scenario -> (starting store: empty | base | full, the commands run together)
 SCENARIOS = {
@@ -72,36 +80,62 @@ def scenario(name: str, project: Path, starts: dict[str, Path], work: Path, reps
         wall = time.perf_counter() - t0
         state = registry_state(store_env(store))
         failed = problems(results)
-        rows.append({"rep": rep, "same": state in references, "clean": not failed, "wall_s": round(wall, 2),
-                     "exit_codes": [rc for rc, _ in results], "versions": len(state["versions"]),
-                     "aliases": state["aliases"], "problems": [f[:600] for f in failed],
-                     "state": state if state not in references else None})
-        print(f"{name} rep {rep}: {'same' if rows[-1]['same'] else 'DIFFERENT'}, "
-              f"{'clean' if not failed else 'FAILED/TRACEBACK'}, {wall:.1f} s", flush=True)
-    return {"scenario": name, "reps": reps, "same": sum(r["same"] for r in rows), "clean": sum(r["clean"] for r in rows),
-            "mean_wall_s": round(sum(r["wall_s"] for r in rows) / max(len(rows), 1), 2),
-            "references": references, "runs": rows}
+        rows.append(
+            {
+                "rep": rep,
+                "same": state in references,
+                "clean": not failed,
+                "wall_s": round(wall, 2),
+                "exit_codes": [rc for rc, _ in results],
+                "versions": len(state["versions"]),
+                "aliases": state["aliases"],
+                "problems": [f[:600] for f in failed],
+                "state": state if state not in references else None,
+            }
+        )
+        print(
+            f"{name} rep {rep}: {'same' if rows[-1]['same'] else 'DIFFERENT'}, "
+            f"{'clean' if not failed else 'FAILED/TRACEBACK'}, {wall:.1f} s",
+            flush=True,
+        )
+    return {
+        "scenario": name,
+        "reps": reps,
+        "same": sum(r["same"] for r in rows),
+        "clean": sum(r["clean"] for r in rows),
+        "mean_wall_s": round(sum(r["wall_s"] for r in rows) / max(len(rows), 1), 2),
+        "references": references,
+        "runs": rows,
+    }
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| scenario | repetitions | same registry as serial | clean (exit 0, no traceback) | mean wall s |",
-             "|---|---|---|---|---|"]
-    lines += [f"| {r['scenario']} | {r['reps']} | {r['same']}/{r['reps']} | {r['clean']}/{r['reps']} | {r['mean_wall_s']} |"
-              for r in results]
+    lines = [
+        "| scenario | repetitions | same registry as serial | clean (exit 0, no traceback) | mean wall s |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['scenario']} | {r['reps']} | {r['same']}/{r['reps']} | {r['clean']}/{r['reps']} | {r['mean_wall_s']} |"
+        for r in results
+    ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=10, help="repetitions per scenario (the issue: 10)")
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated subset of {', '.join(SCENARIOS)}")
+    parser.add_argument(
+        "--scenarios", default=",".join(SCENARIOS), help=f"comma-separated subset of {', '.join(SCENARIOS)}"
+    )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "concurrency.json"))
     parser.add_argument("--keep", action="store_true", help="keep the work folder (stores and command logs)")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
     unknown = sorted(set(names) - set(SCENARIOS))
     if unknown or args.reps < 1:
-        parser.error(f"unknown scenario(s) {unknown}: choose from {', '.join(SCENARIOS)}" if unknown else "--reps must be >= 1")
+        parser.error(
+            f"unknown scenario(s) {unknown}: choose from {', '.join(SCENARIOS)}" if unknown else "--reps must be >= 1"
+        )
     for var in ("MLFLOW_TRACKING_URI", "AGENTR1_ARTIFACT_ROOT"):  # every command gets its store explicitly
         os.environ.pop(var, None)
     work = Path(tempfile.mkdtemp(prefix="agentr1-concurrency-"))
@@ -117,10 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     text = table(results)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"reps": args.reps, "total_s": round(time.perf_counter() - t0, 1), "results": results},
-                              indent=2) + "\n")
-    out.with_suffix(".md").write_text(f"# Commands at once vs one after the other ({args.reps} repetitions each)\n\n"
-                                      f"{text}\n")
+    out.write_text(
+        json.dumps({"reps": args.reps, "total_s": round(time.perf_counter() - t0, 1), "results": results}, indent=2)
+        + "\n"
+    )
+    out.with_suffix(".md").write_text(
+        f"# Commands at once vs one after the other ({args.reps} repetitions each)\n\n{text}\n"
+    )
     print(text)
     print(f"wrote {out} and {out.with_suffix('.md')}" + (f"; work folder {work}" if args.keep else ""))
     if not args.keep:

@@ -30,10 +30,10 @@ import torch  # noqa: E402
 
 from agentr1.config import load_config  # noqa: E402
 from agentr1.data.schema import read_dataset  # noqa: E402
-from agentr1.io import write_json_atomic  # noqa: E402
-from agentr1.models import load_checkpoint  # noqa: E402
-from agentr1.lm.sft import copy_probe  # noqa: E402
 from agentr1.env.load import load_env as _load_env  # noqa: E402
+from agentr1.io import write_json_atomic  # noqa: E402
+from agentr1.lm.sft import copy_probe  # noqa: E402
+from agentr1.models import load_checkpoint  # noqa: E402
 from agentr1.rollout.oracle import corpus_titles, probe_episodes  # noqa: E402
 
 
@@ -54,13 +54,25 @@ def main() -> None:
     for ckpt in a.checkpoints:
         model, tok = load_checkpoint(ckpt)
         episodes = probe_episodes(ds, env, tok, cfg, titles, limit=a.examples)
-        rows.append({"checkpoint": ckpt, "episodes": len(episodes), **copy_probe(model.eval(), episodes, tok.pad_token_id)})
+        rows.append(
+            {"checkpoint": ckpt, "episodes": len(episodes), **copy_probe(model.eval(), episodes, tok.pad_token_id)}
+        )
     print(f"{'checkpoint':40s} {'tokens':>6s} {'top1':>6s} {'nll':>6s} {'start':>6s} {'cont.':>6s}")
     for r in rows:
-        print(f"{r['checkpoint']:40s} {r['tokens']:6d} {r['top1']:6.3f} {r['nll']:6.2f} "
-              f"{r['start']['top1'] or 0:6.3f} {r['continue']['top1'] or 0:6.3f}")
-    write_json_atomic(Path(a.out), {"params": a.params, "examples": a.examples, "torch": torch.__version__,
-                                    "machine": platform.machine(), "rows": rows})
+        print(
+            f"{r['checkpoint']:40s} {r['tokens']:6d} {r['top1']:6.3f} {r['nll']:6.2f} "
+            f"{r['start']['top1'] or 0:6.3f} {r['continue']['top1'] or 0:6.3f}"
+        )
+    write_json_atomic(
+        Path(a.out),
+        {
+            "params": a.params,
+            "examples": a.examples,
+            "torch": torch.__version__,
+            "machine": platform.machine(),
+            "rows": rows,
+        },
+    )
     print(f"wrote {a.out}")
 
 

@@ -46,7 +46,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from _tiny_project import deep_merge, env as base_env, make_project, sh  # noqa: E402
+from _tiny_project import deep_merge, make_project, sh  # noqa: E402
+from _tiny_project import env as base_env  # noqa: E402
 
 KINDS = ("create", "track", "evaluate", "train")
 TRAIN_METRIC = "rollout/reward"
@@ -56,6 +57,7 @@ def project(work: Path) -> Path:
     """The tiny pipeline of tests/test_track_pipeline.py, reproduced once (a checkpoint every
     train step, so a kill lands between checkpoints)."""
     import yaml
+
     from test_track_pipeline import PARAMS, tiny_dvc_yaml
 
     if (work / "proj" / "dvc.lock").is_file():  # --work of an earlier run: already reproduced
@@ -71,8 +73,11 @@ def project(work: Path) -> Path:
 
 
 def store(work: Path, name: str) -> dict[str, str]:
-    return {"MLFLOW_TRACKING_URI": f"sqlite:///{work / name / 'mlflow.db'}", "AGENTR1_ARTIFACT_ROOT": str(work / name / "art"),
-            "AGENTR1_PIPELINE_ID": ""}
+    return {
+        "MLFLOW_TRACKING_URI": f"sqlite:///{work / name / 'mlflow.db'}",
+        "AGENTR1_ARTIFACT_ROOT": str(work / name / "art"),
+        "AGENTR1_PIPELINE_ID": "",
+    }
 
 
 def run(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -82,8 +87,9 @@ def run(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProc
 def killed(root: Path, env: dict[str, str], args: list[str], delay: float, after: Path | None = None) -> float:
     """Start ``agentr1 args``; SIGKILL it ``delay`` s after it starts (after ``after`` exists, when
     given). Returns when, in seconds from the start, it was killed (or ended by itself)."""
-    proc = subprocess.Popen(["agentr1", *args], cwd=root, env={**base_env(), **env},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["agentr1", *args], cwd=root, env={**base_env(), **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     t0 = time.monotonic()
     if after is not None:
         while not after.exists() and proc.poll() is None:
@@ -116,10 +122,19 @@ def state(env: dict[str, str]) -> dict:
         versions, aliases = [], {}
     variant = {str(v.version): v.tags.get("agentr1.variant", "?") for v in versions}
     return {
-        "versions": sorted((v.tags.get("agentr1.variant", "?"), v.tags.get("agentr1.policy_kind", "?"),
-                            v.tags.get("agentr1.gate.decision", "-")) for v in versions),
-        "orphans": sorted(str(v.version) for v in versions
-                          if not v.tags.get("agentr1.artifact_sha256") or not v.tags.get("agentr1.variant")),
+        "versions": sorted(
+            (
+                v.tags.get("agentr1.variant", "?"),
+                v.tags.get("agentr1.policy_kind", "?"),
+                v.tags.get("agentr1.gate.decision", "-"),
+            )
+            for v in versions
+        ),
+        "orphans": sorted(
+            str(v.version)
+            for v in versions
+            if not v.tags.get("agentr1.artifact_sha256") or not v.tags.get("agentr1.variant")
+        ),
         "aliases": {a: variant.get(str(n), "?") for a, n in sorted(aliases.items())},
         "running": sorted(r.info.run_name for r in stage if r.info.status == "RUNNING"),
         "finished": dict(sorted(finished.items())),
@@ -134,12 +149,20 @@ def curve(client, runs) -> list[tuple[int, float]] | None:
     return sorted((m.step, round(m.value, 6)) for m in hist)
 
 
-DVC_OUTS = ("checkpoint", "curve.csv", "metrics.json")  # a train run's DVC outputs (not state/, timing, mlflow_run.json)
+DVC_OUTS = (
+    "checkpoint",
+    "curve.csv",
+    "metrics.json",
+)  # a train run's DVC outputs (not state/, timing, mlflow_run.json)
 
 
 def digest(root: Path, rel: str) -> str:
     h = hashlib.sha256()
-    files = [p for out in DVC_OUTS for p in ([root / rel / out] if (root / rel / out).is_file() else (root / rel / out).rglob("*"))]
+    files = [
+        p
+        for out in DVC_OUTS
+        for p in ([root / rel / out] if (root / rel / out).is_file() else (root / rel / out).rglob("*"))
+    ]
     for f in sorted(p for p in files if p.is_file()):
         h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
     return h.hexdigest()
@@ -176,25 +199,34 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("ref", "ref_train"):  # an earlier run's (--work)
         shutil.rmtree(work / name, ignore_errors=True)
     ref_env = store(work, "ref")
-    t = time.monotonic(); res = run(root, ref_env, "track"); t_track = time.monotonic() - t
+    t = time.monotonic()
+    res = run(root, ref_env, "track")
+    t_track = time.monotonic() - t
     assert res.returncode == 0, res.stderr[-2000:]
     ref = state(ref_env)
-    t = time.monotonic(); res = run(root, ref_env, "evaluate", "--policy", "ppo"); t_eval = time.monotonic() - t
+    t = time.monotonic()
+    res = run(root, ref_env, "evaluate", "--policy", "ppo")
+    t_eval = time.monotonic() - t
     assert res.returncode == 0, res.stderr[-2000:]
     ref_eval = state(ref_env)
     tr_env = store(work, "ref_train")
-    t = time.monotonic(); res = run(root, tr_env, "train", "--run", "ppo"); t_train = time.monotonic() - t
+    t = time.monotonic()
+    res = run(root, tr_env, "train", "--run", "ppo")
+    t_train = time.monotonic() - t
     assert res.returncode == 0, res.stderr[-2000:]
     ref_train = state(tr_env)
     ref_bytes = digest(root, "data/runs/ppo")
-    print(f"reference: track {t_track:.0f} s, evaluate {t_eval:.0f} s, train {t_train:.0f} s; "
-          f"{len(ref['versions'])} versions ({len(ref_eval['versions'])} after evaluate), aliases {ref['aliases']}, curve {len(ref_train['curve'] or [])} steps", flush=True)
+    print(
+        f"reference: track {t_track:.0f} s, evaluate {t_eval:.0f} s, train {t_train:.0f} s; "
+        f"{len(ref['versions'])} versions ({len(ref_eval['versions'])} after evaluate), aliases {ref['aliases']}, curve {len(ref_train['curve'] or [])} steps",
+        flush=True,
+    )
 
     rows = []
     for kind in kinds:
         for i in range(a.n):
             env = store(work, f"{kind}{i}")
-            db = Path(env["MLFLOW_TRACKING_URI"][len("sqlite:///"):])
+            db = Path(env["MLFLOW_TRACKING_URI"][len("sqlite:///") :])
             if kind == "create":
                 at = killed(root, env, ["track"], rng.uniform(0.0, 1.5), after=db)
                 second = run(root, env, "track")
@@ -227,21 +259,42 @@ def main(argv: list[str] | None = None) -> int:
             if miss:  # what the second command said, to find out why
                 row["second_log_tail"] = (second.stdout + second.stderr).strip().splitlines()[-15:]
             rows.append(row)
-            print(f"{kind:<9} #{i} killed at {at:6.2f} s: {'survived' if not miss else 'LOST ' + '; '.join(miss)}", flush=True)
+            print(
+                f"{kind:<9} #{i} killed at {at:6.2f} s: {'survived' if not miss else 'LOST ' + '; '.join(miss)}",
+                flush=True,
+            )
             shutil.rmtree(db.parent, ignore_errors=True)
 
     table = []
     for kind in kinds:
         mine = [r for r in rows if r["kind"] == kind]
-        table.append({"kind": kind, "injected": len(mine), "survived": sum(r["survived"] for r in mine),
-                      "lost": sorted({x for r in mine for x in r["lost"]})})
+        table.append(
+            {
+                "kind": kind,
+                "injected": len(mine),
+                "survived": sum(r["survived"] for r in mine),
+                "lost": sorted({x for r in mine for x in r["lost"]}),
+            }
+        )
     print("\n| fault (kill -9 during) | injected | survived | lost |\n|---|---:|---:|---|")
     for t_ in table:
         print(f"| {t_['kind']} | {t_['injected']} | {t_['survived']} | {'; '.join(t_['lost']) or 'nothing'} |")
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps({"n": a.n, "seed": a.seed, "durations_s": {"track": round(t_track, 1), "evaluate": round(t_eval, 1),
-                                 "train": round(t_train, 1)}, "reference": ref | {"train_curve_steps": len(ref_train["curve"] or [])},
-                                 "table": table, "trials": rows, "wall_s": round(time.monotonic() - t0)}, indent=1) + "\n")
+    a.out.write_text(
+        json.dumps(
+            {
+                "n": a.n,
+                "seed": a.seed,
+                "durations_s": {"track": round(t_track, 1), "evaluate": round(t_eval, 1), "train": round(t_train, 1)},
+                "reference": ref | {"train_curve_steps": len(ref_train["curve"] or [])},
+                "table": table,
+                "trials": rows,
+                "wall_s": round(time.monotonic() - t0),
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     shutil.rmtree(work, ignore_errors=True) if a.work is None else None
     return 0 if all(r["survived"] for r in rows) else 1
 

@@ -28,6 +28,7 @@ import json
 import random
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,13 +80,24 @@ def unbounded(input_ids: torch.Tensor, action: torch.Tensor, index: list[int], s
         for state in row:
             gid = exact.get((index[b], state))
             if gid is None:
-                gid = next((g for rep, g in reps.get(index[b], ())
-                            if difflib.SequenceMatcher(None, rep, state, autojunk=False).ratio() >= similarity), None)
+                gid = next(
+                    (
+                        g
+                        for rep, g in reps.get(index[b], ())
+                        if difflib.SequenceMatcher(None, rep, state, autojunk=False).ratio() >= similarity
+                    ),
+                    None,
+                )
             if gid is None:
                 gid, n = n, n + 1
                 reps.setdefault(index[b], []).append((state, gid))
             exact.setdefault((index[b], state), gid)
     return n
+
+
+def count_groups(input_ids: torch.Tensor, action: torch.Tensor, index: list[int], **kw) -> int:
+    """The number of step groups :func:`anchor_groups` forms with the options ``kw``."""
+    return int(anchor_groups(input_ids, action, index, **kw).group.max()) + 1
 
 
 def timed(fn, repeat: int = 3) -> tuple[float, int]:
@@ -107,26 +119,45 @@ def main() -> None:
     torch.set_num_threads(1)
     cases = [(8, 4, 300), (32, 8, 300), (32, 8, 1000), (8, 32, 1000), (32, 32, 1000)]
     rows = []
-    head = (f"{'questions x episodes':>21} {'tokens':>6} {'turns':>6} | {'exact s':>8} {'old s':>8} "
-            f"{'default s':>9} {'no cap s':>8} {'obs s':>7} | groups exact/old/default/no cap/obs")
+    head = (
+        f"{'questions x episodes':>21} {'tokens':>6} {'turns':>6} | {'exact s':>8} {'old s':>8} "
+        f"{'default s':>9} {'no cap s':>8} {'obs s':>7} | groups exact/old/default/no cap/obs"
+    )
     print(head)
     for q, g, length in cases:
         ids, act, index = batch(q, g, length)
         turns = int(sum(len(r) for r in anchor_states(ids, act, "observation")))
-        groups = lambda **kw: int(anchor_groups(ids, act, index, **kw).group.max()) + 1  # noqa: E731
-        t_exact, n_exact = timed(lambda: groups())
-        old = timed(lambda: unbounded(ids, act, index, a.similarity), 1) if q * g <= a.old_limit else (None, None)
-        t_ctx, n_ctx = timed(lambda: groups(similarity=a.similarity, window=256, max_compare=8))
-        t_nocap, n_nocap = timed(lambda: groups(similarity=a.similarity, window=256, max_compare=None))
-        t_obs, n_obs = timed(lambda: groups(similarity=a.similarity, anchor="observation", window=256, max_compare=8))
-        row = {"questions": q, "episodes": g, "tokens": length, "turns": turns, "exact_s": t_exact, "old_s": old[0],
-               "default_s": t_ctx, "window_no_cap_s": t_nocap, "observation_default_s": t_obs,
-               "groups": {"exact": n_exact, "old": old[1], "default": n_ctx, "window_no_cap": n_nocap,
-                          "observation_default": n_obs}}
+        groups = partial(count_groups, ids, act, index)
+        t_exact, n_exact = timed(groups)
+        old = timed(partial(unbounded, ids, act, index, a.similarity), 1) if q * g <= a.old_limit else (None, None)
+        t_ctx, n_ctx = timed(partial(groups, similarity=a.similarity, window=256, max_compare=8))
+        t_nocap, n_nocap = timed(partial(groups, similarity=a.similarity, window=256, max_compare=None))
+        t_obs, n_obs = timed(partial(groups, similarity=a.similarity, anchor="observation", window=256, max_compare=8))
+        row = {
+            "questions": q,
+            "episodes": g,
+            "tokens": length,
+            "turns": turns,
+            "exact_s": t_exact,
+            "old_s": old[0],
+            "default_s": t_ctx,
+            "window_no_cap_s": t_nocap,
+            "observation_default_s": t_obs,
+            "groups": {
+                "exact": n_exact,
+                "old": old[1],
+                "default": n_ctx,
+                "window_no_cap": n_nocap,
+                "observation_default": n_obs,
+            },
+        }
         rows.append(row)
         fmt = lambda x: "skipped" if x is None else f"{x:.3f}"  # noqa: E731
-        print(f"{f'{q} x {g}':>21} {length:>6} {turns:>6} | {t_exact:>8.3f} {fmt(old[0]):>8} {t_ctx:>9.3f} "
-              f"{t_nocap:>8.3f} {t_obs:>7.3f} | {n_exact}/{old[1]}/{n_ctx}/{n_nocap}/{n_obs}", flush=True)
+        print(
+            f"{f'{q} x {g}':>21} {length:>6} {turns:>6} | {t_exact:>8.3f} {fmt(old[0]):>8} {t_ctx:>9.3f} "
+            f"{t_nocap:>8.3f} {t_obs:>7.3f} | {n_exact}/{old[1]}/{n_ctx}/{n_nocap}/{n_obs}",
+            flush=True,
+        )
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps({"similarity": a.similarity, "rows": rows}, indent=1) + "\n")
 

@@ -64,22 +64,30 @@ def evaluate(model_dir: Path, a) -> dict:
         rows, _ = tool_policy_batch(setup, qs, split)
         n = len(rows)
         greedy_em[split] = [r["em"] for r in rows]
-        out[split] = {"n": n, "em": round(sum(r["em"] for r in rows) / n, 4),
-                      "tool_calls": round(sum(r["tool_calls"] for r in rows) / n, 3),
-                      "early_answer": round(sum(r["early_answer"] for r in rows) / n, 3),
-                      "types": {t: round(sum(r["em"] for r in rows if r["type"] == t) /
-                                         max(1, sum(r["type"] == t for r in rows)), 3)
-                                for t in sorted({r["type"] for r in rows})}}
+        out[split] = {
+            "n": n,
+            "em": round(sum(r["em"] for r in rows) / n, 4),
+            "tool_calls": round(sum(r["tool_calls"] for r in rows) / n, 3),
+            "early_answer": round(sum(r["early_answer"] for r in rows) / n, 3),
+            "types": {
+                t: round(sum(r["em"] for r in rows if r["type"] == t) / max(1, sum(r["type"] == t for r in rows)), 3)
+                for t in sorted({r["type"] for r in rows})
+            },
+        }
     if a.k:
         qs = ds.split("dev")[: a.dev]
         sampling = rollout.model_copy(update={"temperature": a.temperature, "top_p": a.top_p})
         ems = sample_policy(EvalSetup(setup.backend, tok, env, sampling, cfg.reward, seed=cfg.seed + 1), qs, a.k)
         g = greedy_em["dev"]
-        out["dev_sampled"] = {"k": a.k, "temperature": a.temperature, "top_p": a.top_p,
-                              "sampled_em": round(sum(sum(r) / len(r) for r in ems) / len(ems), 4),
-                              "pass_at_k": round(sum(max(r) >= 1 for r in ems) / len(ems), 4),
-                              "sample_not_greedy": round(sum(max(r) >= 1 and not gi for r, gi in zip(ems, g)) / len(ems), 4),
-                              "informative": round(sum(0 < sum(r) < len(r) for r in ems) / len(ems), 4)}
+        out["dev_sampled"] = {
+            "k": a.k,
+            "temperature": a.temperature,
+            "top_p": a.top_p,
+            "sampled_em": round(sum(sum(r) / len(r) for r in ems) / len(ems), 4),
+            "pass_at_k": round(sum(max(r) >= 1 for r in ems) / len(ems), 4),
+            "sample_not_greedy": round(sum(max(r) >= 1 and not gi for r, gi in zip(ems, g)) / len(ems), 4),
+            "informative": round(sum(0 < sum(r) < len(r) for r in ems) / len(ems), 4),
+        }
     return out
 
 
@@ -91,10 +99,15 @@ def curve(run_dir: Path) -> dict:
         vals = [float(r[key]) for r in part if r.get(key)]
         return round(sum(vals) / len(vals), 3) if vals else None
 
-    return {"dev_em": [[int(r["step"]), round(float(r["dev_em"]), 4)] for r in rows if r["dev_em"]],
-            "reward_first10": mean("reward", steps[:10]), "reward_last10": mean("reward", steps[-10:]),
-            "tool_calls_first10": mean("tool_calls", steps[:10]), "tool_calls_last10": mean("tool_calls", steps[-10:]),
-            "informative_groups": mean("informative_groups", steps), "steps": len(steps)}
+    return {
+        "dev_em": [[int(r["step"]), round(float(r["dev_em"]), 4)] for r in rows if r["dev_em"]],
+        "reward_first10": mean("reward", steps[:10]),
+        "reward_last10": mean("reward", steps[-10:]),
+        "tool_calls_first10": mean("tool_calls", steps[:10]),
+        "tool_calls_last10": mean("tool_calls", steps[-10:]),
+        "informative_groups": mean("informative_groups", steps),
+        "steps": len(steps),
+    }
 
 
 def main() -> None:
@@ -119,18 +132,33 @@ def main() -> None:
     d.mkdir(parents=True, exist_ok=True)
     rec: dict = {"cmd": a.cmd, "name": a.name, "sets": a.sets, "date": time.strftime("%Y-%m-%d %H:%M")}
     if a.cmd == "sft":
-        rec["wall_s"] = round(agentr1(["sft"], a.sets + [f"sft.out_dir={d}/model", f"sft.report_dir={d}/report"],
-                                      d / "sft.log", a.threads), 1)
+        rec["wall_s"] = round(
+            agentr1(
+                ["sft"], a.sets + [f"sft.out_dir={d}/model", f"sft.report_dir={d}/report"], d / "sft.log", a.threads
+            ),
+            1,
+        )
         m = json.loads((d / "report" / "metrics.json").read_text())
-        rec["sft"] = {"loss": m["train"]["final_loss"], "epochs": m["train"]["epochs"], "oracle_em": m["oracle"]["em"],
-                      "copy": {k: m["copy"]["cold_start"][k]["top1"] for k in ("start", "continue")}}
+        rec["sft"] = {
+            "loss": m["train"]["final_loss"],
+            "epochs": m["train"]["epochs"],
+            "oracle_em": m["oracle"]["em"],
+            "copy": {k: m["copy"]["cold_start"][k]["top1"] for k in ("start", "continue")},
+        }
         model = d / "model"
     elif a.cmd == "rl":
         rec["from"] = a.cold
         rec["run"] = a.run
         cold = work / a.cold / "model"
-        rec["wall_s"] = round(agentr1(["train", "--run", a.run], a.sets + [f"sft.out_dir={cold}", f"train.out_dir={d}"],
-                                      d / "train.log", a.threads), 1)
+        rec["wall_s"] = round(
+            agentr1(
+                ["train", "--run", a.run],
+                a.sets + [f"sft.out_dir={cold}", f"train.out_dir={d}"],
+                d / "train.log",
+                a.threads,
+            ),
+            1,
+        )
         rec["curve"] = curve(d / a.run)
         model = d / a.run / "checkpoint"
     else:

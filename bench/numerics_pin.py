@@ -41,8 +41,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "scripts"))
-from agentr1.numerics import PINS, SWITCH  # noqa: E402  (light: no torch)
 from numerics_fingerprint import cpu_info  # noqa: E402  (torch loads only inside its fingerprint())
+
+from agentr1.numerics import PINS, SWITCH  # noqa: E402  (light: no torch)
 
 WORKLOADS = ("pretrain", "update", "generate")
 
@@ -77,8 +78,16 @@ def worker(a: argparse.Namespace) -> dict:
 
     taken = {e.name for e in build_world(syn, cfg.seed).entities}
     model, tok = scratch_policy(cfg, taken)
-    docs = pretraining_docs(taken, cfg.seed, pcfg.world_families, pcfg.docs_per_world, syn.distractor_sentences,
-                            pcfg.passages, pcfg.questions, pcfg.question_first)
+    docs = pretraining_docs(
+        taken,
+        cfg.seed,
+        pcfg.world_families,
+        pcfg.docs_per_world,
+        syn.distractor_sentences,
+        pcfg.passages,
+        pcfg.questions,
+        pcfg.question_first,
+    )
     history = pretrain_reader(model, tok, docs, pcfg.model_copy(update={"steps": a.steps + 1}), log_every=0)
     out["pretrain"] = (history[-1]["elapsed_s"] - history[0]["elapsed_s"]) / a.steps
 
@@ -102,8 +111,14 @@ def worker(a: argparse.Namespace) -> dict:
 
     def generate() -> None:
         with torch.no_grad():
-            base.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=a.new,
-                          min_new_tokens=a.new, do_sample=False, pad_token_id=base_tok.pad_token_id)
+            base.generate(
+                prompts,
+                attention_mask=torch.ones_like(prompts),
+                max_new_tokens=a.new,
+                min_new_tokens=a.new,
+                do_sample=False,
+                pad_token_id=base_tok.pad_token_id,
+            )
 
     timed("generate", generate, 1)
     return out
@@ -126,8 +141,12 @@ def main() -> None:
         print(json.dumps(worker(a)))
         return
     times: dict[str, list[dict[str, float]]] = {p: [] for p in a.pins}
-    argv = [sys.executable, __file__, "--worker", *sum(([f"--{k}", str(getattr(a, k))] for k in
-                                                         ("steps", "threads", "rows", "seq", "prompt", "new")), [])]
+    argv = [
+        sys.executable,
+        __file__,
+        "--worker",
+        *sum(([f"--{k}", str(getattr(a, k))] for k in ("steps", "threads", "rows", "seq", "prompt", "new")), []),
+    ]
     for r in range(a.rounds):
         for pin in a.pins:
             env = {**os.environ, SWITCH: pin, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -141,14 +160,31 @@ def main() -> None:
         ta = [t[w] for t in times[a_pin]]
         tb = [t[w] for t in times[b_pin]]
         ratios = [x / y for x, y in zip(ta, tb)]
-        rows[w] = {a_pin: statistics.median(ta), b_pin: statistics.median(tb), "ratio_median": statistics.median(ratios),
-                   "ratio_min": min(ratios), "ratio_max": max(ratios), "rounds": {a_pin: ta, b_pin: tb}}
-        print(f"{w:<10}{rows[w][a_pin]:>14.3f}{rows[w][b_pin]:>12.3f}{rows[w]['ratio_median']:>14.2f} "
-              f"[{min(ratios):.2f}, {max(ratios):.2f}]")
+        rows[w] = {
+            a_pin: statistics.median(ta),
+            b_pin: statistics.median(tb),
+            "ratio_median": statistics.median(ratios),
+            "ratio_min": min(ratios),
+            "ratio_max": max(ratios),
+            "rounds": {a_pin: ta, b_pin: tb},
+        }
+        print(
+            f"{w:<10}{rows[w][a_pin]:>14.3f}{rows[w][b_pin]:>12.3f}{rows[w]['ratio_median']:>14.2f} "
+            f"[{min(ratios):.2f}, {max(ratios):.2f}]"
+        )
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps({"pins": {p: PINS[p] for p in a.pins}, "settings": {
-        k: getattr(a, k) for k in ("rounds", "steps", "threads", "rows", "seq", "prompt", "new")},
-        "cpu": cpu_info()["model_name"], "workloads": rows}, indent=1) + "\n")
+    Path(a.out).write_text(
+        json.dumps(
+            {
+                "pins": {p: PINS[p] for p in a.pins},
+                "settings": {k: getattr(a, k) for k in ("rounds", "steps", "threads", "rows", "seq", "prompt", "new")},
+                "cpu": cpu_info()["model_name"],
+                "workloads": rows,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

@@ -99,19 +99,30 @@ def main(argv: list[str] | None = None) -> dict:
         for t in threads:
             lay = max(layouts, key=lambda x: max(samples[(t, x)]))
             s = samples[(t, lay)]
-            per_thread[str(t)] = {"best_gflops": max(s) / 1e9, "median_gflops": statistics.median(s) / 1e9,
-                                  "layout": lay, "samples_gflops": {x: [round(v / 1e9, 2) for v in samples[(t, x)]]
-                                                                    for x in layouts}}
+            per_thread[str(t)] = {
+                "best_gflops": max(s) / 1e9,
+                "median_gflops": statistics.median(s) / 1e9,
+                "layout": lay,
+                "samples_gflops": {x: [round(v / 1e9, 2) for v in samples[(t, x)]] for x in layouts},
+            }
         row = {"name": name, "M": m, "K": k, "N": n, "gflop": 2.0 * m * k * n / 1e9, "threads": per_thread}
         rows.append(row)
-        print(f"{name}: " + ", ".join(f"{t} thr {row['threads'][str(t)]['best_gflops']:.1f}" for t in threads),
-              file=sys.stderr, flush=True)
+        print(
+            f"{name}: " + ", ".join(f"{t} thr {row['threads'][str(t)]['best_gflops']:.1f}" for t in threads),
+            file=sys.stderr,
+            flush=True,
+        )
         del a, layouts, out
     peak = {str(t): max(r["threads"][str(t)]["best_gflops"] for r in rows) for t in threads}
     peak_shape = {str(t): max(rows, key=lambda r: r["threads"][str(t)]["best_gflops"])["name"] for t in threads}
     result = {
-        "machine": {"cpus": all_threads, "cpu": _cpu_name(), "python": platform.python_version(),
-                    "torch": torch.__version__, "load_average_at_start": [round(x, 2) for x in os.getloadavg()]},
+        "machine": {
+            "cpus": all_threads,
+            "cpu": _cpu_name(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        },
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
         "peak_gflops": peak,
         "peak_shape": peak_shape,
@@ -121,12 +132,20 @@ def main(argv: list[str] | None = None) -> dict:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
 
-    head = f"{'GEMM [M,K]x[K,N]':<26}{'M':>7}{'GFLOP':>8}" + "".join(f"{f'{t} thr best':>13}{f'{t} thr med':>12}" for t in threads)
+    head = f"{'GEMM [M,K]x[K,N]':<26}{'M':>7}{'GFLOP':>8}" + "".join(
+        f"{f'{t} thr best':>13}{f'{t} thr med':>12}" for t in threads
+    )
     print(head)
     for r in rows:
-        print(f"{r['name']:<26}{r['M']:>7}{r['gflop']:>8.2f}" + "".join(
-            f"{r['threads'][str(t)]['best_gflops']:>13.1f}{r['threads'][str(t)]['median_gflops']:>12.1f}" for t in threads)
-              + "  " + "/".join(r["threads"][str(t)]["layout"] for t in threads))
+        print(
+            f"{r['name']:<26}{r['M']:>7}{r['gflop']:>8.2f}"
+            + "".join(
+                f"{r['threads'][str(t)]['best_gflops']:>13.1f}{r['threads'][str(t)]['median_gflops']:>12.1f}"
+                for t in threads
+            )
+            + "  "
+            + "/".join(r["threads"][str(t)]["layout"] for t in threads)
+        )
     print("peak GFLOP/s: " + ", ".join(f"{t} thread(s) {peak[str(t)]:.1f} ({peak_shape[str(t)]})" for t in threads))
     print(f"wrote {args.out}")
     return result

@@ -77,9 +77,15 @@ def run(cmd: list[str], cwd: Path, timeout: float = 300, env: dict | None = None
 
 def summarize(samples: list[dict]) -> dict:
     walls = [s["wall_s"] for s in samples]
-    return {"wall_s_median": statistics.median(walls), "wall_s_min": min(walls), "wall_s_max": max(walls),
-            "cpu_s_median": statistics.median(s["cpu_s"] for s in samples), "rc": [s["rc"] for s in samples],
-            "samples_wall_s": [round(w, 2) for w in walls], "last_output": samples[-1]["tail"]}
+    return {
+        "wall_s_median": statistics.median(walls),
+        "wall_s_min": min(walls),
+        "wall_s_max": max(walls),
+        "cpu_s_median": statistics.median(s["cpu_s"] for s in samples),
+        "rc": [s["rc"] for s in samples],
+        "samples_wall_s": [round(w, 2) for w in walls],
+        "last_output": samples[-1]["tail"],
+    }
 
 
 def alternate(cmds: dict[str, list[str]], cwd: Path, repeats: int) -> dict:
@@ -110,8 +116,11 @@ def bench_dvc(args) -> tuple[dict, Path | None]:
     else:
         out["working_tree"]["repro_skipped"] = "dvc status validate reports changes: a repro would really run the stage"
     out["working_tree"]["commands"] = alternate(cmds, ROOT, args.repeats)
-    print(f"dvc (working tree): {json.dumps({k: round(v['wall_s_median'], 2) for k, v in out['working_tree']['commands'].items()})}",
-          file=sys.stderr, flush=True)
+    print(
+        f"dvc (working tree): {json.dumps({k: round(v['wall_s_median'], 2) for k, v in out['working_tree']['commands'].items()})}",
+        file=sys.stderr,
+        flush=True,
+    )
     if args.no_clone:
         return out, None
     clone = Path(tempfile.mkdtemp(prefix="bench-dvc-clone-")) / "repo"
@@ -136,16 +145,23 @@ def bench_dvc(args) -> tuple[dict, Path | None]:
     c["status_output"] = st["tail"]
     cmds = {"dvc status": [DVC, "status"]}
     if c["up_to_date"]:  # only then is a repro a no-op; otherwise it would really train
-        cmds.update({"dvc repro validate (no-op)": [DVC, "repro", "validate"], "dvc repro (all stages, no-op)": [DVC, "repro"]})
+        cmds.update(
+            {"dvc repro validate (no-op)": [DVC, "repro", "validate"], "dvc repro (all stages, no-op)": [DVC, "repro"]}
+        )
     else:
-        c["repro_skipped"] = "HEAD's dvc.lock does not match HEAD (dvc status reports changes): a repro would run stages"
+        c["repro_skipped"] = (
+            "HEAD's dvc.lock does not match HEAD (dvc status reports changes): a repro would run stages"
+        )
     c["commands"] = alternate(cmds, clone, args.repeats)
     out["clone"] = c
     if not c["up_to_date"]:  # the Prefect part runs `dvc repro validate` in the clone: only as a no-op
         print(f"dvc (clone at {c['head']}): not up to date, no repro timed", file=sys.stderr, flush=True)
         return out, None
-    print(f"dvc (clone): {json.dumps({k: round(v['wall_s_median'], 2) for k, v in c['commands'].items()})}",
-          file=sys.stderr, flush=True)
+    print(
+        f"dvc (clone): {json.dumps({k: round(v['wall_s_median'], 2) for k, v in c['commands'].items()})}",
+        file=sys.stderr,
+        flush=True,
+    )
     return out, clone
 
 
@@ -202,26 +218,42 @@ def bench_mlflow(args) -> dict:
             before = logger.seconds
             st = timer.step(k)
             log_s = logger.seconds - before
-            rec = {"step": k, "step_s": st["seconds"]["total"], "log_s": log_s, "metrics": len(st["metrics"]),
-                   "overhead": log_s / max(st["seconds"]["total"] - log_s, 1e-9), "warmup": k <= args.warmup}
+            rec = {
+                "step": k,
+                "step_s": st["seconds"]["total"],
+                "log_s": log_s,
+                "metrics": len(st["metrics"]),
+                "overhead": log_s / max(st["seconds"]["total"] - log_s, 1e-9),
+                "warmup": k <= args.warmup,
+            }
             steps.append(rec)
-            print(f"mlflow step {k}{' (warm-up)' if rec['warmup'] else ''}: step {rec['step_s']:.2f}s, "
-                  f"log {1000 * log_s:.1f} ms ({rec['metrics']} metrics)", file=sys.stderr, flush=True)
+            print(
+                f"mlflow step {k}{' (warm-up)' if rec['warmup'] else ''}: step {rec['step_s']:.2f}s, "
+                f"log {1000 * log_s:.1f} ms ({rec['metrics']} metrics)",
+                file=sys.stderr,
+                flush=True,
+            )
     finally:
         t0 = time.perf_counter()
         cm.__exit__(None, None, None)
         out["stage_run_end_s"] = time.perf_counter() - t0
     m = [s for s in steps if not s["warmup"]]
-    out.update({
-        "model": source, "steps": steps,
-        "log_s_per_step_mean": statistics.mean(s["log_s"] for s in m),
-        "step_s_mean": statistics.mean(s["step_s"] for s in m),
-        "metrics_per_step": statistics.mean(s["metrics"] for s in m),
-        "overhead_mean": statistics.mean(s["overhead"] for s in m),
-        "overhead_max": max(s["overhead"] for s in m),
-        "stage_run_overhead_per_step_if_amortized_over_train_steps":
-            (out["stage_run_start_s"] + out["stage_run_end_s"]) / max(cfg.train.steps, 1) / statistics.mean(s["step_s"] for s in m),
-    })
+    out.update(
+        {
+            "model": source,
+            "steps": steps,
+            "log_s_per_step_mean": statistics.mean(s["log_s"] for s in m),
+            "step_s_mean": statistics.mean(s["step_s"] for s in m),
+            "metrics_per_step": statistics.mean(s["metrics"] for s in m),
+            "overhead_mean": statistics.mean(s["overhead"] for s in m),
+            "overhead_max": max(s["overhead"] for s in m),
+            "stage_run_overhead_per_step_if_amortized_over_train_steps": (
+                out["stage_run_start_s"] + out["stage_run_end_s"]
+            )
+            / max(cfg.train.steps, 1)
+            / statistics.mean(s["step_s"] for s in m),
+        }
+    )
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     shutil.rmtree(tmp, ignore_errors=True)
     return out
@@ -255,22 +287,32 @@ print("BENCH_JSON " + json.dumps(res))
 
 def bench_prefect(args, clone: Path | None) -> dict:
     home = Path(tempfile.mkdtemp(prefix="bench-prefect-home-"))
-    env = _env(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="240", PREFECT_LOGGING_LEVEL="WARNING",
-               PYTHONPATH=str(ROOT))
+    env = _env(
+        PREFECT_HOME=str(home),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="240",
+        PREFECT_LOGGING_LEVEL="WARNING",
+        PYTHONPATH=str(ROOT),
+    )
     env.pop("PREFECT_API_URL", None)
     base = run([PY, "-c", "pass"], ROOT, env=env)
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    p = subprocess.run([PY, "-c", PREFECT_SCRIPT] + ([str(clone)] if clone else []), cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [PY, "-c", PREFECT_SCRIPT] + ([str(clone)] if clone else []),
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     shutil.rmtree(home, ignore_errors=True)
     line = [x for x in p.stdout.splitlines() if x.startswith("BENCH_JSON ")]
     if p.returncode != 0 or not line:
         return {"error": (p.stdout + p.stderr)[-2000:], "rc": p.returncode}
-    res = json.loads(line[-1][len("BENCH_JSON "):])
+    res = json.loads(line[-1][len("BENCH_JSON ") :])
     res["python_startup_s"] = base["wall_s"]
     res["process_wall_s"] = wall
     res["process_cpu_s"] = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
@@ -294,9 +336,14 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
 
     out = Path(args.out)
-    results: dict = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                                 "load_average_at_start": [round(x, 2) for x in os.getloadavg()]},
-                     "settings": {k: v for k, v in vars(args).items() if k != "out"}}
+    results: dict = {
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        },
+        "settings": {k: v for k, v in vars(args).items() if k != "out"},
+    }
     clone = None
     try:
         if "dvc" not in args.skip:
@@ -317,22 +364,35 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{'dvc --version (CLI start-up)':<52}{d['dvc_version_cmd_s']:>10.2f}")
         for where, block in (("tree", d["working_tree"]), ("clone", d.get("clone") or {})):
             for name, r in (block.get("commands") or {}).items():
-                print(f"{f'[{where}] {name}':<52}{r['wall_s_median']:>10.2f}{r['wall_s_min']:>8.2f}{r['cpu_s_median']:>8.2f}")
+                print(
+                    f"{f'[{where}] {name}':<52}{r['wall_s_median']:>10.2f}{r['wall_s_min']:>8.2f}{r['cpu_s_median']:>8.2f}"
+                )
         if d["working_tree"].get("repro_skipped"):
             print(f"[tree] dvc repro validate skipped: {d['working_tree']['repro_skipped']}")
         if (d.get("clone") or {}).get("repro_skipped"):
             print(f"[clone {d['clone']['head']}] dvc repro skipped: {d['clone']['repro_skipped']}")
     m = results.get("mlflow")
     if m:
-        print(f"{'[mlflow] first stage_run on a new store (migrations)':<52}{m['first_stage_run_s (new store: migrations)']:>10.2f}")
+        print(
+            f"{'[mlflow] first stage_run on a new store (migrations)':<52}{m['first_stage_run_s (new store: migrations)']:>10.2f}"
+        )
         print(f"{'[mlflow] stage_run start / end':<52}{m['stage_run_start_s']:>10.2f}{m['stage_run_end_s']:>8.2f}")
-        print(f"{'[mlflow] log per step (%d metrics)' % m['metrics_per_step']:<52}{m['log_s_per_step_mean']:>10.4f}")
+        print(
+            f"{'[mlflow] log per step (' + str(m['metrics_per_step']) + ' metrics)':<52}{m['log_s_per_step_mean']:>10.4f}"
+        )
         print(f"{'[mlflow] nano RL step (same steps)':<52}{m['step_s_mean']:>10.2f}")
-        print(f"[mlflow] logging overhead per step: {100 * m['overhead_mean']:.2f}% (max {100 * m['overhead_max']:.2f}%)")
+        print(
+            f"[mlflow] logging overhead per step: {100 * m['overhead_mean']:.2f}% (max {100 * m['overhead_max']:.2f}%)"
+        )
     p = results.get("prefect")
     if p and "error" not in p:
-        for k in ("python_startup_s", "import_flows_pipeline_s", "first_flow_call_s", "second_flow_call_s",
-                  "pipeline_flow_validate_noop_s"):
+        for k in (
+            "python_startup_s",
+            "import_flows_pipeline_s",
+            "first_flow_call_s",
+            "second_flow_call_s",
+            "pipeline_flow_validate_noop_s",
+        ):
             if k in p:
                 print(f"{'[prefect] ' + k:<52}{p[k]:>10.2f}")
     elif p:

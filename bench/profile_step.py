@@ -75,8 +75,13 @@ def hot_spots(stats: pstats.Stats) -> list[dict]:
             match = (fn == "forward" and line == line_wanted) if line_wanted else fn == func
             if match and file_part in fname:
                 if best is None or ct > best["cumulative_s"]:
-                    best = {"label": label, "where": f"{Path(fname).name}:{line}({fn})", "calls": nc,
-                            "own_s": tt, "cumulative_s": ct}
+                    best = {
+                        "label": label,
+                        "where": f"{Path(fname).name}:{line}({fn})",
+                        "calls": nc,
+                        "own_s": tt,
+                        "cumulative_s": ct,
+                    }
         if best:
             rows.append(best)
     return rows
@@ -112,9 +117,16 @@ def main(argv: list[str] | None = None) -> dict:
         s.sort_stats(sort).print_stats(args.top)
         rows = []
         for (fname, line, fn), (cc, nc, tt, ct, callers) in sorted(  # noqa: B007
-                stats.stats.items(), key=lambda kv: kv[1][3 if sort == "cumulative" else 2], reverse=True)[: args.top]:
-            rows.append({"where": f"{fname.split('site-packages/')[-1].split('src/')[-1]}:{line}({fn})", "calls": nc,
-                         "own_s": round(tt, 4), "cumulative_s": round(ct, 4)})
+            stats.stats.items(), key=lambda kv: kv[1][3 if sort == "cumulative" else 2], reverse=True
+        )[: args.top]:
+            rows.append(
+                {
+                    "where": f"{fname.split('site-packages/')[-1].split('src/')[-1]}:{line}({fn})",
+                    "calls": nc,
+                    "own_s": round(tt, 4),
+                    "cumulative_s": round(ct, 4),
+                }
+            )
         return rows, buf.getvalue()
 
     by_cum, txt_cum = top("cumulative")
@@ -128,28 +140,45 @@ def main(argv: list[str] | None = None) -> dict:
     ops = tp.key_averages()
     op_rows = sorted(ops, key=lambda e: e.self_cpu_time_total, reverse=True)[: args.top]
     op_total = sum(e.self_cpu_time_total for e in ops) / 1e6
-    torch_ops = [{"op": e.key, "calls": e.count, "self_cpu_s": round(e.self_cpu_time_total / 1e6, 4),
-                  "share_of_op_time": round(e.self_cpu_time_total / 1e6 / op_total, 4) if op_total else None}
-                 for e in op_rows]
+    torch_ops = [
+        {
+            "op": e.key,
+            "calls": e.count,
+            "self_cpu_s": round(e.self_cpu_time_total / 1e6, 4),
+            "share_of_op_time": round(e.self_cpu_time_total / 1e6 / op_total, 4) if op_total else None,
+        }
+        for e in op_rows
+    ]
 
     res_dir = Path(args.out).parent
     res_dir.mkdir(parents=True, exist_ok=True)
-    (res_dir / "profile_cprofile.txt").write_text("# sorted by cumulative\n" + txt_cum + "\n# sorted by own time\n" + txt_own)
+    (res_dir / "profile_cprofile.txt").write_text(
+        "# sorted by cumulative\n" + txt_cum + "\n# sorted by own time\n" + txt_own
+    )
     (res_dir / "profile_torch_ops.txt").write_text(ops.table(sort_by="self_cpu_time_total", row_limit=args.top))
     result = {
-        "model": source, "threads": args.threads,
-        "warmup_step_s": warm, "cprofile_step_s": prof_step, "torch_profiler_step_s": torch_step,
+        "model": source,
+        "threads": args.threads,
+        "warmup_step_s": warm,
+        "cprofile_step_s": prof_step,
+        "torch_profiler_step_s": torch_step,
         "hot_spots_cprofile": [{**h, "share_of_step": round(h["cumulative_s"] / total, 4)} for h in hot],
-        "top_cumulative": by_cum, "top_own_time": by_own,
-        "torch_ops_self_cpu": torch_ops, "torch_op_time_total_s": op_total,
+        "top_cumulative": by_cum,
+        "top_own_time": by_own,
+        "torch_ops_self_cpu": torch_ops,
+        "torch_op_time_total_s": op_total,
     }
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
 
-    print(f"step under cProfile: {total:.2f}s (unprofiled warm-up step {warm['total']:.2f}s); phases: "
-          + ", ".join(f"{k} {prof_step.get(k, 0):.2f}s" for k in ("rollout", "old_logp", "ref_logp", "update")))
+    print(
+        f"step under cProfile: {total:.2f}s (unprofiled warm-up step {warm['total']:.2f}s); phases: "
+        + ", ".join(f"{k} {prof_step.get(k, 0):.2f}s" for k in ("rollout", "old_logp", "ref_logp", "update"))
+    )
     print(f"{'hot spot (cProfile, step 2)':<52}{'calls':>8}{'own s':>8}{'cum s':>8}{'share':>8}")
     for h in hot:
-        print(f"{h['label']:<52}{h['calls']:>8}{h['own_s']:>8.2f}{h['cumulative_s']:>8.2f}{100 * h['cumulative_s'] / total:>7.1f}%")
+        print(
+            f"{h['label']:<52}{h['calls']:>8}{h['own_s']:>8.2f}{h['cumulative_s']:>8.2f}{100 * h['cumulative_s'] / total:>7.1f}%"
+        )
     print(f"\n{'torch op (self CPU, step 3)':<52}{'calls':>8}{'self s':>8}{'share':>8}")
     for r in torch_ops[:15]:
         print(f"{r['op'][:50]:<52}{r['calls']:>8}{r['self_cpu_s']:>8.2f}{100 * (r['share_of_op_time'] or 0):>7.1f}%")

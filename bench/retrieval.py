@@ -29,12 +29,19 @@ _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 def _parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000], help="BM25 corpus sizes")
-    p.add_argument("--dense-sizes", type=int, nargs="*", default=[10_000],
-                   help="dense corpus sizes (100000 encodes 100k passages with MiniLM: slow on CPU)")
+    p.add_argument(
+        "--dense-sizes",
+        type=int,
+        nargs="*",
+        default=[10_000],
+        help="dense corpus sizes (100000 encodes 100k passages with MiniLM: slow on CPU)",
+    )
     p.add_argument("--dense-indexes", nargs="+", default=["flat", "hnsw", "ivfpq"])
     p.add_argument("--queries", type=int, default=2000, help="BM25 queries per size")
     p.add_argument("--dense-queries", type=int, default=256, help="dense queries per size")
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch/faiss threads for dense (default: all)")
+    p.add_argument(
+        "--threads", type=int, default=os.cpu_count() or 1, help="torch/faiss threads for dense (default: all)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="bench/results/retrieval.json")
     return p.parse_args()
@@ -57,8 +64,38 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 FUNCTION_WORDS = ["the", "of", "and", "in", "was", "a", "to", "is", "by", "for", "with", "on", "as", "his", "her"]
-SYLLABLES = ["ka", "lo", "mir", "ven", "tor", "sa", "quin", "dar", "el", "os", "tri", "bel", "nor", "ax", "um",
-             "ri", "zan", "pe", "gol", "fa", "shu", "ber", "io", "crat", "wen", "dil", "mo", "rak", "ys", "tan"]
+SYLLABLES = [
+    "ka",
+    "lo",
+    "mir",
+    "ven",
+    "tor",
+    "sa",
+    "quin",
+    "dar",
+    "el",
+    "os",
+    "tri",
+    "bel",
+    "nor",
+    "ax",
+    "um",
+    "ri",
+    "zan",
+    "pe",
+    "gol",
+    "fa",
+    "shu",
+    "ber",
+    "io",
+    "crat",
+    "wen",
+    "dil",
+    "mo",
+    "rak",
+    "ys",
+    "tan",
+]
 
 
 def make_vocab(n: int, rng: np.random.Generator) -> list[str]:
@@ -85,8 +122,10 @@ def make_corpus(n: int, seed: int) -> tuple[list[dict], list[tuple[str, int]]]:
     is_function = rng.random(int(lengths.sum())) < 0.3
     rows, queries, pos = [], [], 0
     for i in range(n):
-        words = [FUNCTION_WORDS[function[j]] if is_function[j] else vocab[content[j]]
-                 for j in range(pos, pos + int(lengths[i]))]
+        words = [
+            FUNCTION_WORDS[function[j]] if is_function[j] else vocab[content[j]]
+            for j in range(pos, pos + int(lengths[i]))
+        ]
         pos += int(lengths[i])
         title = f"{vocab[20_000 + (i * 7919) % 30_000].title()} {vocab[5_000 + i % 15_000].title()} {i}"
         rows.append({"id": f"p{i}", "title": title, "text": " ".join(words).capitalize() + "."})
@@ -107,7 +146,7 @@ def time_search(retriever, queries: list[str], k: int, batch: int) -> tuple[floa
     t0, c0 = time.perf_counter(), time.process_time()
     hits = []
     for i in range(0, len(queries), batch):
-        hits.extend(retriever.search(queries[i:i + batch], k))
+        hits.extend(retriever.search(queries[i : i + batch], k))
     return time.perf_counter() - t0, time.process_time() - c0, hits
 
 
@@ -127,10 +166,16 @@ def bench_bm25(rows, queries, n_queries: int) -> dict:
     qs = queries[:n_queries]
     seconds, cpu_s, hits = time_search(retriever, [q for q, _ in qs], k=5, batch=64)
     hit1 = float(np.mean([bool(h) and h[0].id == f"p{i}" for h, (_, i) in zip(hits, qs)]))
-    return {"build_s": round(build_s, 2), "index_bytes": size, "queries": len(qs),
-            "queries_per_s": round(len(qs) / seconds, 1), "queries_per_cpu_s": round(len(qs) / cpu_s, 1),
-            "ms_per_query": round(1000 * seconds / len(qs), 3), "title_hit@1": round(hit1, 4),
-            "pruned_fraction": round(retriever.pruned_queries / (len(qs) + 64), 3)}
+    return {
+        "build_s": round(build_s, 2),
+        "index_bytes": size,
+        "queries": len(qs),
+        "queries_per_s": round(len(qs) / seconds, 1),
+        "queries_per_cpu_s": round(len(qs) / cpu_s, 1),
+        "ms_per_query": round(1000 * seconds / len(qs), 3),
+        "title_hit@1": round(hit1, 4),
+        "pruned_fraction": round(retriever.pruned_queries / (len(qs) + 64), 3),
+    }
 
 
 def bench_dense(rows, queries, n_queries: int, kinds: list[str], threads: int) -> dict:
@@ -150,8 +195,13 @@ def bench_dense(rows, queries, n_queries: int, kinds: list[str], threads: int) -
     t0 = time.perf_counter()
     qemb = encoder.encode_queries([q for q, _ in qs])
     qencode_s = time.perf_counter() - t0
-    out = {"encode_passages_s": round(encode_s, 2), "passages_per_s": round(len(rows) / encode_s, 1),
-           "encode_queries_per_s": round(len(qs) / qencode_s, 1), "threads": threads, "indexes": {}}
+    out = {
+        "encode_passages_s": round(encode_s, 2),
+        "passages_per_s": round(len(rows) / encode_s, 1),
+        "encode_queries_per_s": round(len(qs) / qencode_s, 1),
+        "threads": threads,
+        "indexes": {},
+    }
     for kind in kinds:
         cfg = DenseConfig(index=kind)
         t0 = time.perf_counter()
@@ -163,9 +213,11 @@ def bench_dense(rows, queries, n_queries: int, kinds: list[str], threads: int) -
         hit1 = float(np.mean([ids[j, 0] == i for j, (_, i) in enumerate(qs)]))
         total_q = qencode_s + search_s
         out["indexes"][kind] = {
-            "build_s": round(encode_s + faiss_build_s, 2), "faiss_build_s": round(faiss_build_s, 2),
+            "build_s": round(encode_s + faiss_build_s, 2),
+            "faiss_build_s": round(faiss_build_s, 2),
             "faiss_search_queries_per_s": round(len(qs) / search_s, 1),
-            "queries_per_s": round(len(qs) / total_q, 1), "title_hit@1": round(hit1, 4),
+            "queries_per_s": round(len(qs) / total_q, 1),
+            "title_hit@1": round(hit1, 4),
             "index_bytes": int(faiss.serialize_index(retriever.index).nbytes),
         }
     return out
@@ -178,9 +230,15 @@ def write_json(path: str, results: dict) -> None:
 
 def main(args: argparse.Namespace) -> int:
     results: dict = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-                    "load_average_at_start": [round(x, 2) for x in os.getloadavg()]},
-        "settings": {k: v for k, v in vars(args).items() if k != "out"}, "bm25": {}, "dense": {},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        },
+        "settings": {k: v for k, v in vars(args).items() if k != "out"},
+        "bm25": {},
+        "dense": {},
     }
     table = [("backend", "passages", "build s", "queries/s", "q/cpu-s", "hit@1", "index MB")]
     for n in sorted(set(args.sizes) | set(args.dense_sizes)):
@@ -188,15 +246,33 @@ def main(args: argparse.Namespace) -> int:
         if n in args.sizes:
             r = bench_bm25(rows, queries, args.queries)
             results["bm25"][str(n)] = r
-            table.append(("bm25 (1 core)", n, r["build_s"], r["queries_per_s"], r["queries_per_cpu_s"],
-                          r["title_hit@1"], r["index_bytes"] / 1e6))
+            table.append(
+                (
+                    "bm25 (1 core)",
+                    n,
+                    r["build_s"],
+                    r["queries_per_s"],
+                    r["queries_per_cpu_s"],
+                    r["title_hit@1"],
+                    r["index_bytes"] / 1e6,
+                )
+            )
             print(f"bm25 {n}: {r}", file=sys.stderr, flush=True)
         if n in args.dense_sizes:
             r = bench_dense(rows, queries, args.dense_queries, args.dense_indexes, args.threads)
             results["dense"][str(n)] = r
             for kind, ri in r["indexes"].items():
-                table.append((f"dense {kind} ({args.threads} thr)", n, ri["build_s"], ri["queries_per_s"], "-",
-                              ri["title_hit@1"], ri["index_bytes"] / 1e6))
+                table.append(
+                    (
+                        f"dense {kind} ({args.threads} thr)",
+                        n,
+                        ri["build_s"],
+                        ri["queries_per_s"],
+                        "-",
+                        ri["title_hit@1"],
+                        ri["index_bytes"] / 1e6,
+                    )
+                )
             print(f"dense {n}: {r}", file=sys.stderr, flush=True)
         write_json(args.out, results)  # after every size, so an interrupted run keeps what it measured
     skipped = [n for n in args.sizes if n not in args.dense_sizes]
@@ -204,7 +280,11 @@ def main(args: argparse.Namespace) -> int:
         results["dense"]["skipped"] = {"sizes": skipped, "why": "not in --dense-sizes (MiniLM encoding on CPU)"}
     write_json(args.out, results)
     for row in table:
-        print("{:<22} {:>9} {:>9} {:>10} {:>9} {:>7} {:>9}".format(*[f"{c:.2f}" if isinstance(c, float) else c for c in row]))
+        print(
+            "{:<22} {:>9} {:>9} {:>10} {:>9} {:>7} {:>9}".format(
+                *[f"{c:.2f}" if isinstance(c, float) else c for c in row]
+            )
+        )
     print(f"wrote {args.out}")
     return 0
 

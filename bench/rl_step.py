@@ -91,19 +91,39 @@ def measure_step(timer: _rl.PhaseTimer, dims: _rl.Dims, step: int) -> dict:
     row_exec = _rl.executed_forward_flops(dims, batch, row_groups)
     upd_exec = _rl.executed_forward_flops(dims, batch, upd_groups)
     phases = {
-        "rollout": {"seconds": s["rollout"], "tokens": gen, "tokens_per_s": gen / s["rollout"],
-                    "observation_tokens": obs, "episodes": len(trajs),
-                    "turns_mean": sum(t.num_turns for t in trajs) / len(trajs)},
-        "old_logp": {"seconds": s.get("old_logp", 0.0), "tokens": fl["tokens"], "flops": row_exec["forward"],
-                     "executed_tokens": row_exec["tokens"], "unshared_flops": fl["forward"],
-                     "pad_efficiency": fl["tokens"] / row_padded},
-        "ref_logp": {"seconds": s.get("ref_logp", 0.0), "tokens": fl["tokens"], "flops": row_exec["forward"],
-                     "executed_tokens": row_exec["tokens"], "unshared_flops": fl["forward"],
-                     "pad_efficiency": fl["tokens"] / row_padded},
-        "update": {"seconds": s["update"], "tokens": fl["tokens"] * epochs, "flops": upd_exec["fwd_bwd"],
-                   "executed_tokens": upd_exec["tokens"], "unshared_flops": fl["fwd_bwd"] * epochs,
-                   "pad_efficiency": fl["tokens"] * epochs / upd_padded,
-                   "optimizer_steps": epochs * tr.tcfg.mini_batches},
+        "rollout": {
+            "seconds": s["rollout"],
+            "tokens": gen,
+            "tokens_per_s": gen / s["rollout"],
+            "observation_tokens": obs,
+            "episodes": len(trajs),
+            "turns_mean": sum(t.num_turns for t in trajs) / len(trajs),
+        },
+        "old_logp": {
+            "seconds": s.get("old_logp", 0.0),
+            "tokens": fl["tokens"],
+            "flops": row_exec["forward"],
+            "executed_tokens": row_exec["tokens"],
+            "unshared_flops": fl["forward"],
+            "pad_efficiency": fl["tokens"] / row_padded,
+        },
+        "ref_logp": {
+            "seconds": s.get("ref_logp", 0.0),
+            "tokens": fl["tokens"],
+            "flops": row_exec["forward"],
+            "executed_tokens": row_exec["tokens"],
+            "unshared_flops": fl["forward"],
+            "pad_efficiency": fl["tokens"] / row_padded,
+        },
+        "update": {
+            "seconds": s["update"],
+            "tokens": fl["tokens"] * epochs,
+            "flops": upd_exec["fwd_bwd"],
+            "executed_tokens": upd_exec["tokens"],
+            "unshared_flops": fl["fwd_bwd"] * epochs,
+            "pad_efficiency": fl["tokens"] * epochs / upd_padded,
+            "optimizer_steps": epochs * tr.tcfg.mini_batches,
+        },
     }
     for name in ("old_logp", "ref_logp", "update"):
         p = phases[name]
@@ -113,8 +133,13 @@ def measure_step(timer: _rl.PhaseTimer, dims: _rl.Dims, step: int) -> dict:
     return {
         "phases": phases,
         "seconds": {k: round(v, 4) for k, v in s.items()},
-        "batch": {"episodes": len(lens), "tokens": int(fl["tokens"]), "action_tokens": act, "max_len": max(lens),
-                  "mean_len": sum(lens) / len(lens)},
+        "batch": {
+            "episodes": len(lens),
+            "tokens": int(fl["tokens"]),
+            "action_tokens": act,
+            "max_len": max(lens),
+            "mean_len": sum(lens) / len(lens),
+        },
         "reward": out["metrics"].get("rollout/reward"),
     }
 
@@ -126,8 +151,11 @@ def aggregate(steps: list[dict], peak: float | None) -> dict:
         ps = [st["phases"][name] for st in steps]
         sec = sum(p["seconds"] for p in ps)
         tok = sum(p["tokens"] for p in ps)
-        row = {"seconds_per_step": sec / len(ps), "tokens_per_step": tok / len(ps),
-               "tokens_per_s": tok / sec if sec else None}
+        row = {
+            "seconds_per_step": sec / len(ps),
+            "tokens_per_step": tok / len(ps),
+            "tokens_per_s": tok / sec if sec else None,
+        }
         if "flops" in ps[0]:
             fl = sum(p["flops"] for p in ps)
             row["flops_per_step"] = fl / len(ps)
@@ -136,10 +164,13 @@ def aggregate(steps: list[dict], peak: float | None) -> dict:
             row["pad_efficiency"] = statistics.mean(p["pad_efficiency"] for p in ps)
         agg[name] = row
     totals = [st["seconds"]["total"] for st in steps]
-    agg["step"] = {"seconds_per_step": statistics.mean(totals),
-                   "seconds_stdev": statistics.stdev(totals) if len(totals) > 1 else 0.0,
-                   "other_seconds_per_step": statistics.mean(st["seconds"]["rewards_advantages_other"] + st["seconds"]["step_other"]
-                                                            for st in steps)}
+    agg["step"] = {
+        "seconds_per_step": statistics.mean(totals),
+        "seconds_stdev": statistics.stdev(totals) if len(totals) > 1 else 0.0,
+        "other_seconds_per_step": statistics.mean(
+            st["seconds"]["rewards_advantages_other"] + st["seconds"]["step_other"] for st in steps
+        ),
+    }
     return agg
 
 
@@ -147,23 +178,31 @@ def run_model(kind: str, args, peak: dict[str, float]) -> dict:
     world = _rl.load_world(args.params, _rl.smol_world_overrides(kind, args))
     cfg = world.cfg
     cache = args.smol_cache or _rl.default_smol_cache(cfg)
-    model, tok, source = _rl.load_model(kind, cfg, smol_cache=cache,
-                                        scratch_texts=[r["question"] for r in world.train_q])
+    model, tok, source = _rl.load_model(
+        kind, cfg, smol_cache=cache, scratch_texts=[r["question"] for r in world.train_q]
+    )
     dims = _rl.Dims.of(model)
     tcfg, rcfg = _rl.step_configs(kind, cfg, args)
     n_steps, warmup = (args.steps, args.warmup) if kind == "nano" else (args.smol_steps, 0)
     trainer = _rl.make_trainer(model, tok, world, tcfg, rcfg)
     timer = _rl.PhaseTimer(trainer)
-    print(f"[{kind}] {source}: {dims.n_params / 1e6:.2f}M params ({dims.n_body / 1e6:.2f}M body), "
-          f"{tcfg.batch_questions}x{tcfg.group_size} episodes/step, {warmup} warm-up + {n_steps} steps",
-          file=sys.stderr, flush=True)
+    print(
+        f"[{kind}] {source}: {dims.n_params / 1e6:.2f}M params ({dims.n_body / 1e6:.2f}M body), "
+        f"{tcfg.batch_questions}x{tcfg.group_size} episodes/step, {warmup} warm-up + {n_steps} steps",
+        file=sys.stderr,
+        flush=True,
+    )
     steps, step_no = [], 0
     for i in range(warmup + n_steps):
         step_no += 1
         st = measure_step(timer, dims, step_no)
-        print(f"[{kind}] step {step_no}{' (warm-up)' if i < warmup else ''}: "
-              + ", ".join(f"{k} {st['seconds'].get(k, 0):.2f}s" for k in (*PHASES, "total"))
-              + f", {st['batch']['tokens']} tokens, reward {st['reward']:.3f}", file=sys.stderr, flush=True)
+        print(
+            f"[{kind}] step {step_no}{' (warm-up)' if i < warmup else ''}: "
+            + ", ".join(f"{k} {st['seconds'].get(k, 0):.2f}s" for k in (*PHASES, "total"))
+            + f", {st['batch']['tokens']} tokens, reward {st['reward']:.3f}",
+            file=sys.stderr,
+            flush=True,
+        )
         if i >= warmup:
             steps.append(st)
     # smol has no warm-up step: its first step carries first-call costs; aggregate the rest when there are any
@@ -171,15 +210,31 @@ def run_model(kind: str, args, peak: dict[str, float]) -> dict:
     p = peak.get(str(args.threads))
     return {
         "source": source,
-        "model": {"params": dims.n_params, "body_params": dims.n_body, "layers": dims.layers, "hidden": dims.hidden,
-                  "vocab": dims.vocab},
-        "settings": {"run": args.run, "batch_questions": tcfg.batch_questions, "group_size": tcfg.group_size,
-                     "mini_batches": tcfg.mini_batches, "micro_batch_size": tcfg.micro_batch_size,
-                     "ppo_epochs": tcfg.ppo_epochs, "kl": tcfg.kl.model_dump(), "old_logprobs": tcfg.old_logprobs,
-                     "max_turn_tokens": rcfg.max_turn_tokens, "max_total_tokens": rcfg.max_total_tokens,
-                     "max_turns": world.env.max_turns if hasattr(world.env, "max_turns") else None,
-                     "temperature": rcfg.temperature, "top_p": rcfg.top_p, "warmup_steps_run": warmup,
-                     "steps_measured": len(steps), "steps_aggregated": len(used)},
+        "model": {
+            "params": dims.n_params,
+            "body_params": dims.n_body,
+            "layers": dims.layers,
+            "hidden": dims.hidden,
+            "vocab": dims.vocab,
+        },
+        "settings": {
+            "run": args.run,
+            "batch_questions": tcfg.batch_questions,
+            "group_size": tcfg.group_size,
+            "mini_batches": tcfg.mini_batches,
+            "micro_batch_size": tcfg.micro_batch_size,
+            "ppo_epochs": tcfg.ppo_epochs,
+            "kl": tcfg.kl.model_dump(),
+            "old_logprobs": tcfg.old_logprobs,
+            "max_turn_tokens": rcfg.max_turn_tokens,
+            "max_total_tokens": rcfg.max_total_tokens,
+            "max_turns": world.env.max_turns if hasattr(world.env, "max_turns") else None,
+            "temperature": rcfg.temperature,
+            "top_p": rcfg.top_p,
+            "warmup_steps_run": warmup,
+            "steps_measured": len(steps),
+            "steps_aggregated": len(used),
+        },
         "peak_flops": p,
         "aggregate": aggregate(used, p),
         "steps": steps,
@@ -187,7 +242,9 @@ def run_model(kind: str, args, peak: dict[str, float]) -> dict:
 
 
 def print_table(results: dict) -> None:
-    print(f"{'model':<6}{'phase':<10}{'s/step':>9}{'tokens':>9}{'tok/s':>10}{'GFLOP':>9}{'GFLOP/s':>10}{'MFU':>8}{'pad eff':>9}")
+    print(
+        f"{'model':<6}{'phase':<10}{'s/step':>9}{'tokens':>9}{'tok/s':>10}{'GFLOP':>9}{'GFLOP/s':>10}{'MFU':>8}{'pad eff':>9}"
+    )
     for kind, r in results["models"].items():
         a = r["aggregate"]
         for name in PHASES:
@@ -196,12 +253,16 @@ def print_table(results: dict) -> None:
             fps = x.get("flops_per_s")
             mfu = x.get("mfu")
             pe = x.get("pad_efficiency")
-            print(f"{kind:<6}{name:<10}{x['seconds_per_step']:>9.2f}{x['tokens_per_step']:>9.0f}"
-                  f"{(x['tokens_per_s'] or 0):>10.0f}{(fl / 1e9 if fl else 0):>9.1f}{(fps / 1e9 if fps else 0):>10.1f}"
-                  f"{(f'{100 * mfu:.1f}%' if mfu else '-'):>8}{(f'{pe:.2f}' if pe else '-'):>9}")
+            print(
+                f"{kind:<6}{name:<10}{x['seconds_per_step']:>9.2f}{x['tokens_per_step']:>9.0f}"
+                f"{(x['tokens_per_s'] or 0):>10.0f}{(fl / 1e9 if fl else 0):>9.1f}{(fps / 1e9 if fps else 0):>10.1f}"
+                f"{(f'{100 * mfu:.1f}%' if mfu else '-'):>8}{(f'{pe:.2f}' if pe else '-'):>9}"
+            )
         s = a["step"]
-        print(f"{kind:<6}{'step':<10}{s['seconds_per_step']:>9.2f}  (+- {s['seconds_stdev']:.2f}; rewards/advantages/other "
-              f"{s['other_seconds_per_step']:.2f}s)")
+        print(
+            f"{kind:<6}{'step':<10}{s['seconds_per_step']:>9.2f}  (+- {s['seconds_stdev']:.2f}; rewards/advantages/other "
+            f"{s['other_seconds_per_step']:.2f}s)"
+        )
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -226,10 +287,14 @@ def main(argv: list[str] | None = None) -> dict:
     out = Path(args.out)
     previous = json.loads(out.read_text()) if out.is_file() else {}
     results = {
-        "machine": {"python": platform.python_version(), "torch": torch.__version__, "threads": args.threads,
-                    "load_average_at_start": [round(x, 2) for x in __import__("os").getloadavg()]},
+        "machine": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "threads": args.threads,
+            "load_average_at_start": [round(x, 2) for x in __import__("os").getloadavg()],
+        },
         "flop_model": "update = 6*N_body*T + 6*d*V*T_act + 12*L*d*sum(S_b^2) (x ppo_epochs); "
-                      "old/ref = 2*N_body*T + 2*d*V*T_act + 4*L*d*sum(S_b^2); T = real tokens, T_act = loss-mask tokens",
+        "old/ref = 2*N_body*T + 2*d*V*T_act + 4*L*d*sum(S_b^2); T = real tokens, T_act = loss-mask tokens",
         "models": {k: v for k, v in previous.get("models", {}).items() if k not in args.models},
     }
     t0 = time.perf_counter()

@@ -111,7 +111,9 @@ def main(argv: list[str] | None = None) -> dict:
     backend = HFBackend(model, tok)
     engine = RolloutEngine(backend, env, tok, rcfg)
     rng = random.Random(args.seed + 1)
-    questions = [{"id": f"q{i}", "question": f"Who founded {_name(rng)} Holdings?", "answers": ["x"]} for i in range(args.batch)]
+    questions = [
+        {"id": f"q{i}", "question": f"Who founded {_name(rng)} Holdings?", "answers": ["x"]} for i in range(args.batch)
+    ]
 
     engine.rollout(questions[:1], seed=args.seed)  # warm-up (allocator, first-call overheads)
     # --repeats rounds alternating multi-turn / plain (same seeds: same work every round); the
@@ -133,27 +135,51 @@ def main(argv: list[str] | None = None) -> dict:
 
     st = engine.stats
     result = {
-        "machine": {"python": sys.version.split()[0], "torch": torch.__version__, "cpu": platform.processor() or platform.machine(), "threads": args.threads},
+        "machine": {
+            "python": sys.version.split()[0],
+            "torch": torch.__version__,
+            "cpu": platform.processor() or platform.machine(),
+            "threads": args.threads,
+        },
         "model": {"params": n_params, "hidden": scratch.hidden_size, "layers": scratch.num_layers, "vocab": len(tok)},
-        "setup": {"batch": args.batch, "turns": args.turns, "turn_tokens": args.turn_tokens, "response_len_max": resp_len,
-                  "prompt_len_max": max(len(p) for p in prompts)},
-        "multi_turn": {"seconds": multi_s, "generated_tokens": gen_tokens, "observation_tokens": st["observation_tokens"],
-                       "tokens_per_s": gen_tokens / multi_s, "generate_s": st["generate_s"], "env_s": st["env_s"],
-                       "backend_calls": st["backend_calls"]},
-        "plain_generate": {"seconds": plain_s, "generated_tokens": plain_tokens, "tokens_per_s": plain_tokens / plain_s},
+        "setup": {
+            "batch": args.batch,
+            "turns": args.turns,
+            "turn_tokens": args.turn_tokens,
+            "response_len_max": resp_len,
+            "prompt_len_max": max(len(p) for p in prompts),
+        },
+        "multi_turn": {
+            "seconds": multi_s,
+            "generated_tokens": gen_tokens,
+            "observation_tokens": st["observation_tokens"],
+            "tokens_per_s": gen_tokens / multi_s,
+            "generate_s": st["generate_s"],
+            "env_s": st["env_s"],
+            "backend_calls": st["backend_calls"],
+        },
+        "plain_generate": {
+            "seconds": plain_s,
+            "generated_tokens": plain_tokens,
+            "tokens_per_s": plain_tokens / plain_s,
+        },
     }
     result["ratio_multi_over_plain"] = statistics.median(ratios)
     result["ratio_samples"] = [round(r, 3) for r in ratios]
     result["multi_turn"]["seconds_samples"] = [round(x, 3) for x in multi_runs]
     result["plain_generate"]["seconds_samples"] = [round(x, 3) for x in plain_runs]
-    print(f"model {n_params / 1e6:.2f}M params (hidden {scratch.hidden_size}, {scratch.num_layers} layers), batch {args.batch}, "
-          f"{args.turns} turns x {args.turn_tokens} tokens, response length {resp_len}")
+    print(
+        f"model {n_params / 1e6:.2f}M params (hidden {scratch.hidden_size}, {scratch.num_layers} layers), batch {args.batch}, "
+        f"{args.turns} turns x {args.turn_tokens} tokens, response length {resp_len}"
+    )
     print(f"{'mode':<22}{'gen tokens':>12}{'seconds':>10}{'tokens/s':>11}")
     for name, key in (("multi-turn (tools)", "multi_turn"), ("plain generate", "plain_generate")):
         r = result[key]
         print(f"{name:<22}{r['generated_tokens']:>12}{r['seconds']:>10.2f}{r['tokens_per_s']:>11.1f}")
-    print(f"ratio multi/plain (median of {args.repeats} alternated rounds {result['ratio_samples']}): "
-          f"{result['ratio_multi_over_plain']:.2f}  (engine: generate {st['generate_s']:.2f}s, env {st['env_s']:.3f}s)")
+    print(
+        f"ratio multi/plain (median of {args.repeats} alternated rounds {result['ratio_samples']}): "
+        f"{result['ratio_multi_over_plain']:.2f}  (engine: generate {st['generate_s']:.2f}s, env {st['env_s']:.3f}s)"
+    )
     out = Path(args.out)
     write_json_atomic(out, result)
     print(f"wrote {out}")

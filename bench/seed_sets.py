@@ -46,17 +46,30 @@ def cache_dir(cfg) -> Path:
     """Set B's folder for the recipe of ``cfg`` (params ``train``, ``runs``, ``evaluate``)."""
     import hashlib
 
-    recipe = json.dumps([cfg.train.model_dump(mode="json"), cfg.runs, cfg.evaluate.model_dump(mode="json")],
-                        sort_keys=True, default=str)
+    recipe = json.dumps(
+        [cfg.train.model_dump(mode="json"), cfg.runs, cfg.evaluate.model_dump(mode="json")], sort_keys=True, default=str
+    )
     return CACHE_ROOT / hashlib.sha256(recipe.encode()).hexdigest()[:12]
 
 
 def _agentr1(cache: Path, *args: str) -> None:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "MPLBACKEND": "Agg", "GX_ANALYTICS_ENABLED": "false"}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "MPLBACKEND": "Agg",
+        "GX_ANALYTICS_ENABLED": "false",
+    }
     exe = Path(sys.executable).with_name("agentr1")
-    sets = ["--set", f"train.out_dir={cache / 'runs'}", "--set", f"evaluate.out_dir={cache / 'eval'}",
-            "--set", "tracking.enabled=false"]
+    sets = [
+        "--set",
+        f"train.out_dir={cache / 'runs'}",
+        "--set",
+        f"evaluate.out_dir={cache / 'eval'}",
+        "--set",
+        "tracking.enabled=false",
+    ]
     subprocess.run([str(exe), *sets, *args], cwd=ROOT, env=env, check=True)
 
 
@@ -104,10 +117,15 @@ def comparisons(cfg, seeds: list[int], eval_dir: Path) -> dict[str, dict]:
         two = compare(by[a], by[b], splits, samples, ci, cfg.seed, rc.min_seeds, pair_seeds=True)
         alone = compare(by[a], by[b], splits, samples, ci, cfg.seed, rc.min_seeds, pair_seeds=False)
         one = compare_questions_only(by[a], by[b], splits, samples, ci, cfg.seed)
-        out[f"{a} - {b}"] = {d.split: {"two_level": _entry(d), "two_level_unpaired": _entry(u),
-                                       "question_only": _entry(q)} for d, u, q in zip(two, alone, one)}
-    per_seed = {r.label: {k: [round(v, 4) for v in r.per_seed[k].values()] for k in r.per_seed}
-                for r in rows if r.kind != "baseline"}
+        out[f"{a} - {b}"] = {
+            d.split: {"two_level": _entry(d), "two_level_unpaired": _entry(u), "question_only": _entry(q)}
+            for d, u, q in zip(two, alone, one)
+        }
+    per_seed = {
+        r.label: {k: [round(v, 4) for v in r.per_seed[k].values()] for k in r.per_seed}
+        for r in rows
+        if r.kind != "baseline"
+    }
     return {"comparisons": out, "per_seed": per_seed}
 
 
@@ -128,8 +146,10 @@ def main() -> None:
     if set(a.seeds) & set(cfg.seeds):
         ap.error(f"--seeds {a.seeds} overlap params seeds {cfg.seeds}: set B must be disjoint")
     times = {} if a.no_train else train_set_b(cfg, a.seeds)
-    made = {"A": comparisons(cfg, list(cfg.seeds), Path(cfg.evaluate.out_dir)),
-            "B": comparisons(cfg, list(a.seeds), cache_dir(cfg) / "eval")}
+    made = {
+        "A": comparisons(cfg, list(cfg.seeds), Path(cfg.evaluate.out_dir)),
+        "B": comparisons(cfg, list(a.seeds), cache_dir(cfg) / "eval"),
+    }
     sets = {k: v["comparisons"] for k, v in made.items()}
     kinds = {"two_level": "two-level", "two_level_unpaired": "unpaired", "question_only": "questions"}
     for key, made_set in made.items():
@@ -137,8 +157,9 @@ def main() -> None:
         for row, per in made_set["per_seed"].items():
             print(f"  {row:<28}" + " ".join(f"{v:.3f}" for v in per["test"]))
     flips = {k: [] for k in kinds}
-    header = f"{'comparison':<48}{'split':<6}" + "".join(f"{f'{k} {s}':>30}" for k in kinds.values()
-                                                          for s in ("A", "B"))
+    header = f"{'comparison':<48}{'split':<6}" + "".join(
+        f"{f'{k} {s}':>30}" for k in kinds.values() for s in ("A", "B")
+    )
     print(header)
     for name, per_split in sets["A"].items():
         for split, entry in per_split.items():
@@ -156,9 +177,20 @@ def main() -> None:
         for f in found:
             print("  " + f)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps({"seeds": {"A": list(cfg.seeds), "B": a.seeds}, "comparisons": n, "flips": flips,
-                                       "sets": sets, "per_seed": {k: v["per_seed"] for k, v in made.items()},
-                                       "seconds_per_replica_B": times}, indent=1) + "\n")
+    Path(a.out).write_text(
+        json.dumps(
+            {
+                "seeds": {"A": list(cfg.seeds), "B": a.seeds},
+                "comparisons": n,
+                "flips": flips,
+                "sets": sets,
+                "per_seed": {k: v["per_seed"] for k, v in made.items()},
+                "seconds_per_replica_B": times,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

@@ -61,8 +61,13 @@ def proc_stats(pid: int) -> dict[str, float]:
 class Server:
     def __init__(self, src: str, corpus: Path, as_limit: int):
         env = {**os.environ, "PYTHONPATH": src}
-        self.proc = subprocess.Popen([sys.executable, "-c", SERVER, str(corpus), str(as_limit)], env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", SERVER, str(corpus), str(as_limit)],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         self.port = int(self.proc.stdout.readline())
 
     def stats(self) -> dict[str, float]:
@@ -91,7 +96,9 @@ def request(port: int, body: bytes, timeout: float = 600.0, hang_up_after: float
                     return 0, 0
                 data += chunk
             status = int(data.split(b" ", 2)[1])
-            length = int(next(line.split(b":")[1] for line in data.split(b"\r\n") if line.lower().startswith(b"content-length")))
+            length = int(
+                next(line.split(b":")[1] for line in data.split(b"\r\n") if line.lower().startswith(b"content-length"))
+            )
             got = len(data.split(b"\r\n\r\n", 1)[1])
             while got < length:
                 chunk = sock.recv(1 << 20)
@@ -127,8 +134,11 @@ def queries(vocab: list[str], n: int, chars: int, seed: int) -> list[str]:
 
 
 def work(src: str, corpus: Path, vocab: list[str], as_limit: int) -> list[dict]:
-    shapes = [("512 x 4096 chars, topk 50", 512, 4096, 50), ("16 x 4096 chars, topk 50", 16, 4096, 50),
-              ("512 x 128 chars, topk 8", 512, 128, 8)]
+    shapes = [
+        ("512 x 4096 chars, topk 50", 512, 4096, 50),
+        ("16 x 4096 chars, topk 50", 16, 4096, 50),
+        ("512 x 128 chars, topk 8", 512, 128, 8),
+    ]
     out = []
     for name, n, chars, topk in shapes:
         server = Server(src, corpus, as_limit)
@@ -138,8 +148,15 @@ def work(src: str, corpus: Path, vocab: list[str], as_limit: int) -> list[dict]:
             before = server.stats()["cpu_s"]
             status, size = request(server.port, body)
             settle(server)
-            out.append({"request": name, "body_bytes": len(body), "status": status, "answer_bytes": size,
-                        "server_cpu_s": round(server.stats()["cpu_s"] - before, 3)})
+            out.append(
+                {
+                    "request": name,
+                    "body_bytes": len(body),
+                    "status": status,
+                    "answer_bytes": size,
+                    "server_cpu_s": round(server.stats()["cpu_s"] - before, 3),
+                }
+            )
         finally:
             server.close()
         print(f"  work {name}: {out[-1]}", flush=True)
@@ -154,8 +171,10 @@ def hangup(src: str, corpus: Path, vocab: list[str], as_limit: int, n: int, char
         request(server.port, body, hang_up_after=0.2)
         at_hangup = server.stats()["cpu_s"]
         time.sleep(10)
-        return {"request": f"{n} x {chars} chars, topk {topk}", "cpu_after_hangup_s": round(server.stats()["cpu_s"]
-                                                                                              - at_hangup, 3)}
+        return {
+            "request": f"{n} x {chars} chars, topk {topk}",
+            "cpu_after_hangup_s": round(server.stats()["cpu_s"] - at_hangup, 3),
+        }
     finally:
         server.close()
 
@@ -168,8 +187,10 @@ def memory(src: str, corpus: Path, as_limit: int, body_bytes: int, concurrent: i
         settle(server)
         idle = server.stats()
         results: list[tuple[int, int]] = []
-        threads = [threading.Thread(target=lambda: results.append(request(server.port, body, timeout=300)))
-                   for _ in range(concurrent)]
+        threads = [
+            threading.Thread(target=lambda: results.append(request(server.port, body, timeout=300)))
+            for _ in range(concurrent)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -178,10 +199,15 @@ def memory(src: str, corpus: Path, as_limit: int, body_bytes: int, concurrent: i
         time.sleep(2)
         after = server.stats()
         statuses = sorted({s for s, _ in results})
-        return {"body_mib": round(len(body) / 2**20, 2), "concurrent": concurrent, "statuses": statuses,
-                "idle_rss_mib": round(idle["rss_mib"], 1), "peak_over_idle_mib": round(after["hwm_mib"] - idle["rss_mib"], 1),
-                "rss_after_over_idle_mib": round(after["rss_mib"] - idle["rss_mib"], 1),
-                "alive": server.proc.poll() is None}
+        return {
+            "body_mib": round(len(body) / 2**20, 2),
+            "concurrent": concurrent,
+            "statuses": statuses,
+            "idle_rss_mib": round(idle["rss_mib"], 1),
+            "peak_over_idle_mib": round(after["hwm_mib"] - idle["rss_mib"], 1),
+            "rss_after_over_idle_mib": round(after["rss_mib"] - idle["rss_mib"], 1),
+            "alive": server.proc.poll() is None,
+        }
     finally:
         server.close()
 
@@ -195,20 +221,37 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     as_limit = int(a.as_limit_gib * 2**30)
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "agentr1.cli", "--params", str(ROOT / "params.yaml"), "--set",
-                        f"data.processed_dir={tmp}", "--set", "tracking.enabled=false", "prepare"], check=True,
-                       capture_output=True, env={**os.environ, "PYTHONPATH": a.after})
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "agentr1.cli",
+                "--params",
+                str(ROOT / "params.yaml"),
+                "--set",
+                f"data.processed_dir={tmp}",
+                "--set",
+                "tracking.enabled=false",
+                "prepare",
+            ],
+            check=True,
+            capture_output=True,
+            env={**os.environ, "PYTHONPATH": a.after},
+        )
         corpus = Path(tmp) / "corpus.parquet"
         import pyarrow.parquet as pq
 
-        vocab = sorted({w for t in pq.read_table(corpus, columns=["text"]).column("text").to_pylist() for w in t.split()})
+        vocab = sorted(
+            {w for t in pq.read_table(corpus, columns=["text"]).column("text").to_pylist() for w in t.split()}
+        )
         results: dict = {"as_limit_gib": a.as_limit_gib, "passages": pq.read_metadata(corpus).num_rows}
         for side, src, big in (("before", a.before, (512, 4096, 50)), ("after", a.after, (16, 4096, 50))):
             print(side, flush=True)
-            results[side] = {"work": work(src, corpus, vocab, as_limit),
-                             "hangup": hangup(src, corpus, vocab, as_limit, *big),
-                             "memory": [memory(src, corpus, as_limit, size, c)
-                                        for size in ((16 << 20), (1 << 20)) for c in (4, 64)]}
+            results[side] = {
+                "work": work(src, corpus, vocab, as_limit),
+                "hangup": hangup(src, corpus, vocab, as_limit, *big),
+                "memory": [memory(src, corpus, as_limit, size, c) for size in ((16 << 20), (1 << 20)) for c in (4, 64)],
+            }
             print(json.dumps(results[side], indent=1), flush=True)
     Path(a.out + ".json").write_text(json.dumps(results, indent=1) + "\n")
     Path(a.out + ".md").write_text(table(results))
@@ -216,25 +259,39 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def table(r: dict) -> str:
-    lines = [f"# Retrieval server bounds (issue 26): before / after, server CPU time and peak RSS\n",
-             f"BM25 over the nano corpus ({r['passages']} passages); server address space capped at "
-             f"{r['as_limit_gib']} GiB; CPU = the server's utime+stime.\n",
-             "| request | before: status, CPU s, answer MB | after: status, CPU s, answer MB |", "|---|---|---|"]
+    lines = [
+        "# Retrieval server bounds (issue 26): before / after, server CPU time and peak RSS\n",
+        f"BM25 over the nano corpus ({r['passages']} passages); server address space capped at "
+        f"{r['as_limit_gib']} GiB; CPU = the server's utime+stime.\n",
+        "| request | before: status, CPU s, answer MB | after: status, CPU s, answer MB |",
+        "|---|---|---|",
+    ]
     for b, a in zip(r["before"]["work"], r["after"]["work"]):
         cell = lambda x: f"{x['status']}, {x['server_cpu_s']:.2f} s, {x['answer_bytes'] / 1e6:.2f} MB"  # noqa: E731
         lines.append(f"| {b['request']} ({b['body_bytes'] / 1e6:.2f} MB) | {cell(b)} | {cell(a)} |")
-    worst = {side: max((w["server_cpu_s"] for w in r[side]["work"] if w["status"] == 200), default=0.0)
-             for side in ("before", "after")}
-    lines += ["", f"**Worst accepted request: {worst['before']:.2f} s of server CPU before, {worst['after']:.2f} s "
-                  "after.**", "",
-              f"Client hangs up 0.2 s after sending its largest accepted request: server CPU in the next 10 s "
-              f"{r['before']['hangup']['cpu_after_hangup_s']:.2f} s before ({r['before']['hangup']['request']}), "
-              f"{r['after']['hangup']['cpu_after_hangup_s']:.2f} s after ({r['after']['hangup']['request']}).", "",
-              "| body of [],[],... | concurrent | before: statuses, peak over idle MiB, RSS after | after: statuses, "
-              "peak over idle MiB, RSS after |", "|---|---|---|---|"]
+    worst = {
+        side: max((w["server_cpu_s"] for w in r[side]["work"] if w["status"] == 200), default=0.0)
+        for side in ("before", "after")
+    }
+    lines += [
+        "",
+        f"**Worst accepted request: {worst['before']:.2f} s of server CPU before, {worst['after']:.2f} s after.**",
+        "",
+        f"Client hangs up 0.2 s after sending its largest accepted request: server CPU in the next 10 s "
+        f"{r['before']['hangup']['cpu_after_hangup_s']:.2f} s before ({r['before']['hangup']['request']}), "
+        f"{r['after']['hangup']['cpu_after_hangup_s']:.2f} s after ({r['after']['hangup']['request']}).",
+        "",
+        "| body of [],[],... | concurrent | before: statuses, peak over idle MiB, RSS after | after: statuses, "
+        "peak over idle MiB, RSS after |",
+        "|---|---|---|---|",
+    ]
+
+    def cell(x: dict) -> str:
+        return f"{x['statuses']}, +{x['peak_over_idle_mib']:.0f}, +{x['rss_after_over_idle_mib']:.0f}" + (
+            "" if x["alive"] else " (server died)"
+        )
+
     for b, a in zip(r["before"]["memory"], r["after"]["memory"]):
-        cell = lambda x: (f"{x['statuses']}, +{x['peak_over_idle_mib']:.0f}, +{x['rss_after_over_idle_mib']:.0f}"  # noqa: E731
-                          + ("" if x["alive"] else " (server died)"))
         lines.append(f"| {b['body_mib']} MiB | {b['concurrent']} | {cell(b)} | {cell(a)} |")
     return "\n".join(lines) + "\n"
 

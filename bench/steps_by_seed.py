@@ -39,8 +39,24 @@ def train(name: str, steps: int, sets: list[str], tag: str | None) -> Path:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "MPLBACKEND": "Agg"}
         exe = Path(sys.executable).with_name("agentr1")
         over = [x for kv in sets for x in ("--set", kv)]
-        subprocess.run([str(exe), "--set", f"train.out_dir={out}", "--set", f"train.steps={steps}", *over,
-                        "--set", "tracking.enabled=false", "train", "--run", name], cwd=ROOT, env=env, check=True)
+        subprocess.run(
+            [
+                str(exe),
+                "--set",
+                f"train.out_dir={out}",
+                "--set",
+                f"train.steps={steps}",
+                *over,
+                "--set",
+                "tracking.enabled=false",
+                "train",
+                "--run",
+                name,
+            ],
+            cwd=ROOT,
+            env=env,
+            check=True,
+        )
     return curve
 
 
@@ -56,8 +72,14 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4, 5])
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--margin", type=float, default=0.05, help="dev EM above step 0 that counts as learned")
-    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="train.KEY=VALUE",
-                    help="a recipe override for every run (repeatable); use with --tag")
+    ap.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="train.KEY=VALUE",
+        help="a recipe override for every run (repeatable); use with --tag",
+    )
     ap.add_argument("--tag", default=None, help="cache folder of this variant (required with --set)")
     ap.add_argument("--out", default=str(ROOT / "bench/results/steps_by_seed.json"))
     a = ap.parse_args()
@@ -68,14 +90,24 @@ def main() -> None:
     print(f"{'replica':<32}" + "".join(f"{f'dev@{k}':>9}" for k in steps))
     for name, c in curves.items():
         print(f"{name:<32}" + "".join(f"{c.get(k, float('nan')):>9.3f}" for k in steps))
-    learned = {r: {k: sum(curves[f"{r}-{s}"].get(k, 0) > curves[f"{r}-{s}"][0] + a.margin for s in a.seeds)
-                   for k in steps if k} for r in a.runs}
+    learned = {
+        r: {
+            k: sum(curves[f"{r}-{s}"].get(k, 0) > curves[f"{r}-{s}"][0] + a.margin for s in a.seeds) for k in steps if k
+        }
+        for r in a.runs
+    }
     for r, by in learned.items():
-        print(f"\n{r}: seeds (of {len(a.seeds)}) with dev EM > step 0 + {a.margin}: "
-              + ", ".join(f"step {k}: {n}" for k, n in by.items()))
+        print(
+            f"\n{r}: seeds (of {len(a.seeds)}) with dev EM > step 0 + {a.margin}: "
+            + ", ".join(f"step {k}: {n}" for k, n in by.items())
+        )
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps({"steps": a.steps, "sets": a.sets, "margin": a.margin, "dev_em": curves, "learned": learned},
-                                      indent=1) + "\n")
+    Path(a.out).write_text(
+        json.dumps(
+            {"steps": a.steps, "sets": a.sets, "margin": a.margin, "dev_em": curves, "learned": learned}, indent=1
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

@@ -95,8 +95,8 @@ def main(argv: list[str] | None = None) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from agentr1.env.rewards import score_episode
-    from agentr1.rl.sampling import seed_key as _key
     from agentr1.lm.schedule import BETAS
+    from agentr1.rl.sampling import seed_key as _key
     from agentr1.rollout import RolloutEngine
     from agentr1.rollout.hf import HFBackend
 
@@ -117,7 +117,9 @@ def main(argv: list[str] | None = None) -> dict:
         for q in trainer_a.sample_questions(s):
             user = env.user_prompt(q["question"])
             by_prompt[user] = q
-            rows.append({"prompt": [{"role": "system", "content": env.system_prompt()}, {"role": "user", "content": user}]})
+            rows.append(
+                {"prompt": [{"role": "system", "content": env.system_prompt()}, {"role": "user", "content": user}]}
+            )
     dataset = Dataset.from_list(rows)
     tok_t.padding_side = "left"
     gen_counter = {"k": 0}
@@ -141,8 +143,10 @@ def main(argv: list[str] | None = None) -> dict:
             trajs = engine.rollout(questions, g, seed=_key(cfg.seed, k, 2, 0))
         trl_times["rollout"] += time.perf_counter() - t0
         model.train(was_training)
-        trl_tokens.update(gen=sum(t.num_action_tokens for t in trajs),
-                          tokens=sum(len(t.prompt_ids) + len(t.response_ids) for t in trajs))
+        trl_tokens.update(
+            gen=sum(t.num_action_tokens for t in trajs),
+            tokens=sum(len(t.prompt_ids) + len(t.response_ids) for t in trajs),
+        )
         return {
             "prompt_ids": [list(t.prompt_ids) for t in trajs],
             "completion_ids": [list(t.response_ids) for t in trajs],
@@ -159,19 +163,51 @@ def main(argv: list[str] | None = None) -> dict:
     gas = max(M // micro, 1)  # micro-batches accumulated per optimizer step
     tmp = tempfile.mkdtemp(prefix="bench-trl-")
     gcfg = GRPOConfig(
-        output_dir=tmp, report_to="none", save_strategy="no", logging_steps=10_000, disable_tqdm=True,
-        use_cpu=True, bf16=False, fp16=False, seed=cfg.seed, data_seed=cfg.seed, dataloader_num_workers=0,
-        per_device_train_batch_size=micro, gradient_accumulation_steps=gas, steps_per_generation=tcfg.mini_batches * gas,
-        num_generations=tcfg.group_size, num_iterations=tcfg.ppo_epochs,
+        output_dir=tmp,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=10_000,
+        disable_tqdm=True,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        dataloader_num_workers=0,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=gas,
+        steps_per_generation=tcfg.mini_batches * gas,
+        num_generations=tcfg.group_size,
+        num_iterations=tcfg.ppo_epochs,
         max_steps=tcfg.mini_batches * tcfg.ppo_epochs * n_rl_steps,
-        learning_rate=tcfg.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=tcfg.weight_decay,
-        adam_beta1=BETAS[0], adam_beta2=BETAS[1], optim="adamw_torch", max_grad_norm=tcfg.grad_clip or 1e9,
-        beta=tcfg.kl.coef, epsilon=tcfg.clip_low, epsilon_high=tcfg.clip_high, loss_type="bnpo",
-        scale_rewards="group" if tcfg.norm_by_std else "none", temperature=rcfg.temperature, top_p=rcfg.top_p,
-        top_k=0, max_completion_length=rcfg.max_total_tokens, shuffle_dataset=False, log_completions=False,
+        learning_rate=tcfg.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=tcfg.weight_decay,
+        adam_beta1=BETAS[0],
+        adam_beta2=BETAS[1],
+        optim="adamw_torch",
+        max_grad_norm=tcfg.grad_clip or 1e9,
+        beta=tcfg.kl.coef,
+        epsilon=tcfg.clip_low,
+        epsilon_high=tcfg.clip_high,
+        loss_type="bnpo",
+        scale_rewards="group" if tcfg.norm_by_std else "none",
+        temperature=rcfg.temperature,
+        top_p=rcfg.top_p,
+        top_k=0,
+        max_completion_length=rcfg.max_total_tokens,
+        shuffle_dataset=False,
+        log_completions=False,
     )
-    trainer_t = GRPOTrainer(model=model_t, reward_funcs=agentr1_reward, args=gcfg, train_dataset=dataset,
-                            processing_class=tok_t, rollout_func=rollout_func)
+    trainer_t = GRPOTrainer(
+        model=model_t,
+        reward_funcs=agentr1_reward,
+        args=gcfg,
+        train_dataset=dataset,
+        processing_class=tok_t,
+        rollout_func=rollout_func,
+    )
     torch.set_num_threads(args.threads)  # accelerate / Trainer init may touch it
 
     # TRL phase timers (instance attributes; TRL's code is not changed)
@@ -214,33 +250,55 @@ def main(argv: list[str] | None = None) -> dict:
             trl_tok = dict(trl_tokens)
             trl_times.clear()
             st = timer.step(k)  # the agentr1 step with the same questions and rollout seed
-            a_tokens = {"gen": sum(t.num_action_tokens for t in timer.trajs),
-                        "tokens": int(timer.batch["attention_mask"].sum())}
-            rec = {"rl_step": k, "warmup": k <= args.warmup, "trl_s": trl_s, "agentr1_s": st["seconds"]["total"],
-                   "ratio_agentr1_over_trl": st["seconds"]["total"] / trl_s,
-                   "trl_phases": {
-                       "rollout": trl_phase.get("rollout", 0.0),
-                       "old_ref_logp": trl_phase.get("old_logp", 0.0) + trl_phase.get("ref_logp", 0.0),
-                       "old_logp": trl_phase.get("old_logp", 0.0), "ref_logp": trl_phase.get("ref_logp", 0.0),
-                       "rewards_advantages_other": trl_phase.get("generate_and_score", 0.0) - trl_phase.get("rollout", 0.0)
-                       - trl_phase.get("old_logp", 0.0) - trl_phase.get("ref_logp", 0.0),
-                       "update": trl_s - trl_phase.get("generate_and_score", 0.0)},
-                   "agentr1_phases": {
-                       "rollout": st["seconds"]["rollout"],
-                       "old_ref_logp": st["seconds"].get("old_logp", 0.0) + st["seconds"].get("ref_logp", 0.0),
-                       "old_logp": st["seconds"].get("old_logp", 0.0), "ref_logp": st["seconds"].get("ref_logp", 0.0),
-                       "rewards_advantages_other": st["seconds"]["rewards_advantages_other"] + st["seconds"]["step_other"],
-                       "update": st["seconds"]["update"]},
-                   "trl_tokens": trl_tok, "agentr1_tokens": a_tokens}
+            a_tokens = {
+                "gen": sum(t.num_action_tokens for t in timer.trajs),
+                "tokens": int(timer.batch["attention_mask"].sum()),
+            }
+            rec = {
+                "rl_step": k,
+                "warmup": k <= args.warmup,
+                "trl_s": trl_s,
+                "agentr1_s": st["seconds"]["total"],
+                "ratio_agentr1_over_trl": st["seconds"]["total"] / trl_s,
+                "trl_phases": {
+                    "rollout": trl_phase.get("rollout", 0.0),
+                    "old_ref_logp": trl_phase.get("old_logp", 0.0) + trl_phase.get("ref_logp", 0.0),
+                    "old_logp": trl_phase.get("old_logp", 0.0),
+                    "ref_logp": trl_phase.get("ref_logp", 0.0),
+                    "rewards_advantages_other": trl_phase.get("generate_and_score", 0.0)
+                    - trl_phase.get("rollout", 0.0)
+                    - trl_phase.get("old_logp", 0.0)
+                    - trl_phase.get("ref_logp", 0.0),
+                    "update": trl_s - trl_phase.get("generate_and_score", 0.0),
+                },
+                "agentr1_phases": {
+                    "rollout": st["seconds"]["rollout"],
+                    "old_ref_logp": st["seconds"].get("old_logp", 0.0) + st["seconds"].get("ref_logp", 0.0),
+                    "old_logp": st["seconds"].get("old_logp", 0.0),
+                    "ref_logp": st["seconds"].get("ref_logp", 0.0),
+                    "rewards_advantages_other": st["seconds"]["rewards_advantages_other"] + st["seconds"]["step_other"],
+                    "update": st["seconds"]["update"],
+                },
+                "trl_tokens": trl_tok,
+                "agentr1_tokens": a_tokens,
+            }
             records.append(rec)
-            print(f"[alt {k}{' warm-up' if rec['warmup'] else ''}] TRL {trl_s:.2f}s ({trl_tok.get('tokens')} tok, "
-                  f"{trl_tok.get('gen')} gen) | agentr1 {rec['agentr1_s']:.2f}s ({a_tokens['tokens']} tok, "
-                  f"{a_tokens['gen']} gen) | ratio {rec['ratio_agentr1_over_trl']:.3f}", file=sys.stderr, flush=True)
+            print(
+                f"[alt {k}{' warm-up' if rec['warmup'] else ''}] TRL {trl_s:.2f}s ({trl_tok.get('tokens')} tok, "
+                f"{trl_tok.get('gen')} gen) | agentr1 {rec['agentr1_s']:.2f}s ({a_tokens['tokens']} tok, "
+                f"{a_tokens['gen']} gen) | ratio {rec['ratio_agentr1_over_trl']:.3f}",
+                file=sys.stderr,
+                flush=True,
+            )
             self.t_start = time.perf_counter()
 
     trainer_t.add_callback(Alternate())
-    print(f"[{args.model}] {source}; TRL {trl.__version__}; {n_rl_steps} RL steps each side "
-          f"({opt_per_rl_step} optimizer steps per RL step)", file=sys.stderr, flush=True)
+    print(
+        f"[{args.model}] {source}; TRL {trl.__version__}; {n_rl_steps} RL steps each side "
+        f"({opt_per_rl_step} optimizer steps per RL step)",
+        file=sys.stderr,
+        flush=True,
+    )
     t0 = time.perf_counter()
     try:
         trainer_t.train()
@@ -258,31 +316,70 @@ def main(argv: list[str] | None = None) -> dict:
         "alternations": len(measured),
         "agentr1_s_mean": statistics.mean(r["agentr1_s"] for r in measured),
         "trl_s_mean": statistics.mean(r["trl_s"] for r in measured),
-        "ratio_agentr1_over_trl": {"mean": statistics.mean(ratios), "stdev": statistics.stdev(ratios) if len(ratios) > 1 else 0.0,
-                                   "min": min(ratios), "max": max(ratios)},
+        "ratio_agentr1_over_trl": {
+            "mean": statistics.mean(ratios),
+            "stdev": statistics.stdev(ratios) if len(ratios) > 1 else 0.0,
+            "min": min(ratios),
+            "max": max(ratios),
+        },
         "speedup_trl_over_agentr1": statistics.mean(r["trl_s"] / r["agentr1_s"] for r in measured),
-        "phases_s_mean": {side: {k: mean(k, side) for k in ("rollout", "old_ref_logp", "rewards_advantages_other", "update")}
-                          for side in ("agentr1", "trl")},
+        "phases_s_mean": {
+            side: {k: mean(k, side) for k in ("rollout", "old_ref_logp", "rewards_advantages_other", "update")}
+            for side in ("agentr1", "trl")
+        },
         "tokens_per_step_mean": {
             "agentr1": statistics.mean(r["agentr1_tokens"]["tokens"] for r in measured),
-            "trl": statistics.mean(r["trl_tokens"].get("tokens", 0) for r in measured)},
+            "trl": statistics.mean(r["trl_tokens"].get("tokens", 0) for r in measured),
+        },
         "time_per_token_ratio_agentr1_over_trl": statistics.mean(
-            (r["agentr1_s"] / r["agentr1_tokens"]["tokens"]) / (r["trl_s"] / r["trl_tokens"]["tokens"]) for r in measured),
+            (r["agentr1_s"] / r["agentr1_tokens"]["tokens"]) / (r["trl_s"] / r["trl_tokens"]["tokens"])
+            for r in measured
+        ),
     }
     result = {
-        "machine": {"python": platform.python_version(), "torch": torch.__version__, "threads": args.threads,
-                    "load_average_at_start": [round(x, 2) for x in os.getloadavg()]},
+        "machine": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "threads": args.threads,
+            "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        },
         "trl_version": trl.__version__,
-        "model": args.model, "source": source,
-        "settings": {"batch_questions": tcfg.batch_questions, "group_size": tcfg.group_size,
-                     "mini_batches": tcfg.mini_batches, "micro_batch_size": tcfg.micro_batch_size,
-                     "ppo_epochs": tcfg.ppo_epochs, "lr": tcfg.lr, "kl_coef": tcfg.kl.coef, "kl_estimator": tcfg.kl.estimator,
-                     "clip": [tcfg.clip_low, tcfg.clip_high], "max_turn_tokens": rcfg.max_turn_tokens,
-                     "max_total_tokens": rcfg.max_total_tokens, "temperature": rcfg.temperature, "top_p": rcfg.top_p,
-                     "trl_config": {k: getattr(gcfg, k) for k in (
-                         "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
-                         "num_generations", "num_iterations", "loss_type", "beta", "epsilon", "epsilon_high",
-                         "scale_rewards", "learning_rate", "lr_scheduler_type", "max_grad_norm", "optim")}},
+        "model": args.model,
+        "source": source,
+        "settings": {
+            "batch_questions": tcfg.batch_questions,
+            "group_size": tcfg.group_size,
+            "mini_batches": tcfg.mini_batches,
+            "micro_batch_size": tcfg.micro_batch_size,
+            "ppo_epochs": tcfg.ppo_epochs,
+            "lr": tcfg.lr,
+            "kl_coef": tcfg.kl.coef,
+            "kl_estimator": tcfg.kl.estimator,
+            "clip": [tcfg.clip_low, tcfg.clip_high],
+            "max_turn_tokens": rcfg.max_turn_tokens,
+            "max_total_tokens": rcfg.max_total_tokens,
+            "temperature": rcfg.temperature,
+            "top_p": rcfg.top_p,
+            "trl_config": {
+                k: getattr(gcfg, k)
+                for k in (
+                    "per_device_train_batch_size",
+                    "gradient_accumulation_steps",
+                    "steps_per_generation",
+                    "num_generations",
+                    "num_iterations",
+                    "loss_type",
+                    "beta",
+                    "epsilon",
+                    "epsilon_high",
+                    "scale_rewards",
+                    "learning_rate",
+                    "lr_scheduler_type",
+                    "max_grad_norm",
+                    "optim",
+                )
+            },
+        },
         "differences": [
             "TRL rolls out through rollout_func = agentr1's RolloutEngine + ToolEnv (TRL's built-in generation is "
             "single-turn; its tools=/environment_factory need a JSON tool-calling chat template)",
@@ -304,11 +401,15 @@ def main(argv: list[str] | None = None) -> dict:
 
     print(f"{'alt':>4}{'agentr1 s':>11}{'TRL s':>9}{'ratio a/T':>11}{'a tokens':>10}{'T tokens':>10}")
     for r in records:
-        print(f"{r['rl_step']:>4}{r['agentr1_s']:>11.2f}{r['trl_s']:>9.2f}{r['ratio_agentr1_over_trl']:>11.3f}"
-              f"{r['agentr1_tokens']['tokens']:>10}{r['trl_tokens'].get('tokens', 0):>10}{'  (warm-up)' if r['warmup'] else ''}")
+        print(
+            f"{r['rl_step']:>4}{r['agentr1_s']:>11.2f}{r['trl_s']:>9.2f}{r['ratio_agentr1_over_trl']:>11.3f}"
+            f"{r['agentr1_tokens']['tokens']:>10}{r['trl_tokens'].get('tokens', 0):>10}{'  (warm-up)' if r['warmup'] else ''}"
+        )
     rr = summary["ratio_agentr1_over_trl"]
-    print(f"ratio agentr1/TRL over {len(measured)} alternations: mean {rr['mean']:.3f} (stdev {rr['stdev']:.3f}, "
-          f"min {rr['min']:.3f}, max {rr['max']:.3f}); TRL/agentr1 speed-up {summary['speedup_trl_over_agentr1']:.2f}x")
+    print(
+        f"ratio agentr1/TRL over {len(measured)} alternations: mean {rr['mean']:.3f} (stdev {rr['stdev']:.3f}, "
+        f"min {rr['min']:.3f}, max {rr['max']:.3f}); TRL/agentr1 speed-up {summary['speedup_trl_over_agentr1']:.2f}x"
+    )
     print(f"{'phase (s/step)':<26}{'agentr1':>9}{'TRL':>9}")
     for k in ("rollout", "old_ref_logp", "rewards_advantages_other", "update"):
         print(f"{k:<26}{summary['phases_s_mean']['agentr1'][k]:>9.2f}{summary['phases_s_mean']['trl'][k]:>9.2f}")

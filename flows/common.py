@@ -18,9 +18,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from agentr1.tracking.redact import redact_uri
 from agentr1.tracking.uri import sqlite_path
@@ -84,9 +85,7 @@ class CommandError(RuntimeError):
         self.stderr_tail = stderr_tail
         self.output_tail = output_tail
         shown = stderr_tail.strip() or output_tail.strip() or "(no output)"
-        super().__init__(
-            f"`{' '.join(self.cmd)}` failed with exit code {returncode} (in {cwd}):\n{shown}"
-        )
+        super().__init__(f"`{' '.join(self.cmd)}` failed with exit code {returncode} (in {cwd}):\n{shown}")
 
     @property
     def transient(self) -> bool:
@@ -97,10 +96,7 @@ class CommandError(RuntimeError):
 def is_transient(text: str) -> bool:
     """True when a line of ``text`` (a command's stderr) is a known lock or network error
     (``TRANSIENT_PATTERNS``); DEBUG/INFO/WARNING log lines are ignored."""
-    return any(
-        _TRANSIENT_RE.search(line) and not _NON_ERROR_LOG_RE.match(line)
-        for line in text.splitlines()
-    )
+    return any(_TRANSIENT_RE.search(line) and not _NON_ERROR_LOG_RE.match(line) for line in text.splitlines())
 
 
 def retry_if_transient(task: Any, task_run: Any, state: Any) -> bool:
@@ -170,8 +166,15 @@ def run_command(
     logger.info("$ %s  (cwd=%s)", " ".join(cmd), cwd)
     t0 = time.monotonic()
     proc = subprocess.Popen(
-        cmd, cwd=cwd, env=command_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, errors="replace", bufsize=1, start_new_session=True,
+        cmd,
+        cwd=cwd,
+        env=command_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        bufsize=1,
+        start_new_session=True,
     )
     out_lines: list[str] = []
     err_lines: list[str] = []
@@ -212,8 +215,9 @@ def run_command(
     result = CommandResult(cmd, proc.returncode, "\n".join(out_lines), "\n".join(err_lines), seconds)
     if timed_out:
         err_tail.append(f"timed out after {timeout_s:.0f} s and was killed")
-        raise CommandError(cmd, proc.returncode if proc.returncode is not None else -9, cwd,
-                           "\n".join(err_tail), "\n".join(tail))
+        raise CommandError(
+            cmd, proc.returncode if proc.returncode is not None else -9, cwd, "\n".join(err_tail), "\n".join(tail)
+        )
     logger.info("exit %d after %.1f s: %s", proc.returncode, seconds, " ".join(cmd))
     if check and proc.returncode != 0:
         raise CommandError(cmd, proc.returncode, cwd, "\n".join(err_tail), "\n".join(tail))
@@ -321,7 +325,9 @@ def run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str:
     return f"runs:/{run_id}"
 
 
-def mlflow_runs_since(tracking_uri: str | None, since_ms: int, max_runs: int = 50) -> tuple[list[dict[str, str]], str | None]:
+def mlflow_runs_since(
+    tracking_uri: str | None, since_ms: int, max_runs: int = 50
+) -> tuple[list[dict[str, str]], str | None]:
     """MLflow runs started at or after ``since_ms`` (the stages this flow ran), as link rows.
     Returns ``(rows, note)``; never raises: a missing or unreachable store becomes the note."""
     if not tracking_uri:
@@ -336,7 +342,10 @@ def mlflow_runs_since(tracking_uri: str | None, since_ms: int, max_runs: int = 5
         try:
             urllib.request.urlopen(f"{tracking_uri.rstrip('/')}/health", timeout=5).close()
         except Exception as exc:  # noqa: BLE001
-            return [], f"could not read MLflow runs from {redact_uri(tracking_uri)}: server unreachable ({redact_uri(str(exc))})"
+            return (
+                [],
+                f"could not read MLflow runs from {redact_uri(tracking_uri)}: server unreachable ({redact_uri(str(exc))})",
+            )
     try:
         from mlflow import MlflowClient
         from mlflow.entities import ViewType
@@ -352,17 +361,22 @@ def mlflow_runs_since(tracking_uri: str | None, since_ms: int, max_runs: int = 5
             order_by=["attributes.start_time ASC"],
         )
     except Exception as exc:  # noqa: BLE001 - links are a convenience; never fail the flow
-        return [], f"could not read MLflow runs from {redact_uri(tracking_uri)}: {type(exc).__name__}: {redact_uri(str(exc))}"
+        return (
+            [],
+            f"could not read MLflow runs from {redact_uri(tracking_uri)}: {type(exc).__name__}: {redact_uri(str(exc))}",
+        )
     names = {e.experiment_id: e.name for e in exps}
     rows = []
     for r in runs:
-        rows.append({
-            "run": r.info.run_name or r.info.run_id,
-            "stage": r.data.tags.get("agentr1.stage", ""),
-            "experiment": names.get(r.info.experiment_id, r.info.experiment_id),
-            "status": r.info.status,
-            "url": run_url(tracking_uri, r.info.experiment_id, r.info.run_id),
-        })
+        rows.append(
+            {
+                "run": r.info.run_name or r.info.run_id,
+                "stage": r.data.tags.get("agentr1.stage", ""),
+                "experiment": names.get(r.info.experiment_id, r.info.experiment_id),
+                "status": r.info.status,
+                "url": run_url(tracking_uri, r.info.experiment_id, r.info.run_id),
+            }
+        )
     note = None if rows else f"no MLflow runs started during this flow run in {redact_uri(tracking_uri)}"
     return rows, note
 

@@ -27,8 +27,8 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows.common import (
-    fmt,
     flatten,
+    fmt,
     md_link,
     md_table,
     metrics_table,
@@ -43,9 +43,13 @@ from flows.common import (
 REPORT_KEY = "agentr1-pipeline-report"
 METRICS_KEY = "agentr1-pipeline-metrics"
 # Read directly when `dvc metrics show` cannot answer (the stages' metrics files so far).
-KNOWN_METRICS = ("data/validation/summary.json", "data/retrieval/report.json", "data/sft/metrics.json",
-                 "data/sft_reference/metrics.json",
-                 "reports/report.json")
+KNOWN_METRICS = (
+    "data/validation/summary.json",
+    "data/retrieval/report.json",
+    "data/sft/metrics.json",
+    "data/sft_reference/metrics.json",
+    "reports/report.json",
+)
 # The markdown shows metric paths up to this depth; the table artifact has all of them.
 MD_DEPTH = 3
 MD_ROWS_PER_FILE = 40
@@ -135,14 +139,16 @@ def check_push_remote(project_dir: str, remote: str | None) -> str:
             f"push=true, but {project_dir} has no default DVC remote (.dvc/config tracks none): "
             "for the local topology run `scripts/topology.sh up` (it sets one in the git-ignored "
             ".dvc/config.local); otherwise `dvc remote add --local -d <name> s3://<bucket>/dvcstore` "
-            "(docs/OPERATIONS.md, \"DVC remote and MLflow artifacts on S3\"), pass remote=<name>, or push=false"
+            '(docs/OPERATIONS.md, "DVC remote and MLflow artifacts on S3"), pass remote=<name>, or push=false'
         )
     return default
 
 
 def _git_sha(project_dir: str) -> str:
     try:
-        sha = run_command(["git", "rev-parse", "--short", "HEAD"], project_dir, check=False, logger=_quiet()).stdout.strip()
+        sha = run_command(
+            ["git", "rev-parse", "--short", "HEAD"], project_dir, check=False, logger=_quiet()
+        ).stdout.strip()
         dirty = run_command(["git", "status", "--porcelain"], project_dir, check=False, logger=_quiet()).stdout.strip()
         return (sha or "unknown") + (" (dirty)" if dirty else "")
     except OSError:
@@ -198,13 +204,17 @@ def build_report(
         total = len(flatten(data))
         lines += [f"### `{path}`", "", md_table(rows[:MD_ROWS_PER_FILE], ["metric", "value"])]
         if total > min(len(rows), MD_ROWS_PER_FILE):
-            lines.append(f"_{total - min(len(rows), MD_ROWS_PER_FILE)} more values in the `{METRICS_KEY}` table artifact._\n")
+            lines.append(
+                f"_{total - min(len(rows), MD_ROWS_PER_FILE)} more values in the `{METRICS_KEY}` table artifact._\n"
+            )
     lines += ["## MLflow runs", ""]
     if mlflow_rows:
-        lines.append(md_table(
-            [{**r, "url": md_link(r["url"], "open")} for r in mlflow_rows],
-            ["run", "stage", "experiment", "status", "url"],
-        ))
+        lines.append(
+            md_table(
+                [{**r, "url": md_link(r["url"], "open")} for r in mlflow_rows],
+                ["run", "stage", "experiment", "status", "url"],
+            )
+        )
     else:
         lines.append(f"_{mlflow_note}_\n")
     if report_md:
@@ -279,18 +289,38 @@ def pipeline(
         if report_file and (Path(project_dir) / report_file).is_file():
             report_md = (Path(project_dir) / report_file).read_text()
         markdown = build_report(
-            status=status, project_dir=project_dir, targets=targets, stages=stages,
-            metrics=metrics, mlflow_rows=mlflow_rows, mlflow_note=mlflow_note, error=error,
-            pushed=pushed, published=published, report_md=report_md, tracked=tracked,
+            status=status,
+            project_dir=project_dir,
+            targets=targets,
+            stages=stages,
+            metrics=metrics,
+            mlflow_rows=mlflow_rows,
+            mlflow_note=mlflow_note,
+            error=error,
+            pushed=pushed,
+            published=published,
+            report_md=report_md,
+            tracked=tracked,
         )
         create_markdown_artifact(markdown, key=REPORT_KEY, description=f"agentr1 pipeline {status.lower()}")
         rows = metrics_table(metrics)
         if rows:
             create_table_artifact(rows, key=METRICS_KEY, description="every scalar in the DVC metrics files")
-        logger.info("pipeline %s: %d stage task(s), %d metrics file(s), %d MLflow run(s)",
-                    status.lower(), len(stages), len(metrics), len(mlflow_rows))
-    return {"stages": stages, "metrics": metrics, "mlflow_runs": mlflow_rows, "tracked": tracked, "pushed": pushed,
-            "published": published}
+        logger.info(
+            "pipeline %s: %d stage task(s), %d metrics file(s), %d MLflow run(s)",
+            status.lower(),
+            len(stages),
+            len(metrics),
+            len(mlflow_rows),
+        )
+    return {
+        "stages": stages,
+        "metrics": metrics,
+        "mlflow_runs": mlflow_rows,
+        "tracked": tracked,
+        "pushed": pushed,
+        "published": published,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -303,8 +333,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tracking-uri", default=None)
     ap.add_argument("--no-track", action="store_true", help="skip `agentr1 track` after the repro")
     a = ap.parse_args(argv)
-    pipeline(project_dir=a.project_dir, targets=a.target, force=a.force, push=a.push,
-             remote=a.remote, tracking_uri=a.tracking_uri, track_mlflow=not a.no_track)
+    pipeline(
+        project_dir=a.project_dir,
+        targets=a.target,
+        force=a.force,
+        push=a.push,
+        remote=a.remote,
+        tracking_uri=a.tracking_uri,
+        track_mlflow=not a.no_track,
+    )
 
 
 if __name__ == "__main__":

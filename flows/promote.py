@@ -21,7 +21,7 @@ from typing import Any
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from flows.common import fmt, flatten, md_table, retry_if_transient, run_command, run_logger
+from flows.common import flatten, fmt, md_table, retry_if_transient, run_command, run_logger
 
 PROMOTE_KEY = "agentr1-promote"
 # The command prefix; tests replace it to run the flow without the registry.
@@ -106,8 +106,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("args", nargs=argparse.REMAINDER, help="extra args for `agentr1 promote`")
     a = ap.parse_args(argv)
-    promote(project_dir=a.project_dir, params_file=a.params, model=a.model, metric=a.metric,
-            dry_run=a.dry_run, args=a.args, tracking_uri=a.tracking_uri)
+    promote(
+        project_dir=a.project_dir,
+        params_file=a.params,
+        model=a.model,
+        metric=a.metric,
+        dry_run=a.dry_run,
+        args=a.args,
+        tracking_uri=a.tracking_uri,
+    )
 
 
 if __name__ == "__main__":

@@ -60,16 +60,23 @@ def plan_experiments(
     for i, (target, seed, combo) in enumerate(itertools.product(targets or [None], seeds, grid)):
         sets = {"seed": seed, **dict(zip(keys, combo))}
         label = re.sub(r"[^A-Za-z0-9_-]+", "-", f"{target or 'all'}-s{seed}")
-        runs.append({
-            "name": f"{prefix}-{i:03d}-{label}".strip("-"),
-            "target": target,
-            "sets": sets,
-        })
+        runs.append(
+            {
+                "name": f"{prefix}-{i:03d}-{label}".strip("-"),
+                "target": target,
+                "sets": sets,
+            }
+        )
     return runs
 
 
-@task(name="dvc-exp-queue", task_run_name="queue {run[name]}", retries=2, retry_delay_seconds=10,
-      retry_condition_fn=retry_if_transient)
+@task(
+    name="dvc-exp-queue",
+    task_run_name="queue {run[name]}",
+    retries=2,
+    retry_delay_seconds=10,
+    retry_condition_fn=retry_if_transient,
+)
 def queue_experiment(project_dir: str, run: dict[str, Any]) -> str:
     cmd = ["dvc", "exp", "run", "--queue", "-n", run["name"]]
     for k, v in run["sets"].items():
@@ -109,8 +116,9 @@ def run_queue(project_dir: str, names: list[str], jobs: int, poll_s: float, time
         if all(s in FINAL_STATES for s in mine.values()):
             return mine
         if time.monotonic() > deadline:
-            run_command(["dvc", "queue", "kill", *[n for n, s in mine.items() if s == "Running"]],
-                        project_dir, check=False)
+            run_command(
+                ["dvc", "queue", "kill", *[n for n, s in mine.items() if s == "Running"]], project_dir, check=False
+            )
             raise TimeoutError(f"sweep did not finish within {timeout_s:.0f} s: {mine}")
         time.sleep(poll_s)
 
@@ -121,8 +129,9 @@ def _quiet():
     return logging.getLogger("agentr1.flows.quiet")
 
 
-def collect(project_dir: str, runs: list[dict[str, Any]], states: dict[str, str],
-            metric_keys: list[str] | None) -> list[dict[str, Any]]:
+def collect(
+    project_dir: str, runs: list[dict[str, Any]], states: dict[str, str], metric_keys: list[str] | None
+) -> list[dict[str, Any]]:
     """One row per experiment from ``dvc exp show --json``: name, rev, state, overrides, metrics."""
     res = run_command(["dvc", "exp", "show", "--json"], project_dir, logger=_quiet())
     shown: dict[str, dict[str, Any]] = {}
@@ -222,8 +231,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--project-dir", default=".")
     ap.add_argument("--target", action="append", default=[])
     ap.add_argument("--seed", type=int, action="append", default=[])
-    ap.add_argument("-S", "--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="one grid value (repeat a key for several values)")
+    ap.add_argument(
+        "-S",
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one grid value (repeat a key for several values)",
+    )
     ap.add_argument("-j", "--jobs", type=int, default=1)
     a = ap.parse_args(argv)
     from agentr1.config import parse_set  # the strict YAML of --set: `yes` or 0x10 are not numbers

@@ -39,19 +39,36 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "GX_ANALYTICS_ENABLED": "false", "MPLBACKEND": "Agg"}
-GIB = 1024 ** 3
+OFFLINE = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "GX_ANALYTICS_ENABLED": "false",
+    "MPLBACKEND": "Agg",
+}
+GIB = 1024**3
 
 # world sizes (data.synthetic overrides) and run sizes per mode
 WORLD = {
-    "gpu": {"families": {"train": 40, "dev": 6, "test": 6, "ood": 6},
-            "questions": {"train": 300, "dev": 30, "test": 30, "ood": 30}},
-    "smoke": {"families": {"train": 6, "dev": 3, "test": 3, "ood": 3},
-              "questions": {"train": 40, "dev": 10, "test": 10, "ood": 10}},
+    "gpu": {
+        "families": {"train": 40, "dev": 6, "test": 6, "ood": 6},
+        "questions": {"train": 300, "dev": 30, "test": 30, "ood": 30},
+    },
+    "smoke": {
+        "families": {"train": 6, "dev": 3, "test": 3, "ood": 3},
+        "questions": {"train": 40, "dev": 10, "test": 10, "ood": 10},
+    },
 }
-TINY_SCRATCH = {"vocab_size": 1024, "hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 2,
-                "intermediate_size": 64, "max_position": 1024}
+TINY_SCRATCH = {
+    "vocab_size": 1024,
+    "hidden_size": 32,
+    "num_layers": 2,
+    "num_heads": 2,
+    "num_kv_heads": 2,
+    "intermediate_size": 64,
+    "max_position": 1024,
+}
 
 
 def _version(dist: str) -> str | None:
@@ -84,8 +101,14 @@ def environment() -> dict[str, Any]:
     if env["cuda_available"]:
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
-            env["gpus"].append({"index": i, "name": p.name, "memory_gib": round(p.total_memory / GIB, 1),
-                                "capability": f"{p.major}.{p.minor}"})
+            env["gpus"].append(
+                {
+                    "index": i,
+                    "name": p.name,
+                    "memory_gib": round(p.total_memory / GIB, 1),
+                    "capability": f"{p.major}.{p.minor}",
+                }
+            )
     return env
 
 
@@ -181,9 +204,11 @@ def _mem(torch, device) -> dict[str, float] | None:
     if device.type != "cuda":
         return None
     free, total = torch.cuda.mem_get_info(device)
-    return {"peak_allocated_gib": round(torch.cuda.max_memory_allocated(device) / GIB, 3),
-            "peak_reserved_gib": round(torch.cuda.max_memory_reserved(device) / GIB, 3),
-            "device_used_gib": round((total - free) / GIB, 3)}
+    return {
+        "peak_allocated_gib": round(torch.cuda.max_memory_allocated(device) / GIB, 3),
+        "peak_reserved_gib": round(torch.cuda.max_memory_reserved(device) / GIB, 3),
+        "device_used_gib": round((total - free) / GIB, 3),
+    }
 
 
 def rollout_phase(args, cfg, env, model, tok, questions, device, workdir: Path, use_vllm: bool) -> dict[str, Any]:
@@ -197,8 +222,12 @@ def rollout_phase(args, cfg, env, model, tok, questions, device, workdir: Path, 
         torch.cuda.reset_peak_memory_stats(device)
     if use_vllm:
         path = save_checkpoint(model, tok, workdir / "policy")
-        rcfg = cfg.rollout.model_copy(update={"backend": "vllm",
-                                              "vllm": cfg.rollout.vllm.model_copy(update={"gpu_memory_utilization": args.gpu_memory})})
+        rcfg = cfg.rollout.model_copy(
+            update={
+                "backend": "vllm",
+                "vllm": cfg.rollout.vllm.model_copy(update={"gpu_memory_utilization": args.gpu_memory}),
+            }
+        )
         t0 = time.perf_counter()
         backend = make_backend(rcfg, model_path=str(path))
         init_s = time.perf_counter() - t0
@@ -220,9 +249,14 @@ def rollout_phase(args, cfg, env, model, tok, questions, device, workdir: Path, 
     st = engine.stats
     gen = int(st["generated_tokens"])
     out = {
-        "backend": rcfg.backend, "init_s": round(init_s, 2), "episodes": len(trajs), "wall_s": round(wall, 3),
-        "generated_tokens": gen, "observation_tokens": int(st["observation_tokens"]),
-        "backend_calls": int(st["backend_calls"]), "turns": int(st["turns"]),
+        "backend": rcfg.backend,
+        "init_s": round(init_s, 2),
+        "episodes": len(trajs),
+        "wall_s": round(wall, 3),
+        "generated_tokens": gen,
+        "observation_tokens": int(st["observation_tokens"]),
+        "backend_calls": int(st["backend_calls"]),
+        "turns": int(st["turns"]),
         "turns_mean": round(sum(t.num_turns for t in trajs) / len(trajs), 2),
         "tokens_per_s": round(gen / wall, 1) if wall else None,
         "generate_tokens_per_s": round(gen / st["generate_s"], 1) if st["generate_s"] else None,
@@ -245,30 +279,63 @@ def train_phase(args, cfg, env, model, tok, train_q, dev_q, device) -> dict[str,
     from agentr1.rl.sampling import Episodes
     from agentr1.rl.trainer import Trainer
 
-    tcfg = cfg.train_for("grpo" if "grpo" in cfg.runs else None).model_copy(update={
-        "steps": args.steps, "batch_questions": args.questions, "group_size": args.group, "mini_batches": 2,
-        "micro_batch_size": args.micro_batch, "estimator": "grpo", "num_threads": None,
-        "dev": cfg.train.dev.model_copy(update={"every": 0}),
-        "checkpoint": cfg.train.checkpoint.model_copy(update={"every": 0}),
-        "collapse": cfg.train.collapse.model_copy(update={"action": "skip", "reward_drop": None}),
-    })
+    tcfg = cfg.train_for("grpo" if "grpo" in cfg.runs else None).model_copy(
+        update={
+            "steps": args.steps,
+            "batch_questions": args.questions,
+            "group_size": args.group,
+            "mini_batches": 2,
+            "micro_batch_size": args.micro_batch,
+            "estimator": "grpo",
+            "num_threads": None,
+            "dev": cfg.train.dev.model_copy(update={"every": 0}),
+            "checkpoint": cfg.train.checkpoint.model_copy(update={"every": 0}),
+            "collapse": cfg.train.collapse.model_copy(update={"action": "skip", "reward_drop": None}),
+        }
+    )
     rcfg = cfg.rollout.model_copy(update={"backend": "hf"})
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    trainer = Trainer(model, tok, tcfg, rcfg, cfg.reward, episodes=Episodes(env, train_q, dev_q),
-                      seed=cfg.seed, dist=Dist(device=device))
+    trainer = Trainer(
+        model,
+        tok,
+        tcfg,
+        rcfg,
+        cfg.reward,
+        episodes=Episodes(env, train_q, dev_q),
+        seed=cfg.seed,
+        dist=Dist(device=device),
+    )
     t0 = time.perf_counter()
     history = trainer.train()
     wall = time.perf_counter() - t0
     steps = [h for h in history if "rollout/reward" in h]
-    keys = {"rollout_s": "time/rollout_s", "prepare_s": "time/prepare_s", "update_s": "time/update_s", "step_s": "time/step_s"}
-    per_step = [{"step": h["step"], "reward": round(h["rollout/reward"], 4),
-                 "action_tokens": h.get("rollout/action_tokens"), **{k: round(h[m], 3) for k, m in keys.items() if m in h}}
-                for h in steps]
+    keys = {
+        "rollout_s": "time/rollout_s",
+        "prepare_s": "time/prepare_s",
+        "update_s": "time/update_s",
+        "step_s": "time/step_s",
+    }
+    per_step = [
+        {
+            "step": h["step"],
+            "reward": round(h["rollout/reward"], 4),
+            "action_tokens": h.get("rollout/action_tokens"),
+            **{k: round(h[m], 3) for k, m in keys.items() if m in h},
+        }
+        for h in steps
+    ]
     mean = {k: round(sum(s[k] for s in per_step) / len(per_step), 3) for k in keys if per_step and k in per_step[0]}
-    return {"estimator": tcfg.estimator, "steps": len(steps), "episodes_per_step": tcfg.batch_questions * tcfg.group_size,
-            "wall_s": round(wall, 2), "mean": mean, "per_step": per_step, "memory": _mem(torch, device)}
+    return {
+        "estimator": tcfg.estimator,
+        "steps": len(steps),
+        "episodes_per_step": tcfg.batch_questions * tcfg.group_size,
+        "wall_s": round(wall, 2),
+        "mean": mean,
+        "per_step": per_step,
+        "memory": _mem(torch, device),
+    }
 
 
 def table(report: dict[str, Any]) -> str:
@@ -284,12 +351,25 @@ def table(report: dict[str, Any]) -> str:
     rows = [
         ("device", report.get("device")),
         ("model", ph.get("model", {}).get("description")),
-        ("rollout backend", r.get("backend") + (f" (vLLM failed: {r['vllm_error'][:60]})" if r.get("vllm_error") else "")
-         if r else None),
-        ("rollout tokens/s", f(r.get("tokens_per_s")) + f"  ({r.get('generated_tokens')} tokens, {r.get('episodes')} episodes)"
-         if r else None),
-        ("train step (grpo)", f"{f(m.get('step_s'), ' s')}  rollout {f(m.get('rollout_s'), ' s')} / "
-                              f"prepare {f(m.get('prepare_s'), ' s')} / update {f(m.get('update_s'), ' s')}" if t else None),
+        (
+            "rollout backend",
+            r.get("backend") + (f" (vLLM failed: {r['vllm_error'][:60]})" if r.get("vllm_error") else "")
+            if r
+            else None,
+        ),
+        (
+            "rollout tokens/s",
+            f(r.get("tokens_per_s")) + f"  ({r.get('generated_tokens')} tokens, {r.get('episodes')} episodes)"
+            if r
+            else None,
+        ),
+        (
+            "train step (grpo)",
+            f"{f(m.get('step_s'), ' s')}  rollout {f(m.get('rollout_s'), ' s')} / "
+            f"prepare {f(m.get('prepare_s'), ' s')} / update {f(m.get('update_s'), ' s')}"
+            if t
+            else None,
+        ),
         ("peak GPU memory", f"rollout {f(mem_r, ' GiB')}, train {f(mem_t, ' GiB')}"),
     ]
     width = max(len(k) for k, _ in rows)
@@ -305,7 +385,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", default=None, help="JSON path (default: $OUT/gpu_check.json, else ./gpu_check.json)")
     ap.add_argument("--workdir", default=None, help="scratch space (default: a temporary directory)")
     ap.add_argument("--steps", type=int, default=None, help="GRPO steps (default 3; 1 with --cpu-smoke)")
-    ap.add_argument("--questions", type=int, default=None, help="questions per rollout batch / step (default 16; 2 smoke)")
+    ap.add_argument(
+        "--questions", type=int, default=None, help="questions per rollout batch / step (default 16; 2 smoke)"
+    )
     ap.add_argument("--group", type=int, default=None, help="rollouts per question (default 4; 2 smoke)")
     ap.add_argument("--micro-batch", type=int, default=16)
     ap.add_argument("--turn-tokens", type=int, default=None, help="tokens per policy turn (default 64; 16 smoke)")
@@ -329,12 +411,17 @@ def main(argv: list[str] | None = None) -> int:
     report = Report(Path(args.out) if args.out else default_out())
     env = environment()
     report.set("environment", env)
-    cuda_line = (f"CUDA {env.get('torch_cuda_build')}, {len(env.get('gpus', []))} GPU(s)"
-                 + (f": {env['gpus'][0]['name']} {env['gpus'][0]['memory_gib']} GiB" if env.get("gpus") else ""))
-    log(f"python {env['python']}, torch {env.get('torch')} ({cuda_line}), transformers {env['transformers']}, "
-        f"vllm {env['vllm'] or 'not installed'}")
+    cuda_line = f"CUDA {env.get('torch_cuda_build')}, {len(env.get('gpus', []))} GPU(s)" + (
+        f": {env['gpus'][0]['name']} {env['gpus'][0]['memory_gib']} GiB" if env.get("gpus") else ""
+    )
+    log(
+        f"python {env['python']}, torch {env.get('torch')} ({cuda_line}), transformers {env['transformers']}, "
+        f"vllm {env['vllm'] or 'not installed'}"
+    )
     if env.get("torch") is None:
-        log(f"torch is not importable ({env.get('torch_error')}): install the project (`make setup`, or pip install -e .)")
+        log(
+            f"torch is not importable ({env.get('torch_error')}): install the project (`make setup`, or pip install -e .)"
+        )
         report.set("status", "no_torch")
         return 3
     if not env["agentr1"]:
@@ -344,8 +431,10 @@ def main(argv: list[str] | None = None) -> int:
             report.set("status", "no_agentr1")
             return 3
     if not env["cuda_available"] and not args.cpu_smoke:
-        log(f"no CUDA GPU visible (torch {env['torch']}, CUDA build {env['torch_cuda_build'] or 'none: a CPU-only torch'}). "
-            "Run this on a GPU machine with a CUDA build of torch; `--cpu-smoke` exercises the script on the CPU.")
+        log(
+            f"no CUDA GPU visible (torch {env['torch']}, CUDA build {env['torch_cuda_build'] or 'none: a CPU-only torch'}). "
+            "Run this on a GPU machine with a CUDA build of torch; `--cpu-smoke` exercises the script on the CPU."
+        )
         report.set("status", "no_gpu")
         return 2
 
@@ -365,14 +454,28 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         cfg, ds, tool_env = build_world(args, mode)
         train_q, dev_q = ds.split("train"), ds.split("dev")
-        report.phase("world", {"seconds": round(time.perf_counter() - t0, 2), "train_questions": len(train_q),
-                               "corpus": len(ds.corpus), "retriever": "bm25"})
+        report.phase(
+            "world",
+            {
+                "seconds": round(time.perf_counter() - t0, 2),
+                "train_questions": len(train_q),
+                "corpus": len(ds.corpus),
+                "retriever": "bm25",
+            },
+        )
         log(f"world: {len(train_q)} train questions, {len(ds.corpus)} passages")
         phase = "model"
         t0 = time.perf_counter()
         model, tok, desc = load_model(args, cfg, ds, workdir, mode)
-        report.phase("model", {"description": desc, "seconds": round(time.perf_counter() - t0, 2),
-                               "parameters": sum(p.numel() for p in model.parameters()), "dtype": args.dtype})
+        report.phase(
+            "model",
+            {
+                "description": desc,
+                "seconds": round(time.perf_counter() - t0, 2),
+                "parameters": sum(p.numel() for p in model.parameters()),
+                "dtype": args.dtype,
+            },
+        )
         log(f"model: {desc}")
         phase = "rollout"
         questions = train_q[: args.questions]
@@ -392,14 +495,18 @@ def main(argv: list[str] | None = None) -> int:
         elif device.type == "cuda" and env["vllm"] is None:
             rollout["vllm_error"] = "vLLM not installed"
         report.phase("rollout", rollout)
-        log(f"rollout ({rollout['backend']}): {rollout['generated_tokens']} tokens in {rollout['wall_s']} s "
-            f"= {rollout['tokens_per_s']} tokens/s")
+        log(
+            f"rollout ({rollout['backend']}): {rollout['generated_tokens']} tokens in {rollout['wall_s']} s "
+            f"= {rollout['tokens_per_s']} tokens/s"
+        )
         phase = "train"
         train = train_phase(args, cfg, tool_env, model, tok, train_q, dev_q, device)
         report.phase("train", train)
     except Exception as exc:  # noqa: BLE001 - every failure is reported with its phase
-        report.set("error", {"phase": phase, "message": f"{type(exc).__name__}: {exc}",
-                             "traceback": traceback.format_exc()[-4000:]})
+        report.set(
+            "error",
+            {"phase": phase, "message": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]},
+        )
         report.set("status", "failed")
         log(f"phase {phase} failed: {type(exc).__name__}: {exc}")
         return 1

@@ -47,15 +47,20 @@ def api(url: str, path: str, body: dict | None = None, query: dict | None = None
     """One MLflow REST call (POST with ``body``, else GET with ``query``)."""
     data = None if body is None else json.dumps(body).encode()
     qs = "?" + urllib.parse.urlencode(query) if query else ""
-    req = urllib.request.Request(f"{url}/api/2.0/mlflow/{path}{qs}", data=data, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{url}/api/2.0/mlflow/{path}{qs}", data=data, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=30) as resp:
         return json.load(resp)
 
 
 def start_ui(mlflow: str, store: str) -> tuple[subprocess.Popen, str]:
     port = _free_port()
-    proc = subprocess.Popen([mlflow, "ui", "--backend-store-uri", store, "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [mlflow, "ui", "--backend-store-uri", store, "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(120):
         try:
@@ -84,11 +89,19 @@ def tags(run: dict) -> dict[str, str]:
 
 
 def two_train_runs(url: str, exp_id: str) -> tuple[dict, dict]:
-    runs = api(url, "runs/search", {"experiment_ids": [exp_id], "max_results": 200,
-                                    "filter": "tags.`agentr1.stage` = 'train'", "order_by": ["attributes.start_time DESC"]})
+    runs = api(
+        url,
+        "runs/search",
+        {
+            "experiment_ids": [exp_id],
+            "max_results": 200,
+            "filter": "tags.`agentr1.stage` = 'train'",
+            "order_by": ["attributes.start_time DESC"],
+        },
+    )
     runs = runs.get("runs", [])
     for i, a in enumerate(runs):
-        for b in runs[i + 1:]:
+        for b in runs[i + 1 :]:
             if params(a).get("train.estimator") != params(b).get("train.estimator"):
                 return a, b
     raise SystemExit(f"experiment {exp_id} has no two train@ runs with different train.estimator")
@@ -111,7 +124,9 @@ def tidy(driver) -> None:
 
 def check_compare(driver, url: str, exp_id: str, a: dict, b: dict, shots: Path | None) -> None:
     ids = json.dumps([a["info"]["run_id"], b["info"]["run_id"]])
-    driver.get(f"{url}/#/compare-runs?runs={urllib.parse.quote(ids)}&experiments={urllib.parse.quote(json.dumps([exp_id]))}")
+    driver.get(
+        f"{url}/#/compare-runs?runs={urllib.parse.quote(ids)}&experiments={urllib.parse.quote(json.dumps([exp_id]))}"
+    )
     wait_text(driver, "Show diff only")
     tidy(driver)
     body = driver.find_element(By.TAG_NAME, "body").text
@@ -130,14 +145,24 @@ def check_compare(driver, url: str, exp_id: str, a: dict, b: dict, shots: Path |
     time.sleep(0.5)
     if shots:
         driver.save_screenshot(str(shots / "compare.png"))
-    print(f"ok: compare view of {a['info']['run_name']} vs {b['info']['run_name']}, diff only: train.estimator {va} vs {vb}")
+    print(
+        f"ok: compare view of {a['info']['run_name']} vs {b['info']['run_name']}, diff only: train.estimator {va} vs {vb}"
+    )
 
 
 def shoot_extras(driver, url: str, exp_id: str, shots: Path) -> None:
     """The newest parent run with Table 3, the Models page, a registered version and a trace
     (whatever exists)."""
-    parents = api(url, "runs/search", {"experiment_ids": [exp_id], "filter": "tags.`agentr1.role` = 'pipeline'",
-                                       "order_by": ["attributes.start_time DESC"], "max_results": 50}).get("runs", [])
+    parents = api(
+        url,
+        "runs/search",
+        {
+            "experiment_ids": [exp_id],
+            "filter": "tags.`agentr1.role` = 'pipeline'",
+            "order_by": ["attributes.start_time DESC"],
+            "max_results": 50,
+        },
+    ).get("runs", [])
     parents = [r for r in parents if any(m["key"].startswith("table3/") for m in r["data"].get("metrics", []))]
     if parents:
         driver.get(f"{url}/#/experiments/{exp_id}/runs/{parents[0]['info']['run_id']}")
@@ -155,7 +180,9 @@ def shoot_extras(driver, url: str, exp_id: str, shots: Path) -> None:
         tidy(driver)
         time.sleep(1.0)
         driver.save_screenshot(str(shots / "models.png"))
-        versions = api(url, "model-versions/search", query={"filter": f"name='{name}'", "max_results": 50}).get("model_versions", [])
+        versions = api(url, "model-versions/search", query={"filter": f"name='{name}'", "max_results": 50}).get(
+            "model_versions", []
+        )
         rl = [v for v in versions if any(t["key"] == "agentr1.train_run_id" for t in v.get("tags", []))]
         if rl:
             driver.get(f"{url}/#/models/{urllib.parse.quote(name)}/versions/{rl[0]['version']}")
@@ -163,8 +190,11 @@ def shoot_extras(driver, url: str, exp_id: str, shots: Path) -> None:
             tidy(driver)
             time.sleep(1.0)
             driver.save_screenshot(str(shots / "model_version.png"))
-    evals = api(url, "runs/search", {"experiment_ids": [exp_id], "filter": "tags.`agentr1.stage` = 'evaluate'",
-                                     "max_results": 20}).get("runs", [])
+    evals = api(
+        url,
+        "runs/search",
+        {"experiment_ids": [exp_id], "filter": "tags.`agentr1.stage` = 'evaluate'", "max_results": 20},
+    ).get("runs", [])
     ev = next((r for r in evals if tags(r).get("agentr1.policy") in ("grpo", "ppo")), evals[0] if evals else None)
     if ev:
         driver.get(f"{url}/#/experiments/{exp_id}/traces")

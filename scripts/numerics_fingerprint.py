@@ -82,14 +82,24 @@ def fingerprint() -> dict[str, str]:
         torch.set_num_threads(threads)
         t = f"@{threads}t"
         kernels = {
-            "matmul": lambda: a @ b, "matmul_square": lambda: c @ c, "matmul_transposed": lambda: b.T @ a.T,
-            "bmm": lambda: torch.bmm(batch_a, batch_b), "linear": lambda: F.linear(a, w, bias),
-            "sum": lambda: v.sum(), "mean_last": lambda: h.mean(-1), "exp": lambda: torch.exp(v),
-            "log": lambda: torch.log(v.abs() + 1e-3), "tanh": lambda: torch.tanh(v), "sigmoid": lambda: torch.sigmoid(v),
-            "silu": lambda: F.silu(v), "rsqrt": lambda: torch.rsqrt(v.abs() + 1e-3),
+            "matmul": lambda: a @ b,
+            "matmul_square": lambda: c @ c,
+            "matmul_transposed": lambda: b.T @ a.T,
+            "bmm": lambda: torch.bmm(batch_a, batch_b),
+            "linear": lambda: F.linear(a, w, bias),
+            "sum": lambda: v.sum(),
+            "mean_last": lambda: h.mean(-1),
+            "exp": lambda: torch.exp(v),
+            "log": lambda: torch.log(v.abs() + 1e-3),
+            "tanh": lambda: torch.tanh(v),
+            "sigmoid": lambda: torch.sigmoid(v),
+            "silu": lambda: F.silu(v),
+            "rsqrt": lambda: torch.rsqrt(v.abs() + 1e-3),
             "rms_norm": lambda: h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6),
-            "softmax": lambda: torch.softmax(logits, -1), "log_softmax": lambda: torch.log_softmax(logits, -1),
-            "layer_norm": lambda: F.layer_norm(h, (128,)), "cross_entropy": lambda: F.cross_entropy(logits, labels),
+            "softmax": lambda: torch.softmax(logits, -1),
+            "log_softmax": lambda: torch.log_softmax(logits, -1),
+            "layer_norm": lambda: F.layer_norm(h, (128,)),
+            "cross_entropy": lambda: F.cross_entropy(logits, labels),
             "sdpa_causal": lambda: F.scaled_dot_product_attention(q, k, val, is_causal=True),
         }
         for name, fn in kernels.items():
@@ -111,9 +121,17 @@ def _llama(x, record, rng) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(vocab_size=384, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=96,
-                      tie_word_embeddings=True, attn_implementation="sdpa")
+    cfg = LlamaConfig(
+        vocab_size=384,
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=96,
+        tie_word_embeddings=True,
+        attn_implementation="sdpa",
+    )
     state = {n: x(*p.shape, scale=0.05) for n, p in sorted(LlamaForCausalLM(cfg).state_dict().items())}
     ids = torch.from_numpy(rng.integers(0, 384, size=(3, 40)))
     for threads in (1, 2):
@@ -153,15 +171,23 @@ def main(argv: list[str] | None = None) -> int:
     pinned = pin_cpu_numerics()  # before torch loads, as every stage does
     import torch
 
-    report = {"cpu": cpu_info(), "python": platform.python_version(), "torch": torch.__version__,
-              "cpu_capability": torch.backends.cpu.get_cpu_capability(), "pin": pin, "pinned": pinned,
-              "hashes": fingerprint()}
+    report = {
+        "cpu": cpu_info(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "pin": pin,
+        "pinned": pinned,
+        "hashes": fingerprint(),
+    }
     if args.compare:
         other = json.loads(Path(args.compare).read_text(encoding="utf-8"))
         diff = differing(report["hashes"], other.get("hashes", {}))
-        print(f"this machine: {report['cpu']['vendor_id']} {report['cpu']['model_name']} (pin {pin}); "
-              f"{args.compare}: {other.get('cpu', {}).get('vendor_id')} {other.get('cpu', {}).get('model_name')} "
-              f"(pin {other.get('pin')})")
+        print(
+            f"this machine: {report['cpu']['vendor_id']} {report['cpu']['model_name']} (pin {pin}); "
+            f"{args.compare}: {other.get('cpu', {}).get('vendor_id')} {other.get('cpu', {}).get('model_name')} "
+            f"(pin {other.get('pin')})"
+        )
         print(f"{len(report['hashes']) - len(diff)} of {len(report['hashes'])} entries identical")
         for k in diff:
             print(f"  differs: {k}  mine {report['hashes'][k]}  theirs {other.get('hashes', {}).get(k)}")

@@ -21,8 +21,12 @@ TINY = ScratchModelConfig(
     vocab_size=512, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64, max_position=256
 )
 QUESTIONS = [
-    {"id": f"q{i}", "question": f"Question number {i}: who founded company {i}?", "answers": [GOLD],
-     "supporting_ids": [f"p{i}"]}
+    {
+        "id": f"q{i}",
+        "question": f"Question number {i}: who founded company {i}?",
+        "answers": [GOLD],
+        "supporting_ids": [f"p{i}"],
+    }
     for i in range(12)
 ]
 
@@ -68,9 +72,17 @@ def reward_cfg(**kw) -> RewardConfig:
 
 def train_cfg(**kw) -> TrainConfig:
     base = {
-        "steps": 4, "batch_questions": 4, "group_size": 4, "estimator": "grpo", "lr": 0.01, "mini_batches": 2,
-        "micro_batch_size": 4, "kl": {"mode": "loss", "coef": 0.01}, "dev": {"every": 0, "examples": 4},
-        "checkpoint": {"every": 2}, "collapse": {"reward_drop": None},
+        "steps": 4,
+        "batch_questions": 4,
+        "group_size": 4,
+        "estimator": "grpo",
+        "lr": 0.01,
+        "mini_batches": 2,
+        "micro_batch_size": 4,
+        "kl": {"mode": "loss", "coef": 0.01},
+        "dev": {"every": 0, "examples": 4},
+        "checkpoint": {"every": 2},
+        "collapse": {"reward_drop": None},
     }
     for k, v in kw.items():
         base[k] = {**base[k], **v} if isinstance(v, dict) and isinstance(base.get(k), dict) else v

@@ -51,8 +51,10 @@ DVC_YAML = {
             "cmd": "agentr1 validate",
             "deps": ["data/processed"],
             "params": ["validate", "data.hops"],
-            "outs": [{"data/validation/passed.json": {"cache": False}},
-                     {"data/validation/gx_result.json": {"cache": False}}],
+            "outs": [
+                {"data/validation/passed.json": {"cache": False}},
+                {"data/validation/gx_result.json": {"cache": False}},
+            ],
             "metrics": [{"data/validation/summary.json": {"cache": False}}],
         },
         "index": {
@@ -75,16 +77,20 @@ def env() -> dict[str, str]:
     return e
 
 
-def sh(cmd: list[str], cwd: Path, extra_env: dict[str, str] | None = None, check: bool = True,
-       timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    res = subprocess.run(cmd, cwd=cwd, env={**env(), **(extra_env or {})}, text=True, capture_output=True, timeout=timeout)
+def sh(
+    cmd: list[str], cwd: Path, extra_env: dict[str, str] | None = None, check: bool = True, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    res = subprocess.run(
+        cmd, cwd=cwd, env={**env(), **(extra_env or {})}, text=True, capture_output=True, timeout=timeout
+    )
     if check and res.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
     return res
 
 
-def make_project(root: Path, params: dict | None = None, extra_stages: dict | None = None,
-                 files: dict[str, str] | None = None) -> Path:
+def make_project(
+    root: Path, params: dict | None = None, extra_stages: dict | None = None, files: dict[str, str] | None = None
+) -> Path:
     """git init + dvc init + params.yaml + dvc.yaml (+ extra files), committed."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "params.yaml").write_text(yaml.safe_dump(params if params is not None else TINY_PARAMS, sort_keys=False))

@@ -19,13 +19,22 @@ from agentr1.rl.advantages import (
     reinforce_pp_baseline,
     rloo,
 )
-from agentr1.rl.masks import build_token_rewards, last_index, masked_var, masked_whiten, response_mask_from, select_masks
+from agentr1.rl.masks import (
+    build_token_rewards,
+    last_index,
+    masked_var,
+    masked_whiten,
+    response_mask_from,
+    select_masks,
+)
 
 ATOL = 1e-5
 
 
 def close(a, b, atol=ATOL):
-    torch.testing.assert_close(torch.as_tensor(a, dtype=torch.float32), torch.as_tensor(b, dtype=torch.float32), atol=atol, rtol=0)
+    torch.testing.assert_close(
+        torch.as_tensor(a, dtype=torch.float32), torch.as_tensor(b, dtype=torch.float32), atol=atol, rtol=0
+    )
 
 
 def whiten_ref(xs):

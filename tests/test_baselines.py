@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-import tiny_world as tw
 
+import tiny_world as tw
 from agentr1.config import RewardConfig, RolloutConfig
 from agentr1.env.base import CallOutcome
 from agentr1.eval.baselines import base_tool_call, naive_rag, naive_rag_prompt, retrieve_observation
@@ -97,8 +97,15 @@ def test_base_tool_call_runs_the_policy_greedily_in_the_env(world):
 
 
 def _traj(answer, outcomes):
-    return Trajectory(qid="x", question="q", golds=["Ada Vell"], prompt_ids=[1], answer=answer,
-                      turn_spans=[(0, 1)] * (len(outcomes) + (answer is not None)), outcomes=outcomes)
+    return Trajectory(
+        qid="x",
+        question="q",
+        golds=["Ada Vell"],
+        prompt_ids=[1],
+        answer=answer,
+        turn_spans=[(0, 1)] * (len(outcomes) + (answer is not None)),
+        outcomes=outcomes,
+    )
 
 
 def test_episode_metrics_by_hand():

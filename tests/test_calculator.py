@@ -29,12 +29,27 @@ def _env(fmt: str, **kw) -> ToolEnv:
 
 
 # ------------------------------------------------------------------------------ the evaluator
-@pytest.mark.parametrize("expression, text", [
-    ("2 * (3 + 4)", "14"), ("6 / 3", "2"), ("10 / 4", "2.5"), ("1 / 3", "0.3333333333"), ("7 // 2", "3"),
-    ("-7 % 3", "2"), ("2 ** 10", "1024"), ("2 ** -3", "0.125"), ("0.1 + 0.2", "0.3"), ("1_000 * 3", "3000"),
-    ("1e3 / 8", "125"), ("- - 5", "5"), ("(1.5 + 2.25) * 4", "15"), ("10 ** 15", "1000000000000000"),
-    ("1 / 7 * 1e-6", "1.428571429e-07"), ("-0.0", "0"),
-])
+@pytest.mark.parametrize(
+    "expression, text",
+    [
+        ("2 * (3 + 4)", "14"),
+        ("6 / 3", "2"),
+        ("10 / 4", "2.5"),
+        ("1 / 3", "0.3333333333"),
+        ("7 // 2", "3"),
+        ("-7 % 3", "2"),
+        ("2 ** 10", "1024"),
+        ("2 ** -3", "0.125"),
+        ("0.1 + 0.2", "0.3"),
+        ("1_000 * 3", "3000"),
+        ("1e3 / 8", "125"),
+        ("- - 5", "5"),
+        ("(1.5 + 2.25) * 4", "15"),
+        ("10 ** 15", "1000000000000000"),
+        ("1 / 7 * 1e-6", "1.428571429e-07"),
+        ("-0.0", "0"),
+    ],
+)
 def test_values_and_result_text(expression, text):
     res = CalculatorTool().execute({"expression": expression})
     assert res.success and res.content == text, res.content
@@ -48,13 +63,23 @@ def test_result_text_rule():
     assert format_number(2 / 3, 4) == "0.6667"
 
 
-@pytest.mark.parametrize("expression, message", [
-    ("x + 1", "use * to multiply"), ("2 ^ 3", "use ** for powers"), ("1,000", "thousands separators"),
-    ("١ + ١", "write numbers with the digits 0-9"), ("sqrt(2)", "names, functions and units"),
-    ("e", "Name is not supported"), ("1 .e", "Attribute is not supported"), ("1 < 2", "'<' (U+003C) is not allowed"),
-    ("(1 + 2", "not a valid arithmetic expression"), ("1 +* 2", "not a valid arithmetic expression"),
-    ("   ", "must not be empty or blank"), ("1" * 201, "too long: 201 characters (limit 200)"),
-])
+@pytest.mark.parametrize(
+    "expression, message",
+    [
+        ("x + 1", "use * to multiply"),
+        ("2 ^ 3", "use ** for powers"),
+        ("1,000", "thousands separators"),
+        ("١ + ١", "write numbers with the digits 0-9"),
+        ("sqrt(2)", "names, functions and units"),
+        ("e", "Name is not supported"),
+        ("1 .e", "Attribute is not supported"),
+        ("1 < 2", "'<' (U+003C) is not allowed"),
+        ("(1 + 2", "not a valid arithmetic expression"),
+        ("1 +* 2", "not a valid arithmetic expression"),
+        ("   ", "must not be empty or blank"),
+        ("1" * 201, "too long: 201 characters (limit 200)"),
+    ],
+)
 def test_outside_the_grammar_is_an_invalid_call(expression, message):
     tool = CalculatorTool()
     problems = tool.validate({"expression": expression})
@@ -63,12 +88,21 @@ def test_outside_the_grammar_is_an_invalid_call(expression, message):
     assert not res.success and res.content.startswith("calculator failed: ")
 
 
-@pytest.mark.parametrize("expression, message", [
-    ("1 / 0", "division by zero"), ("5 % (2 - 2)", "division by zero"), ("0 ** -1", "division by zero"),
-    ("2 ** 65", "exponent too large: 65 (limit 64)"), ("9 ** 9 ** 9", "exponent too large"),
-    ("10 ** 16", "exceeds the calculator's limit of 1e+15"), ("99999999 * 99999999", "exceeds"),
-    ("1e999", "not a finite number"), ("(-8) ** 0.5", "not a real number"), ("1e-300 ** -64", "exceeds"),
-])
+@pytest.mark.parametrize(
+    "expression, message",
+    [
+        ("1 / 0", "division by zero"),
+        ("5 % (2 - 2)", "division by zero"),
+        ("0 ** -1", "division by zero"),
+        ("2 ** 65", "exponent too large: 65 (limit 64)"),
+        ("9 ** 9 ** 9", "exponent too large"),
+        ("10 ** 16", "exceeds the calculator's limit of 1e+15"),
+        ("99999999 * 99999999", "exceeds"),
+        ("1e999", "not a finite number"),
+        ("(-8) ** 0.5", "not a real number"),
+        ("1e-300 ** -64", "exceeds"),
+    ],
+)
 def test_failed_arithmetic_is_a_failed_call(expression, message):
     tool = CalculatorTool()
     assert tool.validate({"expression": expression}) == []
@@ -92,46 +126,83 @@ def test_limits_come_from_the_options():
 def test_search_and_calculator_in_one_environment(fmt):
     env = _env(fmt)
     calc = env.fmt.render_call("calculator", {"expression": "12 * (3 + 4)"})
-    assert calc == ("<calculate>12 * (3 + 4)</calculate>" if fmt == "tags" else
-                    '<tool_call>\n{"name": "calculator", "arguments": {"expression": "12 * (3 + 4)"}}\n</tool_call>')
-    text = env.fmt.render_call("search", {"query": "Ada Vell"}) + calc + env.fmt.render_call("calculator", {"expression": "1/0"})
+    assert calc == (
+        "<calculate>12 * (3 + 4)</calculate>"
+        if fmt == "tags"
+        else '<tool_call>\n{"name": "calculator", "arguments": {"expression": "12 * (3 + 4)"}}\n</tool_call>'
+    )
+    text = (
+        env.fmt.render_call("search", {"query": "Ada Vell"})
+        + calc
+        + env.fmt.render_call("calculator", {"expression": "1/0"})
+    )
     res = env.step(text, 0, ["p1"])
     assert [(o.name, o.valid, o.success, o.found_support) for o in res.outcomes] == [
-        ("search", True, True, True), ("calculator", True, True, False), ("calculator", True, False, False)]
-    assert env.fmt.render_observation(["Doc 1 (Title: Ada Vell) Ada Vell owns 8 boats.", "84", "Error: calculator failed: division by zero"]) == res.observation
-    assert env.fmt.stop_strings == (["</calculate>", "</search>", "</answer>"] if fmt == "tags" else ["</tool_call>", "</answer>"])
+        ("search", True, True, True),
+        ("calculator", True, True, False),
+        ("calculator", True, False, False),
+    ]
+    assert (
+        env.fmt.render_observation(
+            ["Doc 1 (Title: Ada Vell) Ada Vell owns 8 boats.", "84", "Error: calculator failed: division by zero"]
+        )
+        == res.observation
+    )
+    assert env.fmt.stop_strings == (
+        ["</calculate>", "</search>", "</answer>"] if fmt == "tags" else ["</tool_call>", "</answer>"]
+    )
     prompt = env.system_prompt()
     assert "calculator" in prompt and "search" in prompt and "Evaluate an arithmetic expression" in prompt
     if fmt == "tags":
-        assert prompt.startswith("You answer questions by searching for the facts you need and calculating with the calculator.")
+        assert prompt.startswith(
+            "You answer questions by searching for the facts you need and calculating with the calculator."
+        )
         assert "- <calculate>expression</calculate>: Evaluate" in prompt
-        assert env.fmt.usage_hint() == ("write <search>your query</search> to search, <calculate>2 * (3 + 4)</calculate> "
-                                        "to calculate or <answer>...</answer> to answer")
+        assert env.fmt.usage_hint() == (
+            "write <search>your query</search> to search, <calculate>2 * (3 + 4)</calculate> "
+            "to calculate or <answer>...</answer> to answer"
+        )
         assert env.fmt.parse("<calculator>1</calculator>").calls == []  # the tag is <calculate>
 
 
 def test_search_only_prompt_and_hint_are_unchanged():
     fmt = ToolEnv([SearchTool(_OneHit(), topk=1)], "tags").fmt
     assert fmt.usage_hint() == "write <search>your query</search> to search or <answer>...</answer> to answer"
-    assert fmt.system_prompt().startswith("You answer questions by searching for the facts you need.\n"
-                                          "To call a tool, write its name as a tag around its argument, e.g. "
-                                          "<search>your query</search>. ")
+    assert fmt.system_prompt().startswith(
+        "You answer questions by searching for the facts you need.\n"
+        "To call a tool, write its name as a tag around its argument, e.g. "
+        "<search>your query</search>. "
+    )
 
 
 def test_invalid_failed_and_successful_calculator_rewards():
     env = _env("tags")
-    turns = ["<calculate>2 +* 3</calculate>", "<calculate>1/0</calculate>", "<calculate>2*3</calculate>", "<search>Ada</search>"]
+    turns = [
+        "<calculate>2 +* 3</calculate>",
+        "<calculate>1/0</calculate>",
+        "<calculate>2*3</calculate>",
+        "<search>Ada</search>",
+    ]
     outcomes = [r.outcomes for r in env.step_batch(turns, [0] * 4, [["p1"]] * 4)]
     cfg = RewardConfig(process={"enabled": True, "successful_calculator": 0.05})
     ends = [len(t) for t in turns]
-    assert process_rewards(outcomes, cfg) == [(0, ends[0], -0.1), (1, ends[1], -0.05), (2, ends[2], 0.05), (3, ends[3], 0.1)]
+    assert process_rewards(outcomes, cfg) == [
+        (0, ends[0], -0.1),
+        (1, ends[1], -0.05),
+        (2, ends[2], 0.05),
+        (3, ends[3], 0.1),
+    ]
     assert process_rewards(outcomes, RewardConfig(process={"enabled": True}))[2:] == [(3, ends[3], 0.1)]  # unset: 0
 
 
 # ---------------------------------------------------------------------------- configuration
 def test_options_and_rewards_are_validated_against_the_registry():
-    cfg = config_from_dict({"env": {"tools": ["search", "calculator"], "calculator": {"max_chars": 50}},
-                            "reward": {"process": {"successful_calculator": 0.05}}})
+    cfg = config_from_dict(
+        {
+            "env": {"tools": ["search", "calculator"], "calculator": {"max_chars": 50}},
+            "reward": {"process": {"successful_calculator": 0.05}},
+        }
+    )
     assert cfg.env.calculator.max_chars == 50 and cfg.env.search.topk == 1  # an enabled tool gets its defaults
     env = ToolEnv.from_config(cfg.env, _OneHit())
     assert list(env.tools) == ["search", "calculator"] and env.tools["calculator"].max_chars == 50
@@ -139,12 +210,24 @@ def test_options_and_rewards_are_validated_against_the_registry():
     assert tool_options("calculator") is CalculatorTool.options and tool_options("search") is SearchTool.options
     for raw, message in [
         ({"env": {"calculator": {"max_char": 5}}}, "env.calculator.max_char: Extra inputs are not permitted"),
-        ({"env": {"calculator": {"max_chars": 0}}}, "env.calculator.max_chars: Input should be greater than or equal to 1"),
-        ({"env": {"calculater": {}}}, "env.calculater: unknown key (neither an env setting nor a registered tool; tools: calculator, search)"),
+        (
+            {"env": {"calculator": {"max_chars": 0}}},
+            "env.calculator.max_chars: Input should be greater than or equal to 1",
+        ),
+        (
+            {"env": {"calculater": {}}},
+            "env.calculater: unknown key (neither an env setting nor a registered tool; tools: calculator, search)",
+        ),
         ({"env": {"tools": ["search", "abacus"]}}, "env.tools.1: unknown tool 'abacus'; available: calculator, search"),
         ({"reward": {"process": {"successful_abacus": 1.0}}}, "reward.process.successful_abacus: unknown key"),
-        ({"reward": {"process": {"successful_calculator": "x"}}}, "reward.process.successful_calculator: Input should be a valid number"),
-        ({"reward": {"process": {"successful_calculator": float("nan")}}}, "reward.process.successful_calculator: Input should be a finite number"),
+        (
+            {"reward": {"process": {"successful_calculator": "x"}}},
+            "reward.process.successful_calculator: Input should be a valid number",
+        ),
+        (
+            {"reward": {"process": {"successful_calculator": float("nan")}}},
+            "reward.process.successful_calculator: Input should be a finite number",
+        ),
     ]:
         with pytest.raises(ConfigError) as exc:
             config_from_dict(raw)
@@ -166,8 +249,12 @@ def toy_tool():
 
 def test_a_third_tool_is_one_file_plus_config(toy_tool):
     """The whole diff that adds the tool: tests/toy_tool.py, plus the config below."""
-    cfg = config_from_dict({"env": {"tools": ["search", "calculator", "word_count"], "word_count": {"max_words": 3}},
-                            "reward": {"process": {"enabled": True, "successful_word_count": 0.02}}})
+    cfg = config_from_dict(
+        {
+            "env": {"tools": ["search", "calculator", "word_count"], "word_count": {"max_words": 3}},
+            "reward": {"process": {"enabled": True, "successful_word_count": 0.02}},
+        }
+    )
     assert cfg.env.word_count.max_words == 3
     with pytest.raises(ConfigError, match="env.word_count.max_word: Extra inputs are not permitted"):
         config_from_dict({"env": {"tools": ["word_count"], "word_count": {"max_word": 3}}})

@@ -50,8 +50,10 @@ def umask():
 def test_checkpoint_bytes_do_not_depend_on_hf_hub_offline(base, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in OFFLINE_VARS}
     offline, online = tmp_path / "offline", tmp_path / "online"
-    procs = [subprocess.Popen([sys.executable, "-c", RESAVE, str(base), str(out)], env=e, stderr=subprocess.PIPE, text=True)
-             for out, e in ((offline, {**env, "HF_HUB_OFFLINE": "1"}), (online, env))]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", RESAVE, str(base), str(out)], env=e, stderr=subprocess.PIPE, text=True)
+        for out, e in ((offline, {**env, "HF_HUB_OFFLINE": "1"}), (online, env))
+    ]
     for proc in procs:
         assert proc.wait(timeout=120) == 0, proc.stderr.read()
     a, b = tree(offline), tree(online)
@@ -97,6 +99,9 @@ def test_the_artifact_store_copy_has_ordinary_modes(base, tmp_path, umask, monke
         mlflow.set_tracking_uri(None)
     stored = sorted(artifacts.rglob("*"))  # the model's files (MLmodel, ...) and the checkpoint's copy
     assert {"model.safetensors", "tokenizer_config.json", "config.json"} <= {p.name for p in stored}, stored
-    bad = {p.relative_to(artifacts).as_posix(): oct(p.stat().st_mode & 0o777) for p in stored
-           if p.stat().st_mode & 0o777 != (0o755 if p.is_dir() else 0o644)}
+    bad = {
+        p.relative_to(artifacts).as_posix(): oct(p.stat().st_mode & 0o777)
+        for p in stored
+        if p.stat().st_mode & 0o777 != (0o755 if p.is_dir() else 0o644)
+    }
     assert bad == {}

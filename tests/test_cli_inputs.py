@@ -52,6 +52,7 @@ def _main(argv: list[str], capsys) -> tuple[int, str, float]:
 
 # ---------------------------------------------------------------- item 13: a tampered dvc.lock
 
+
 def _good_entry(out: str, dep: str = "params.yaml") -> dict:
     return {"cmd": "agentr1 report", "deps": [{"path": dep, "md5": "0" * 32}], "outs": [{"path": out, "md5": "1" * 32}]}
 
@@ -68,44 +69,63 @@ def test_track_dry_run_checks_the_whole_lock_before_hashing_anything(project: Pa
     (project / "outside").mkdir()
     os.symlink("/usr", project / "link")
     runs = sorted(load_config(project / "params.yaml").runs)
-    lock = _write_lock(project, {
-        f"train@{runs[0]}": {"cmd": f"agentr1 train --run {runs[0]}", "outs": [{"path": f"data/runs/{runs[0]}", "md5": "x"}]},
-        "evaluate@nosuchpolicy": {"cmd": "agentr1 evaluate --policy nosuchpolicy"},
-        "train@nosuchrun": {"cmd": "agentr1 train --run nosuchrun"},
-        "evaluate_baseline@" + runs[0]: {"cmd": "agentr1 evaluate"},
-        "report": _good_entry("/usr"),
-        "index": {"cmd": "agentr1 index", "deps": [{"path": "../outside"}], "outs": [{"path": "link/lib"}]},
-        "validate": "agentr1 validate",
-        "prepare": {"cmd": "agentr1 prepare", "outs": {"path": "data/processed"}},
-        "sft": {"cmd": "agentr1 sft", "deps": ["data/processed"], "outs": [{"md5": "2" * 32}]},
-    })
+    lock = _write_lock(
+        project,
+        {
+            f"train@{runs[0]}": {
+                "cmd": f"agentr1 train --run {runs[0]}",
+                "outs": [{"path": f"data/runs/{runs[0]}", "md5": "x"}],
+            },
+            "evaluate@nosuchpolicy": {"cmd": "agentr1 evaluate --policy nosuchpolicy"},
+            "train@nosuchrun": {"cmd": "agentr1 train --run nosuchrun"},
+            "evaluate_baseline@" + runs[0]: {"cmd": "agentr1 evaluate"},
+            "report": _good_entry("/usr"),
+            "index": {"cmd": "agentr1 index", "deps": [{"path": "../outside"}], "outs": [{"path": "link/lib"}]},
+            "validate": "agentr1 validate",
+            "prepare": {"cmd": "agentr1 prepare", "outs": {"path": "data/processed"}},
+            "sft": {"cmd": "agentr1 sft", "deps": ["data/processed"], "outs": [{"md5": "2" * 32}]},
+        },
+    )
     cfg = load_config(project / "params.yaml")
 
     def no_hash(path):
         raise AssertionError(f"hashed {path}")
 
     monkeypatch.setattr(provenance, "dvc_hash", no_hash)
-    monkeypatch.setattr(track.lockruns, "open_store", lambda *a, **k: (_ for _ in ()).throw(AssertionError("store opened")))
+    monkeypatch.setattr(
+        track.lockruns, "open_store", lambda *a, **k: (_ for _ in ()).throw(AssertionError("store opened"))
+    )
     with pytest.raises(StageError) as err:
         track.track(cfg, lock, dry_run=True)
     text = str(err.value)
     assert "\n" not in text and "nothing logged" in text and "`dvc repro`" in text and "git checkout dvc.lock" in text
-    for part in ["evaluate@nosuchpolicy: unknown policy 'nosuchpolicy'", "train@nosuchrun: unknown run 'nosuchrun'",
-                 f"evaluate_baseline@{runs[0]}: policy {runs[0]!r} is evaluated as 'evaluate@{runs[0]}'",
-                 "report: out '/usr' is absolute", "index: dep '../outside' resolves to",
-                 "index: out 'link/lib' resolves to /usr/lib",
-                 "validate: the entry is a str, not a mapping", "prepare: outs is a dict, not a list",
-                 "sft: deps[0] is not a mapping with a string `path`", "sft: outs[0] is not a mapping"]:
+    for part in [
+        "evaluate@nosuchpolicy: unknown policy 'nosuchpolicy'",
+        "train@nosuchrun: unknown run 'nosuchrun'",
+        f"evaluate_baseline@{runs[0]}: policy {runs[0]!r} is evaluated as 'evaluate@{runs[0]}'",
+        "report: out '/usr' is absolute",
+        "index: dep '../outside' resolves to",
+        "index: out 'link/lib' resolves to /usr/lib",
+        "validate: the entry is a str, not a mapping",
+        "prepare: outs is a dict, not a list",
+        "sft: deps[0] is not a mapping with a string `path`",
+        "sft: outs[0] is not a mapping",
+    ]:
         assert part in text, part
     assert f"train@{runs[0]}:" not in text  # the good entry is not listed
 
 
-@pytest.mark.parametrize(("content", "expected"), [
-    ("- schema: '2.0'\n- stages: {}\n", "the top level is a list, not a mapping with `stages`"),
-    ("schema: '2.0'\nstages:\n- report\n", "`stages` is a list, not a mapping of stage entries"),
-    ("schema: '2.0'\nstages:\n  report:\n    cmd: [agentr1 report\n", "is not valid YAML at line "),
-])
-def test_a_lock_that_is_no_mapping_or_no_yaml_is_one_line_naming_the_file(project: Path, capsys, content, expected) -> None:
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("- schema: '2.0'\n- stages: {}\n", "the top level is a list, not a mapping with `stages`"),
+        ("schema: '2.0'\nstages:\n- report\n", "`stages` is a list, not a mapping of stage entries"),
+        ("schema: '2.0'\nstages:\n  report:\n    cmd: [agentr1 report\n", "is not valid YAML at line "),
+    ],
+)
+def test_a_lock_that_is_no_mapping_or_no_yaml_is_one_line_naming_the_file(
+    project: Path, capsys, content, expected
+) -> None:
     (project / "dvc.lock").write_text(content)
     rc, err, _ = _main(["track", "--dry-run"], capsys)
     assert rc == 1 and expected in err and "dvc.lock" in err and "Traceback" not in err
@@ -120,14 +140,18 @@ def test_the_repository_lock_passes_the_check(repo_root: Path) -> None:
 
 # ---------------------------------------------------------------- item 17: unwritable outputs
 
-@pytest.mark.parametrize(("where", "kind", "expected"), [
-    ("/proc/agentr1/runs", "dir", "cannot be written: /proc takes no new entries"),
-    ("/dev/null", "dir", "is a character device, not a folder"),
-    ("FILE", "dir", "is a file, not a folder"),
-    ("FILE/sub", "dir", "is a file, not a folder"),
-    ("DIR", "file", "is a folder, not a regular file"),
-    ("/dev/null", "file", "is a character device, not a regular file"),
-])
+
+@pytest.mark.parametrize(
+    ("where", "kind", "expected"),
+    [
+        ("/proc/agentr1/runs", "dir", "cannot be written: /proc takes no new entries"),
+        ("/dev/null", "dir", "is a character device, not a folder"),
+        ("FILE", "dir", "is a file, not a folder"),
+        ("FILE/sub", "dir", "is a file, not a folder"),
+        ("DIR", "file", "is a folder, not a regular file"),
+        ("/dev/null", "file", "is a character device, not a regular file"),
+    ],
+)
 def test_check_destination_names_the_field_and_creates_nothing(tmp_path: Path, where, kind, expected) -> None:
     from agentr1.io import check_destination
 
@@ -144,14 +168,23 @@ def test_check_destination_names_the_field_and_creates_nothing(tmp_path: Path, w
     assert _listing(tmp_path) == before
 
 
-@pytest.mark.parametrize(("argv", "expected"), [
-    (["--set", "evaluate.out_dir=/dev/null", "evaluate", "--policy", "cold_start"],
-     "evaluate.out_dir (/dev/null) is a character device"),
-    (["--set", "train.out_dir=/proc/agentr1/runs", "train", "--run-name", "RUN"],
-     "train.out_dir (/proc/agentr1/runs) cannot be written"),
-    (["--set", "report.out_dir=FILE", "report"], "report.out_dir (FILE) is a file, not a folder"),
-])
-def test_a_stage_with_an_unwritable_output_stops_before_its_work(project: Path, monkeypatch, capsys, argv, expected) -> None:
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["--set", "evaluate.out_dir=/dev/null", "evaluate", "--policy", "cold_start"],
+            "evaluate.out_dir (/dev/null) is a character device",
+        ),
+        (
+            ["--set", "train.out_dir=/proc/agentr1/runs", "train", "--run-name", "RUN"],
+            "train.out_dir (/proc/agentr1/runs) cannot be written",
+        ),
+        (["--set", "report.out_dir=FILE", "report"], "report.out_dir (FILE) is a file, not a folder"),
+    ],
+)
+def test_a_stage_with_an_unwritable_output_stops_before_its_work(
+    project: Path, monkeypatch, capsys, argv, expected
+) -> None:
     """No stage module runs (an evaluation's rollouts never start), one line, exit 1, nothing written."""
     (project / "FILE").write_text("x")
     run = sorted(load_config(project / "params.yaml").runs)[0]
@@ -167,7 +200,10 @@ def test_an_unwritable_artifact_root_stops_a_tracked_stage(project: Path, monkey
     monkeypatch.setenv("AGENTR1_ARTIFACT_ROOT", "/dev/null/artifacts")
     monkeypatch.setattr(cli, "run_stage", lambda *a, **k: pytest.fail("the stage ran"))
     rc, err, _ = _main(["--set", "tracking.enabled=true", "report"], capsys)
-    assert rc == 1 and "AGENTR1_ARTIFACT_ROOT (/dev/null/artifacts) cannot be created: /dev/null is a character device" in err
+    assert (
+        rc == 1
+        and "AGENTR1_ARTIFACT_ROOT (/dev/null/artifacts) cannot be created: /dev/null is a character device" in err
+    )
     assert "point AGENTR1_ARTIFACT_ROOT at a folder you can write to" in err
 
 
@@ -187,6 +223,7 @@ def test_compare_out_and_profile_write_are_checked_first(project: Path, monkeypa
 
 # ---------------------------------------------------------------- item 18: serve-retriever and --params
 
+
 @pytest.mark.parametrize("port", ["99999", "-1", "80x"])
 def test_serve_retriever_port_out_of_range_is_a_usage_error(project: Path, capsys, port: str) -> None:
     with pytest.raises(SystemExit) as exit_:
@@ -202,13 +239,17 @@ def no_index(monkeypatch):
     from agentr1.retrieval import factory
     from agentr1.retrieval.bm25 import BM25Retriever
 
-    retriever = BM25Retriever.build([{"id": "p1", "title": "Miravel", "text": "Miravel is a river city."}], BM25Config())
+    retriever = BM25Retriever.build(
+        [{"id": "p1", "title": "Miravel", "text": "Miravel is a river city."}], BM25Config()
+    )
     monkeypatch.setattr(factory, "load_index", lambda *a, **k: retriever)
 
 
 def test_serve_retriever_names_the_host_or_the_port_at_fault(project: Path, no_index, capsys) -> None:
     rc, err, _ = _main(["serve-retriever", "--host", "192.0.2.1", "--port", "0"], capsys)  # TEST-NET: not this machine
-    assert rc == 1 and "'192.0.2.1' is no address of this machine" in err and "pass --host" in err and "--port" not in err
+    assert (
+        rc == 1 and "'192.0.2.1' is no address of this machine" in err and "pass --host" in err and "--port" not in err
+    )
     rc, err, _ = _main(["serve-retriever", "--host", "bad..host", "--port", "0"], capsys)
     assert rc == 1 and "--host 'bad..host'" in err and "pick another --port" not in err
     with socket.socket() as taken:

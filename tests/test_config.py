@@ -25,7 +25,10 @@ def test_repo_params_load_and_match_defaults(repo_root: Path) -> None:
     from agentr1.profiles import load_profile
 
     extended = load_profile("extended", repo_root / "params.yaml").cfg  # the rows the 45-minute default leaves out
-    assert extended.train_for("grpo_reference-1").cold_start == "reference" and extended.train_for("gigpo").estimator == "gigpo"
+    assert (
+        extended.train_for("grpo_reference-1").cold_start == "reference"
+        and extended.train_for("gigpo").estimator == "gigpo"
+    )
     assert set(extended.runs) == set(cfg.runs) | {"gigpo", "grpo_reference"} and extended.seeds == cfg.seeds
 
 
@@ -57,7 +60,11 @@ def test_literal_lists_allowed_values() -> None:
 @pytest.mark.parametrize(
     "section, path, choices",
     [
-        ({"train": {"estimator": "ppo"}}, "train.estimator", "gae, gigpo, grpo, reinforce_pp, reinforce_pp_baseline, rloo"),
+        (
+            {"train": {"estimator": "ppo"}},
+            "train.estimator",
+            "gae, gigpo, grpo, reinforce_pp, reinforce_pp_baseline, rloo",
+        ),
         ({"train": {"policy_loss": "clip"}}, "train.policy_loss", "ppo_clip, reinforce"),
         ({"train": {"kl": {"estimator": "k4"}}}, "train.kl.estimator", "abs, k1, k2, k3, kl, low_var_kl, mse"),
         ({"env": {"format": "xml"}}, "env.format", "hermes, tags"),
@@ -137,7 +144,9 @@ def test_cli_fails_before_any_work(tmp_path: Path) -> None:
     p.write_text(yaml.safe_dump({"data": {"processed_dir": str(tmp_path / "out"), "bogus": 1}}))
     proc = subprocess.run(
         [sys.executable, "-m", "agentr1.cli", "--params", str(p), "prepare"],
-        capture_output=True, text=True, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
     )
     assert proc.returncode == 2
     assert "data.bogus" in proc.stderr
@@ -161,15 +170,20 @@ def test_total_tokens_must_leave_room_for_a_prompt_and_a_turn() -> None:
     assert "raise rollout.max_total_tokens" in msg
     with pytest.raises(ConfigError, match="max_total_tokens"):
         config_from_dict({"rollout": {"max_turn_tokens": 100, "max_total_tokens": 100}})
-    assert config_from_dict({"rollout": {"max_turn_tokens": 100, "max_total_tokens": 101}}).rollout.max_total_tokens == 101
+    assert (
+        config_from_dict({"rollout": {"max_turn_tokens": 100, "max_total_tokens": 101}}).rollout.max_total_tokens == 101
+    )
 
 
-@pytest.mark.parametrize("text, path", [
-    ("train: {lr: .inf}", "train.lr"),
-    ("train: {kl: {coef: .inf}}", "train.kl.coef"),
-    ("reward: {process: {invalid_call: .nan}}", "reward.process.invalid_call"),
-    ("train: {critic: {lr: -.inf}}", "train.critic.lr"),
-])
+@pytest.mark.parametrize(
+    "text, path",
+    [
+        ("train: {lr: .inf}", "train.lr"),
+        ("train: {kl: {coef: .inf}}", "train.kl.coef"),
+        ("reward: {process: {invalid_call: .nan}}", "reward.process.invalid_call"),
+        ("train: {critic: {lr: -.inf}}", "train.critic.lr"),
+    ],
+)
 def test_non_finite_values_are_refused(tmp_path: Path, text: str, path: str) -> None:
     p = tmp_path / "params.yaml"
     p.write_text(text + "\n")
@@ -197,12 +211,15 @@ def test_params_file_that_is_not_utf8_or_a_directory(tmp_path: Path, capsys) -> 
         assert rc == 2 and "Traceback" not in err and str(params) in err
 
 
-@pytest.mark.parametrize("setting, message", [
-    ("train.steps.x=1", r"--set train\.steps\.x=1: train\.steps is [0-9]+, not a mapping"),
-    ("env.tools.x=1", r"--set env\.tools\.x=1: env\.tools is a list, not a mapping"),
-    ("train..lr=1", r"--set train\.\.lr=1: empty key"),
-    ("train.lr=[1", r"--set train\.lr=\[1: the value is not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ("train.steps.x=1", r"--set train\.steps\.x=1: train\.steps is [0-9]+, not a mapping"),
+        ("env.tools.x=1", r"--set env\.tools\.x=1: env\.tools is a list, not a mapping"),
+        ("train..lr=1", r"--set train\.\.lr=1: empty key"),
+        ("train.lr=[1", r"--set train\.lr=\[1: the value is not valid YAML"),
+    ],
+)
 def test_bad_set_paths_are_config_errors(tmp_path: Path, capsys, setting: str, message: str, repo_root: Path) -> None:
     rc, err = _cli(["--params", str(repo_root / "params.yaml"), "--set", setting, "prepare"], capsys)
     assert rc == 2 and "Traceback" not in err
@@ -241,47 +258,56 @@ def test_values_quoted_in_errors_are_clipped(tmp_path: Path) -> None:
     assert "seed" in str(exc.value) and len(str(exc.value)) < 1000
 
 
-@pytest.mark.parametrize("text, first, second", [
-    ("train: {steps: 3}\nseed: 1\ntrain: {lr: 0.1}\n", 1, 3),
-    ("train:\n  steps: 3\n  kl: {coef: 0.1, coef: 0.2}\n", 3, 3),
-    ("runs:\n  a: {seed: 1}\n  b: {seed: 2}\n  a: {seed: 3}\n", 2, 4),
-])
+@pytest.mark.parametrize(
+    "text, first, second",
+    [
+        ("train: {steps: 3}\nseed: 1\ntrain: {lr: 0.1}\n", 1, 3),
+        ("train:\n  steps: 3\n  kl: {coef: 0.1, coef: 0.2}\n", 3, 3),
+        ("runs:\n  a: {seed: 1}\n  b: {seed: 2}\n  a: {seed: 3}\n", 2, 4),
+    ],
+)
 def test_duplicate_keys_name_both_lines(tmp_path: Path, text: str, first: int, second: int) -> None:
     with pytest.raises(ConfigError) as exc:
         load_config(_params(tmp_path, text))
     assert f"at line {second} (first at line {first})" in str(exc.value), str(exc.value)
 
 
-@pytest.mark.parametrize("text, path", [
-    ("train: {steps: yes}", "train.steps"),  # YAML 1.1: true, then 1
-    ("seed: 1:30", "seed"),  # YAML 1.1: base 60, 90
-    ("seed: 0x10", "seed"),  # 16
-    ("seed: 010", "seed"),  # YAML 1.1: octal 8
-    ("train: {steps: 30.0}", "train.steps"),
-    ("seed: '7'", "seed"),
-    ("tracking: {enabled: 1}", "tracking.enabled"),
-    ("env: {think: on}", "env.think"),
-    ("train: {lr: true}", "train.lr"),
-    ("train: {gigpo: {step_weight: '0.5'}}", "train.gigpo.step_weight"),  # issue 48 item 9: a quoted float
-    ("train: {lr: '1e-4'}", "train.lr"),
-    ("reward: {process: {invalid_call: '-0.1'}}", "reward.process.invalid_call"),
-    ("reward: {process: {successful_calculator: '0.05'}}", "reward.process.successful_calculator"),
-])
+@pytest.mark.parametrize(
+    "text, path",
+    [
+        ("train: {steps: yes}", "train.steps"),  # YAML 1.1: true, then 1
+        ("seed: 1:30", "seed"),  # YAML 1.1: base 60, 90
+        ("seed: 0x10", "seed"),  # 16
+        ("seed: 010", "seed"),  # YAML 1.1: octal 8
+        ("train: {steps: 30.0}", "train.steps"),
+        ("seed: '7'", "seed"),
+        ("tracking: {enabled: 1}", "tracking.enabled"),
+        ("env: {think: on}", "env.think"),
+        ("train: {lr: true}", "train.lr"),
+        ("train: {gigpo: {step_weight: '0.5'}}", "train.gigpo.step_weight"),  # issue 48 item 9: a quoted float
+        ("train: {lr: '1e-4'}", "train.lr"),
+        ("reward: {process: {invalid_call: '-0.1'}}", "reward.process.invalid_call"),
+        ("reward: {process: {successful_calculator: '0.05'}}", "reward.process.successful_calculator"),
+    ],
+)
 def test_numbers_and_booleans_must_be_written_as_such(tmp_path: Path, text: str, path: str) -> None:
     with pytest.raises(ConfigError) as exc:
         load_config(_params(tmp_path, text + "\n"))
     assert path in str(exc.value), str(exc.value)
 
 
-@pytest.mark.parametrize("text, path, bound", [  # issue 48 item 9: a weight of 1e39 trained into NaN
-    ("train: {gigpo: {step_weight: 1.0e39}}", "train.gigpo.step_weight", "<= 100"),
-    ("train: {kl: {coef: 11}}", "train.kl.coef", "<= 10"),
-    ("train: {entropy_coef: 1.5}", "train.entropy_coef", "<= 1"),
-    ("train: {weight_decay: 2}", "train.weight_decay", "<= 1"),
-    ("train: {off_policy: {weight_cap: 1000}}", "train.off_policy.weight_cap", "<= 100"),
-    ("reward: {process: {successful_search: 5}}", "reward.process.successful_search", "<= 1"),
-    ("reward: {process: {successful_calculator: -3}}", "reward.process.successful_calculator", ">= -1"),
-])
+@pytest.mark.parametrize(
+    "text, path, bound",
+    [  # issue 48 item 9: a weight of 1e39 trained into NaN
+        ("train: {gigpo: {step_weight: 1.0e39}}", "train.gigpo.step_weight", "<= 100"),
+        ("train: {kl: {coef: 11}}", "train.kl.coef", "<= 10"),
+        ("train: {entropy_coef: 1.5}", "train.entropy_coef", "<= 1"),
+        ("train: {weight_decay: 2}", "train.weight_decay", "<= 1"),
+        ("train: {off_policy: {weight_cap: 1000}}", "train.off_policy.weight_cap", "<= 100"),
+        ("reward: {process: {successful_search: 5}}", "reward.process.successful_search", "<= 1"),
+        ("reward: {process: {successful_calculator: -3}}", "reward.process.successful_calculator", ">= -1"),
+    ],
+)
 def test_weights_and_coefficients_have_a_documented_range(tmp_path: Path, text: str, path: str, bound: str) -> None:
     with pytest.raises(ConfigError) as exc:
         load_config(_params(tmp_path, text + "\n"))

@@ -32,11 +32,15 @@ NORMAL = [
     "<search> Ada Vell</search>",
     "unicode: Zürich, 東京, emoji 🚀, tabs\tand  spaces ",
 ]
-TEXTS = ["Who founded Vantrix Holdings? Zorvath Quellin founded it in Brindlemoor.",
-         "<search> Ada Vell</search> <information>Doc 1 (Ada Vell): a painter.</information>"] * 20
+TEXTS = [
+    "Who founded Vantrix Holdings? Zorvath Quellin founded it in Brindlemoor.",
+    "<search> Ada Vell</search> <information>Doc 1 (Ada Vell): a painter.</information>",
+] * 20
 
-QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 
 
 def qwen_style_tokenizer() -> PreTrainedTokenizerFast:
@@ -44,17 +48,27 @@ def qwen_style_tokenizer() -> PreTrainedTokenizerFast:
     and <|endoftext|> as special added tokens, <tool_call> tags as ordinary added tokens."""
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(pattern=__import__("tokenizers").Regex(QWEN_SPLIT), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(pattern=__import__("tokenizers").Regex(QWEN_SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    tok.train_from_iterator(TEXTS, trainers.BpeTrainer(vocab_size=400, special_tokens=specials,
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                                        show_progress=False))
+    tok.train_from_iterator(
+        TEXTS,
+        trainers.BpeTrainer(
+            vocab_size=400,
+            special_tokens=specials,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ("<tool_call>", "</tool_call>")])
-    wrapped = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                      clean_up_tokenization_spaces=False)
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", clean_up_tokenization_spaces=False
+    )
     wrapped.chat_template = CHATML_TEMPLATE
     return wrapped
 
@@ -101,8 +115,12 @@ class HostileEnv:
 
     def step_batch(self, turn_texts, turn_indices, supporting_ids=None):
         out = CallOutcome(name="search", valid=True, success=True, end=1, found_support=False)
-        return [StepResult(self.observation, False, "continue", outcomes=[out]) if k == 0 else
-                StepResult("", True, "answer", answer="x", outcomes=[out]) for k in turn_indices]
+        return [
+            StepResult(self.observation, False, "continue", outcomes=[out])
+            if k == 0
+            else StepResult("", True, "answer", answer="x", outcomes=[out])
+            for k in turn_indices
+        ]
 
 
 def test_data_text_never_yields_a_special_token_id(tok):
@@ -123,13 +141,16 @@ def test_normal_text_keeps_its_ids(tok):
 def test_a_hostile_question_passage_and_answer_stay_text_in_the_trajectory(tok, wrap):
     question = {"id": "q", "question": HOSTILE[1], "answers": [HOSTILE[0]], "supporting_ids": []}
     env = HostileEnv("\n<information>" + HOSTILE[2] + "</information>\n")
-    engine = RolloutEngine(OracleBackend(tok), env, tok, RolloutConfig(max_turn_tokens=200, max_total_tokens=1500,
-                                                                       observation_wrap=wrap))
+    engine = RolloutEngine(
+        OracleBackend(tok), env, tok, RolloutConfig(max_turn_tokens=200, max_total_tokens=1500, observation_wrap=wrap)
+    )
     engine.backend.register(engine.prompt_ids(question), ["<search> q</search>", f"<answer> {HOSTILE[0]}</answer>"])
     (t,) = engine.rollout([question])
     template_text = tok.apply_chat_template(
         [{"role": "system", "content": env.system_prompt()}, {"role": "user", "content": env.user_prompt(HOSTILE[1])}],
-        tokenize=False, add_generation_prompt=True)
+        tokenize=False,
+        add_generation_prompt=True,
+    )
     specials = special_ids(tok)
     assert decode(tok, t.prompt_ids) == template_text and t.reason == "answer"
     # only the template's own markers are control tokens: as many as in a prompt with a harmless question
@@ -139,7 +160,7 @@ def test_a_hostile_question_passage_and_answer_stay_text_in_the_trajectory(tok, 
     prefix, _, suffix = engine.observation_parts(env.observation, t.turn_texts[0])
     wrapper_specials = sum(i in specials for i in encode(tok, prefix) + encode(tok, suffix))
     assert sum(i in specials for i in t.response_ids[obs_start:obs_end]) == wrapper_specials
-    answer_ids = t.response_ids[t.turn_spans[1][0]:t.turn_spans[1][1]]
+    answer_ids = t.response_ids[t.turn_spans[1][0] : t.turn_spans[1][1]]
     assert not specials & set(answer_ids)  # the oracle's answer is data text too
     assert decode(tok, t.response_ids) == t.response_text  # token-exact
 
@@ -149,9 +170,15 @@ def test_normal_prompts_and_observations_keep_their_ids(tok):
     for wrap in ("inline", "chat"):
         engine = RolloutEngine(OracleBackend(tok), env, tok, RolloutConfig(observation_wrap=wrap))
         q = {"id": "q", "question": NORMAL[0]}
-        text = tok.apply_chat_template([{"role": "system", "content": env.system_prompt()},
-                                        {"role": "user", "content": env.user_prompt(NORMAL[0])}],
-                                       tokenize=False, add_generation_prompt=True)
+        text = tok.apply_chat_template(
+            [
+                {"role": "system", "content": env.system_prompt()},
+                {"role": "user", "content": env.user_prompt(NORMAL[0])},
+            ],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
         assert engine.prompt_ids(q) == encode(tok, text)
         assert engine.observation_ids(NORMAL[1], "<search> x</search>") == encode(
-            tok, engine.wrap_observation(NORMAL[1], "<search> x</search>"))
+            tok, engine.wrap_observation(NORMAL[1], "<search> x</search>")
+        )

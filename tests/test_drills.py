@@ -10,12 +10,23 @@ from itertools import islice
 import pytest
 
 from agentr1.config import SyntheticConfig
-from agentr1.data.drills import (ANSWER, KIND_RELATIONS, QUESTION, RELATIONS, build_doc, facts_of, gate_drills,
-                                 passage_line, pretraining_docs, stream_docs)
+from agentr1.data.drills import (
+    ANSWER,
+    KIND_RELATIONS,
+    QUESTION,
+    RELATIONS,
+    build_doc,
+    facts_of,
+    gate_drills,
+    passage_line,
+    pretraining_docs,
+    stream_docs,
+)
 from agentr1.data.world import build_world, corpus_rows, fresh_world
 
-SMALL = SyntheticConfig(families={"train": 12, "dev": 3, "test": 3, "ood": 4},
-                        questions={"train": 40, "dev": 10, "test": 10, "ood": 10})
+SMALL = SyntheticConfig(
+    families={"train": 12, "dev": 3, "test": 3, "ood": 4}, questions={"train": 40, "dev": 10, "test": 10, "ood": 10}
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +56,11 @@ def test_documents_ask_what_their_passages_state(world):
         assert 1 <= len(doc.facts) == len(doc.targets) <= 4  # as many as the passages state, at most 4
         for fact, (a, b) in zip(doc.facts, doc.targets):
             entity = by_pid[fact.pid]
-            assert f"(Title: {entity.name}) " in head            # the asked entity's passage is in the document
-            assert fact.answers[0] in head                        # and its answer is read off it
-            assert doc.text[a:b] == f" {fact.answers[0]}\n"       # the target span is the answer and its newline
+            assert f"(Title: {entity.name}) " in head  # the asked entity's passage is in the document
+            assert fact.answers[0] in head  # and its answer is read off it
+            assert doc.text[a:b] == f" {fact.answers[0]}\n"  # the target span is the answer and its newline
             assert doc.text[:a].endswith(f"{QUESTION} {fact.question}\n{ANSWER}")
-        for a, b in doc.first_mentions:                           # a name's first mention is in the passages
+        for a, b in doc.first_mentions:  # a name's first mention is in the passages
             assert a < len(head) and doc.text.find(doc.text[a:b]) == a
     relations = {f.relation for d in docs for f in d.facts}
     assert relations == {r.lstrip("@") for r in RELATIONS}
@@ -82,9 +93,10 @@ def test_gate_drills_read_held_out_entities_as_the_dataset_states_them(world):
             assert prompt.count("(Title: ") == passages
             assert passage_line(1, "", "")[:5] == prompt[:5]
             asked = text_of[fact.pid]
-            assert passage_line(0, asked["title"], asked["text"])[6:] in prompt   # the dataset's own passage
-            assert fact.question == RELATIONS["@" + fact.relation if "@" + fact.relation in RELATIONS
-                                              else fact.relation][1][0].format(x=held[fact.pid].name)
+            assert passage_line(0, asked["title"], asked["text"])[6:] in prompt  # the dataset's own passage
+            assert fact.question == RELATIONS[
+                "@" + fact.relation if "@" + fact.relation in RELATIONS else fact.relation
+            ][1][0].format(x=held[fact.pid].name)
         counts = {}
         for doc in docs:
             counts[doc.facts[0].relation] = counts.get(doc.facts[0].relation, 0) + 1

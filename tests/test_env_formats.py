@@ -36,7 +36,7 @@ def test_registry():
         get_format("xml")
 
 
-@pytest.mark.parametrize("query", ["who founded Korvash", "Ada \"the\" Vell's city", "Zoë Ångström 北京"])
+@pytest.mark.parametrize("query", ["who founded Korvash", 'Ada "the" Vell\'s city', "Zoë Ångström 北京"])
 def test_call_round_trip(fmt, query):
     prefix = "<think>I need the city.</think>\n"
     call_text = fmt.render_call("search", {"query": query})
@@ -194,7 +194,9 @@ def test_multi_call_first_and_all(fmt):
 
 
 def test_multi_call_all_stops_at_answer(fmt):
-    text = fmt.render_call("search", {"query": "a"}) + fmt.render_answer("X") + fmt.render_call("search", {"query": "b"})
+    text = (
+        fmt.render_call("search", {"query": "a"}) + fmt.render_answer("X") + fmt.render_call("search", {"query": "b"})
+    )
     sel = select_calls(fmt.parse(text), "all", 3)
     assert [c.arguments["query"] for c in sel.calls] == ["a"] and sel.answer == "X"
     sel = select_calls(fmt.parse(text), "first", 3)

@@ -27,9 +27,12 @@ GOLDS = [["Korvash"], ["yes"], ["Ada Vell", "Ada"], ["the"], ["北京 Zoë"], ["
 REWARDS = [
     RewardConfig(metric="em"),
     RewardConfig(metric="subem", format_score=0.1, process={"enabled": True}),
-    RewardConfig(metric="f1", format_score=1.0,
-                 # the ends of the documented range (-1..1; +-1e300 is refused by the config, issue 48 item 9)
-                 process={"enabled": True, "invalid_call": -1.0, "failed_call": 1.0, "successful_search": 1e-300}),
+    RewardConfig(
+        metric="f1",
+        format_score=1.0,
+        # the ends of the documented range (-1..1; +-1e300 is refused by the config, issue 48 item 9)
+        process={"enabled": True, "invalid_call": -1.0, "failed_call": 1.0, "successful_search": 1e-300},
+    ),
 ]
 
 
@@ -44,18 +47,61 @@ class FlakyRetriever(Retriever):
         if self.n % 7 == 0:
             raise (RetrieverError("index offline") if self.n % 2 else TimeoutError("no answer in 10 s"))
         return [
-            [Hit(f"p{(len(q) + j) % 5}", f"Title {j}", f"passage {j} about {q[:20]} " * 3, 1.0 / (j + 1)) for j in range(k)]
+            [
+                Hit(f"p{(len(q) + j) % 5}", f"Title {j}", f"passage {j} about {q[:20]} " * 3, 1.0 / (j + 1))
+                for j in range(k)
+            ]
             for q in queries
         ]
 
 
 FRAGMENTS = [
-    "<search>", "</search>", "<answer>", "</answer>", "<think>", "</think>", "<information>",
-    "</information>", "<tool_call>", "</tool_call>", "<tool_response>", "{", "}", "[", "]", '"', ":", ",",
-    '"name"', '"arguments"', '"search"', '"query"', "null", "true", "1e999", "\\", "\\u00e9", "\n", " ",
-    "Ada Vell", "Korvash", "北京", "Zoë", "🙂", "\x00", "\u202e", "\ud800", "<", ">", "/", "</", "x" * 300,
-    '{"name": "search", "arguments": {"query": "Ada"}}', '{"name": "search", "arguments": {}}',
-    '{"name": "calc", "arguments": {"q": 1}}', '{"name": "search", "arguments": "{\\"query\\": \\"x\\"}"}',
+    "<search>",
+    "</search>",
+    "<answer>",
+    "</answer>",
+    "<think>",
+    "</think>",
+    "<information>",
+    "</information>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "{",
+    "}",
+    "[",
+    "]",
+    '"',
+    ":",
+    ",",
+    '"name"',
+    '"arguments"',
+    '"search"',
+    '"query"',
+    "null",
+    "true",
+    "1e999",
+    "\\",
+    "\\u00e9",
+    "\n",
+    " ",
+    "Ada Vell",
+    "Korvash",
+    "北京",
+    "Zoë",
+    "🙂",
+    "\x00",
+    "\u202e",
+    "\ud800",
+    "<",
+    ">",
+    "/",
+    "</",
+    "x" * 300,
+    '{"name": "search", "arguments": {"query": "Ada"}}',
+    '{"name": "search", "arguments": {}}',
+    '{"name": "calc", "arguments": {"q": 1}}',
+    '{"name": "search", "arguments": "{\\"query\\": \\"x\\"}"}',
 ]
 
 
@@ -65,7 +111,7 @@ def random_turn(rng: random.Random, env: ToolEnv) -> str:
     for _ in range(rng.randint(0, 8)):
         r = rng.random()
         if r < 0.2:
-            q = rng.choice(["Ada", "", " ", "Korvash river", "x" * 300, "Zoë 北京 🙂", "a\"b"])
+            q = rng.choice(["Ada", "", " ", "Korvash river", "x" * 300, "Zoë 北京 🙂", 'a"b'])
             parts.append(env.fmt.render_call("search", {"query": q}))
         elif r < 0.3:
             parts.append(env.fmt.render_answer(rng.choice(["Korvash", "", "  ", "yes"])))
@@ -150,8 +196,14 @@ def test_fuzz_budget():
 @pytest.mark.parametrize("multi_call", POLICIES)
 def test_fuzz_generated_turns(fmt, multi_call):
     rng = random.Random(f"{fmt}-{multi_call}-1234")
-    env = ToolEnv([SearchTool(FlakyRetriever(), topk=2, max_query_chars=64)], fmt, max_turns=MAX_TURNS,
-                  multi_call=multi_call, max_calls_per_turn=3, observation_max_chars=OBS_MAX)
+    env = ToolEnv(
+        [SearchTool(FlakyRetriever(), topk=2, max_query_chars=64)],
+        fmt,
+        max_turns=MAX_TURNS,
+        multi_call=multi_call,
+        max_calls_per_turn=3,
+        observation_max_chars=OBS_MAX,
+    )
     seen: dict[str, int] = {}
     open_episodes: list[list[tuple[str, StepResult]]] = [[] for _ in range(BATCH)]  # one per batch slot
     n_episodes = 0

@@ -11,18 +11,18 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-import tiny_world as tw
 import yaml
 
-from agentr1.config import ConfigError, RewardConfig, RolloutConfig, config_from_dict
-from agentr1.errors import StageError
+import tiny_world as tw
 from agentr1 import stages
+from agentr1.config import ConfigError, RewardConfig, RolloutConfig, config_from_dict
+from agentr1.env.rewards import answer_scores
+from agentr1.errors import StageError
 from agentr1.eval.episodes import EPISODE_FIELDS, naive_rag_batch, tool_policy_batch
 from agentr1.eval.metrics import bootstrap_ci, paired_bootstrap_diff, summarize_split
 from agentr1.eval.quick import episode_metrics
 from agentr1.eval.setup import EvalSetup
 from agentr1.eval.support import early_answer, recording, support_found
-from agentr1.env.rewards import answer_scores
 from agentr1.rollout.trajectory import Trajectory
 
 torch.set_num_threads(1)
@@ -77,8 +77,9 @@ def test_bootstrap_ci_is_scipys_percentile_interval_and_degenerate_samples_never
     from scipy.stats import bootstrap
 
     values = np.random.default_rng(11).integers(0, 2, 80).astype(float)
-    ref = bootstrap((values,), np.mean, n_resamples=700, confidence_level=0.9, method="percentile",
-                    rng=np.random.default_rng(5)).confidence_interval
+    ref = bootstrap(
+        (values,), np.mean, n_resamples=700, confidence_level=0.9, method="percentile", rng=np.random.default_rng(5)
+    ).confidence_interval
     assert bootstrap_ci(values, 700, 0.9, seed=5) == pytest.approx((ref.low, ref.high), abs=1e-15)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # scipy's BCa would warn (and give NaN) on these
@@ -103,7 +104,9 @@ def test_paired_diff_hand_cases():
     b = [0.0, 0.9, 0.2, 0.8, 0.1, 0.7, 0.3, 0.6]
     a = [x + 0.1 for x in b]
     out = paired_bootstrap_diff(a, b, samples=1000, seed=0)
-    assert out["mean_diff"] == pytest.approx(0.1) and out["lo"] == pytest.approx(0.1) and out["hi"] == pytest.approx(0.1)
+    assert (
+        out["mean_diff"] == pytest.approx(0.1) and out["lo"] == pytest.approx(0.1) and out["hi"] == pytest.approx(0.1)
+    )
     assert bootstrap_ci(a)[0] < bootstrap_ci(b)[1]
     # two policies that differ on one question of 20: within the noise
     x = [1.0] * 10 + [0.0] * 10
@@ -116,22 +119,51 @@ def test_paired_diff_hand_cases():
 
 
 def _row(em, f1, type_, hops, reason="answer"):
-    return {"em": em, "f1": f1, "subem": em, "format_ok": 1.0, "answered": 1.0, "tool_calls": float(hops),
-            "turns": float(hops + 1), "reward": em, "type": type_, "hops": hops, "reason": reason,
-            "early_answer": float(hops == 3)}
+    return {
+        "em": em,
+        "f1": f1,
+        "subem": em,
+        "format_ok": 1.0,
+        "answered": 1.0,
+        "tool_calls": float(hops),
+        "turns": float(hops + 1),
+        "reward": em,
+        "type": type_,
+        "hops": hops,
+        "reason": reason,
+        "early_answer": float(hops == 3),
+    }
 
 
 def test_summarize_split_by_hand():
-    rows = [_row(1.0, 1.0, "bridge", 2), _row(0.0, 0.5, "bridge", 2),
-            _row(1.0, 1.0, "comparison", 1), _row(1.0, 1.0, "comparison", 3, reason="max_turns")]
+    rows = [
+        _row(1.0, 1.0, "bridge", 2),
+        _row(0.0, 0.5, "bridge", 2),
+        _row(1.0, 1.0, "comparison", 1),
+        _row(1.0, 1.0, "comparison", 3, reason="max_turns"),
+    ]
     s = summarize_split(rows, {"samples": 500, "ci": 0.95}, seed=0)
     assert s["n"] == 4 and s["em"] == 0.75 and s["f1"] == 0.875 and s["subem"] == 0.75
     assert s["tool_calls"] == 2.0 and s["turns"] == 3.0 and s["reward"] == 0.75 and s["format_ok"] == 1.0
     assert s["early_answer"] == 0.25  # a mean over all episodes
     assert s["em_ci_lower"] <= 0.75 <= s["em_ci_upper"] and s["em_ci_upper"] == 1.0
     assert s["reasons"] == {"answer": 3, "max_turns": 1}
-    assert s["by_type"]["bridge"] == {"n": 2, "em": 0.5, "em_ci_lower": 0.0, "em_ci_upper": 1.0, "f1": 0.75, "subem": 0.5}
-    assert s["by_type"]["comparison"] == {"n": 2, "em": 1.0, "em_ci_lower": 1.0, "em_ci_upper": 1.0, "f1": 1.0, "subem": 1.0}
+    assert s["by_type"]["bridge"] == {
+        "n": 2,
+        "em": 0.5,
+        "em_ci_lower": 0.0,
+        "em_ci_upper": 1.0,
+        "f1": 0.75,
+        "subem": 0.5,
+    }
+    assert s["by_type"]["comparison"] == {
+        "n": 2,
+        "em": 1.0,
+        "em_ci_lower": 1.0,
+        "em_ci_upper": 1.0,
+        "f1": 1.0,
+        "subem": 1.0,
+    }
     assert sorted(s["by_hops"]) == ["1", "2", "3"] and s["by_hops"]["2"]["n"] == 2 and s["by_hops"]["2"]["f1"] == 0.75
     assert summarize_split([], {"samples": 500, "ci": 0.95}) == {"n": 0}
     again = summarize_split(rows, SimpleNamespace(samples=500, ci=0.95), seed=0)
@@ -190,8 +222,15 @@ def test_early_answer_definition():
     assert early_answer(two, False, ["a"]) == 0.0  # no answer: never early
     assert early_answer({"hops": 1, "supporting_ids": ["a"]}, True, []) == 0.0  # single hop: never early
     assert early_answer({"hops": 2, "supporting_ids": []}, True, []) == 0.0  # nothing to retrieve
-    assert early_answer({"hops": 0}, True, []) == 0.0 and early_answer({"hops": None, "supporting_ids": ["a"]}, True, []) == 0.0
-    assert support_found(two, ["b", "x"]) == 0.5 and support_found(two, ["a", "b"]) == 1.0 and support_found(two, []) == 0.0
+    assert (
+        early_answer({"hops": 0}, True, []) == 0.0
+        and early_answer({"hops": None, "supporting_ids": ["a"]}, True, []) == 0.0
+    )
+    assert (
+        support_found(two, ["b", "x"]) == 0.5
+        and support_found(two, ["a", "b"]) == 1.0
+        and support_found(two, []) == 0.0
+    )
     assert support_found({"supporting_ids": []}, ["a"]) is None  # nothing to find: no breakdown for it
 
 
@@ -225,24 +264,41 @@ def test_retrieval_log_pairs_each_call_with_its_episode_in_a_batch():
     from agentr1.env import ToolEnv
     from agentr1.env.tools import make_tool
 
-    env = ToolEnv([make_tool("search", retriever=tw.retriever(), topk=2), make_tool("calculator")], "tags",
-                  multi_call="all", max_turns=4)
-    search = lambda x: env.fmt.render_call("search", {"query": x})
+    env = ToolEnv(
+        [make_tool("search", retriever=tw.retriever(), topk=2), make_tool("calculator")],
+        "tags",
+        multi_call="all",
+        max_turns=4,
+    )
+
+    def search(x: str) -> str:
+        return env.fmt.render_call("search", {"query": x})
+
     calc = env.fmt.render_call("calculator", {"expression": "1 + 2"})
-    turns = [search(FILM) + calc, calc + search(COMPANY) + search(FILM), search(COMPANY) + env.fmt.render_answer("x"),
-             search("")]
+    turns = [
+        search(FILM) + calc,
+        calc + search(COMPANY) + search(FILM),
+        search(COMPANY) + env.fmt.render_answer("x"),
+        search(""),
+    ]
     with recording(env) as log:
         results = log.env.step_batch(turns, [0] * 4, [["f0", "c0"]] * 4)
-        trajs = [Trajectory(qid=str(i), question="q", golds=["x"], prompt_ids=[1], outcomes=[list(r.outcomes)])
-                 for i, r in enumerate(results)]
+        trajs = [
+            Trajectory(qid=str(i), question="q", golds=["x"], prompt_ids=[1], outcomes=[list(r.outcomes)])
+            for i, r in enumerate(results)
+        ]
         assert [log.retrieved(t) for t in trajs] == [{"f0"}, {"c0", "f0"}, set(), set()]
         assert [len(r.outcomes) for r in results] == [2, 3, 1, 1]  # the answer's call and the blank query not executed
         # a tool that fails as a whole: the env fails its calls, which retrieved nothing
         env.tools["search"]._tool.execute_batch = lambda batch: 1 / 0
         failed = log.env.step_batch([search(FILM)], [0], [["f0"]])
         assert not failed[0].outcomes[0].success
-        assert log.retrieved(Trajectory(qid="f", question="q", golds=[], prompt_ids=[1],
-                                        outcomes=[list(failed[0].outcomes)])) == set()
+        assert (
+            log.retrieved(
+                Trajectory(qid="f", question="q", golds=[], prompt_ids=[1], outcomes=[list(failed[0].outcomes)])
+            )
+            == set()
+        )
 
 
 @pytest.fixture(scope="module")
@@ -259,7 +315,9 @@ def scripted():
             self.ids = encode(tok, text)
 
         def generate(self, prompts, max_new_tokens, stop_strings, temperature, top_p, seed):
-            return [Generation(self.ids[:max_new_tokens], [0.0] * len(self.ids[:max_new_tokens]), "stop") for _ in prompts]
+            return [
+                Generation(self.ids[:max_new_tokens], [0.0] * len(self.ids[:max_new_tokens]), "stop") for _ in prompts
+            ]
 
     return env, tok, Scripted
 
@@ -269,24 +327,29 @@ def test_stage_rows_carry_early_answer_for_agents_and_naive_rag(scripted):
     rollout, reward = RolloutConfig(max_turn_tokens=32, max_total_tokens=1024, batch_size=4), RewardConfig()
     qs = tw.questions("test")[:4]  # b0 (2 hops), s0 (1 hop), b1, s1
     # an agent that answers at once: the multi-hop questions are answered early, the single-hop ones never
-    rows, _ = tool_policy_batch(EvalSetup(Scripted(" <answer>Derlin Brisarn</answer>"), tok, env, rollout, reward), qs,
-                                "test")
+    rows, _ = tool_policy_batch(
+        EvalSetup(Scripted(" <answer>Derlin Brisarn</answer>"), tok, env, rollout, reward), qs, "test"
+    )
     assert [r["early_answer"] for r in rows] == [1.0, 0.0, 1.0, 0.0] and all(r["tool_calls"] == 0.0 for r in rows)
     assert [r["support_found"] for r in rows] == [0.0] * 4  # no search: no supporting passage in context
     assert list(rows[0]) == list(EPISODE_FIELDS)
     # one search for the film, then (the same turn text again) the turn limit: never answered, never early
-    rows, _ = tool_policy_batch(EvalSetup(Scripted(f" <search>{FILM}</search>"), tok, env, rollout, reward), qs[:1],
-                                "test")
+    rows, _ = tool_policy_batch(
+        EvalSetup(Scripted(f" <search>{FILM}</search>"), tok, env, rollout, reward), qs[:1], "test"
+    )
     assert rows[0]["answered"] == 0.0 and rows[0]["early_answer"] == 0.0
     assert rows[0]["support_found"] == 0.5  # the film's passage, not its company's
     # naive RAG makes no call: its retrieved passages are its one retrieval's (the question as the query,
     # BM25 top 2): both supports of b0 ([f0, c0]) but not both of b1, nor the founder's passage p0
     deeper = {**qs[0], "id": "test-b0-deeper", "supporting_ids": ["f0", "c0", "p0"], "hops": 3}
-    rows, _ = naive_rag_batch(EvalSetup(Scripted(" Derlin Brisarn</answer>"), tok, env, rollout, reward),
-                              [*qs, deeper], "test")
+    rows, _ = naive_rag_batch(
+        EvalSetup(Scripted(" Derlin Brisarn</answer>"), tok, env, rollout, reward), [*qs, deeper], "test"
+    )
     for q, r in zip([*qs, deeper], rows):
         got = set(env.tools["search"].execute_batch([{"query": q["question"]}])[0].metadata["ids"])
-        assert r["answered"] == 1.0 and r["early_answer"] == float(q["hops"] >= 2 and not set(q["supporting_ids"]) <= got)
+        assert r["answered"] == 1.0 and r["early_answer"] == float(
+            q["hops"] >= 2 and not set(q["supporting_ids"]) <= got
+        )
         assert r["support_found"] == len(set(q["supporting_ids"]) & got) / len(q["supporting_ids"])
     assert [r["early_answer"] for r in rows] == [0.0, 0.0, 1.0, 0.0, 1.0]
 
@@ -321,11 +384,19 @@ POLICIES = ("grpo", "cold_start", "base_tool_call", "naive_rag")
 def _project_cfg(root: Path):
     ood = [q for q in tw.questions("ood") if q["hops"] == 2]
     return tw.stage_config(
-        root, {"train": tw.questions("train"), "dev": tw.questions("dev")[:2], "test": tw.questions("test"), "ood": ood},
+        root,
+        {"train": tw.questions("train"), "dev": tw.questions("dev")[:2], "test": tw.questions("test"), "ood": ood},
         rollout={"max_turn_tokens": 24, "max_total_tokens": 1024, "batch_size": 8},
         sft={"steps": 100, "batch_size": 4, "warmup_steps": 5, "lr": 1e-2, "oracle_noise": 0.0, "train_examples": None},
-        train={"steps": 1, "batch_questions": 2, "group_size": 2, "micro_batch_size": 2, "out_dir": str(root / "runs"),
-               "dev": {"every": 0}, "checkpoint": {"every": 0}},
+        train={
+            "steps": 1,
+            "batch_questions": 2,
+            "group_size": 2,
+            "micro_batch_size": 2,
+            "out_dir": str(root / "runs"),
+            "dev": {"every": 0},
+            "checkpoint": {"every": 0},
+        },
         evaluate={"out_dir": str(root / "eval"), "batch_size": 5, "bootstrap": {"samples": 200}},
         tracking={"artifact_root": str(root / "artifacts"), "trace_sample": 3},
     )
@@ -349,14 +420,18 @@ def project(tmp_path_factory):
         quiet.tracking.enabled = False
         stages.run("sft", quiet)
         stages.run("train", cfg, SimpleNamespace(run="grpo", resume=False))  # tracked: versions link to it
-        metrics = {name: stages.run("evaluate", cfg if name in TRACKED else quiet, SimpleNamespace(policy=name))
-                   for name in POLICIES}
+        metrics = {
+            name: stages.run("evaluate", cfg if name in TRACKED else quiet, SimpleNamespace(policy=name))
+            for name in POLICIES
+        }
         first = {name: (root / "eval" / name / "metrics.json").read_bytes() for name in ("grpo", "naive_rag")}
         episodes = (root / "eval" / "grpo" / "episodes.jsonl").read_bytes()
         runs = {name: _read(root, name)[2]["mlflow"] for name in POLICIES}
         for name in ("grpo", "naive_rag"):  # a second run must write the same bytes
             stages.run("evaluate", quiet, SimpleNamespace(policy=name))
-        yield SimpleNamespace(root=root, cfg=cfg, uri=uri, metrics=metrics, first=first, first_episodes=episodes, runs=runs)
+        yield SimpleNamespace(
+            root=root, cfg=cfg, uri=uri, metrics=metrics, first=first, first_episodes=episodes, runs=runs
+        )
 
 
 def _read(root: Path, name: str):
@@ -393,8 +468,11 @@ def test_outputs_per_policy(project, name):
         assert sum(g["n"] for g in s["by_hops"].values()) == n
         # early_answer: 0/1 per episode, 0 for a single-hop one; the split's is the mean over all episodes
         assert all(r["early_answer"] in (0.0, 1.0) and (r["hops"] >= 2 or r["early_answer"] == 0.0) for r in rows)
-        assert metrics[f"{split}/early_answer"] == s["early_answer"] == pytest.approx(
-            sum(r["early_answer"] for r in rows) / n, abs=1e-6)
+        assert (
+            metrics[f"{split}/early_answer"]
+            == s["early_answer"]
+            == pytest.approx(sum(r["early_answer"] for r in rows) / n, abs=1e-6)
+        )
     assert metrics["splits"]["test"]["by_hops"].keys() == {"1", "2"}
     assert [(r["split"], r["id"]) for r in episodes] == sorted((r["split"], r["id"]) for r in episodes)
     assert all(list(r) == sorted(EPISODE_FIELDS) for r in episodes)  # written with sorted keys
@@ -426,8 +504,10 @@ def test_mlflow_run_metrics_traces_and_table(project):
     from mlflow.entities import SpanType
 
     client = MlflowClient(tracking_uri=project.uri)
-    for name, stage_key, types in (("grpo", "evaluate@grpo", {SpanType.AGENT, SpanType.LLM, SpanType.RETRIEVER}),
-                                   ("naive_rag", "evaluate_baseline@naive_rag", {SpanType.AGENT, SpanType.LLM})):
+    for name, stage_key, types in (
+        ("grpo", "evaluate@grpo", {SpanType.AGENT, SpanType.LLM, SpanType.RETRIEVER}),
+        ("naive_rag", "evaluate_baseline@naive_rag", {SpanType.AGENT, SpanType.LLM}),
+    ):
         _, episodes, _ = _read(project.root, name)
         run = client.get_run(project.runs[name]["run_id"])
         assert run.info.status == "FINISHED" and run.info.run_name == stage_key
@@ -460,16 +540,24 @@ def test_registry_versions_aliases_and_gate(project):
     # grpo (v1), then cold_start (v2); naive RAG has no weights of its own and is not registered
     assert [str(v.version) for v in versions] == ["1", "2"]
     first, second = project.runs["grpo"], project.runs["cold_start"]
-    assert first["version"] == "1" and first["promotion"]["decision"] == "promote" and first["promotion"]["champion"] == "1"
+    assert (
+        first["version"] == "1"
+        and first["promotion"]["decision"] == "promote"
+        and first["promotion"]["champion"] == "1"
+    )
     # the cold start is a baseline: its own alias, never challenger, never gated
     assert second["version"] == "2" and "promotion" not in second
-    assert {a: str(client.get_model_version_by_alias(name, a).version) for a in ("challenger", "champion", "cold_start")} \
-        == {"challenger": "1", "champion": "1", "cold_start": "2"}
+    assert {
+        a: str(client.get_model_version_by_alias(name, a).version) for a in ("challenger", "champion", "cold_start")
+    } == {"challenger": "1", "champion": "1", "cold_start": "2"}
     # v1 links to the train@grpo run that wrote its weights
     train = client.get_run(first["train_run_id"])
     assert train.info.run_name == "train@grpo" and versions[0].tags["agentr1.train_run_id"] == train.info.run_id
     assert versions[0].tags["agentr1.checkpoint_sha256"] == train.data.tags["agentr1.checkpoint_sha256"]
-    assert versions[0].description.startswith("grpo: weights from [train@grpo](#/experiments/") and "train_run_id" not in versions[1].tags
+    assert (
+        versions[0].description.startswith("grpo: weights from [train@grpo](#/experiments/")
+        and "train_run_id" not in versions[1].tags
+    )
     champion = client.get_model_version_by_alias(name, "champion")
     assert champion.tags["agentr1.gate.decision"] == "promote"
     assert "agentr1.gate.decision" not in versions[1].tags  # the baseline is not gated
@@ -511,5 +599,8 @@ def test_gate_metric_must_be_evaluated(project):
         mp.setattr("agentr1.data.validation.require_validated", lambda c: None)
         metrics = stages.run("evaluate", cfg, SimpleNamespace(policy="cold_start"))
     assert list(metrics["splits"]) == ["ood"] and metrics["ood/n"] == 2
-    ids = [json.loads(line)["id"] for line in (project.root / "eval_ood" / "cold_start" / "episodes.jsonl").read_text().splitlines()]
+    ids = [
+        json.loads(line)["id"]
+        for line in (project.root / "eval_ood" / "cold_start" / "episodes.jsonl").read_text().splitlines()
+    ]
     assert ids == ["ood-b0", "ood-b1"]  # the first N of the split, in dataset order

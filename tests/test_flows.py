@@ -32,6 +32,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from flows import common  # noqa: E402
+from flows import pipeline as pipeline_mod  # noqa: E402
+from flows import promote as promote_mod  # noqa: E402
+from flows.pipeline import METRICS_KEY, REPORT_KEY, pipeline, repro  # noqa: E402
 from prefect.client.orchestration import get_client  # noqa: E402
 from prefect.client.schemas.filters import (  # noqa: E402
     ArtifactFilter,
@@ -42,10 +46,6 @@ from prefect.client.schemas.filters import (  # noqa: E402
 from prefect.testing.utilities import prefect_test_harness  # noqa: E402
 
 import _tiny_project as tiny  # noqa: E402
-from flows import common  # noqa: E402
-from flows import pipeline as pipeline_mod  # noqa: E402
-from flows import promote as promote_mod  # noqa: E402
-from flows.pipeline import METRICS_KEY, REPORT_KEY, pipeline, repro  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,9 @@ def test_transient_classification():
     assert common.is_transient("botocore.exceptions.EndpointConnectionError: Could not connect to the endpoint URL")
     assert common.is_transient("Read timed out.")
     assert not common.is_transient("agentr1: data.synthetic.questions.train: Input should be >= 0")
-    assert not common.is_transient("ERROR: failed to reproduce 'prepare': failed to run: agentr1 prepare, exited with 2")
+    assert not common.is_transient(
+        "ERROR: failed to reproduce 'prepare': failed to run: agentr1 prepare, exited with 2"
+    )
 
 
 # Ordinary stage output (training/eval logs, config errors) that mentions numbers such as 503 or
@@ -102,7 +104,7 @@ ORDINARY_LINES = [
 TRANSIENT_LINES = [
     "ERROR: Unable to acquire lock. Most likely another DVC process is running or was terminated abruptly.",
     "sqlalchemy.exc.OperationalError: (sqlite3.OperationalError) database is locked",
-    "botocore.exceptions.EndpointConnectionError: Could not connect to the endpoint URL: \"http://127.0.0.1:9000/agentr1\"",
+    'botocore.exceptions.EndpointConnectionError: Could not connect to the endpoint URL: "http://127.0.0.1:9000/agentr1"',
     "ConnectionRefusedError: [Errno 111] Connection refused",
     "ConnectionResetError: [Errno 104] Connection reset by peer",
     "socket.gaierror: [Errno -3] Temporary failure in name resolution",
@@ -127,8 +129,13 @@ def test_real_transient_errors_are_transient(line):
 
 def test_transient_looks_at_stderr_only():
     # a stage that printed a transient-looking line on stdout, then failed deterministically
-    err = common.CommandError(["dvc", "repro"], 1, ".", "ERROR: failed to reproduce 'train@ppo'",
-                              "Connection refused (retried, recovered)\nERROR: failed to reproduce 'train@ppo'")
+    err = common.CommandError(
+        ["dvc", "repro"],
+        1,
+        ".",
+        "ERROR: failed to reproduce 'train@ppo'",
+        "Connection refused (retried, recovered)\nERROR: failed to reproduce 'train@ppo'",
+    )
     assert not err.transient
     err = common.CommandError(["dvc", "push"], 1, ".", "ERROR: unexpected error - Connection reset by peer", "")
     assert err.transient
@@ -140,7 +147,9 @@ def test_run_command_streams_and_reports_stderr(caplog):
     assert res.stdout == "hello" and res.stderr == "warn"
     assert "hello" in caplog.text and "[stderr] warn" in caplog.text
     with pytest.raises(common.CommandError) as ei:
-        common.run_command([sys.executable, "-c", "import sys; print('boom: bad key', file=sys.stderr); sys.exit(3)"], ".")
+        common.run_command(
+            [sys.executable, "-c", "import sys; print('boom: bad key', file=sys.stderr); sys.exit(3)"], "."
+        )
     assert ei.value.returncode == 3 and "boom: bad key" in str(ei.value) and not ei.value.transient
     with pytest.raises(common.CommandError, match="timed out"):
         common.run_command([sys.executable, "-c", "import time; time.sleep(30)"], ".", timeout_s=1)
@@ -182,10 +191,15 @@ def test_mlflow_links(tmp_path):
     run = client.create_run(exp, run_name="validate", tags={"agentr1.stage": "validate"})
     client.set_terminated(run.info.run_id)
     rows, note = common.mlflow_runs_since(uri, since)
-    assert note is None and rows == [{
-        "run": "validate", "stage": "validate", "experiment": "nano", "status": "FINISHED",
-        "url": f"runs:/{run.info.run_id}",
-    }]
+    assert note is None and rows == [
+        {
+            "run": "validate",
+            "stage": "validate",
+            "experiment": "nano",
+            "status": "FINISHED",
+            "url": f"runs:/{run.info.run_id}",
+        }
+    ]
     assert common.run_url("http://127.0.0.1:5000/", exp, "abc") == f"http://127.0.0.1:5000/#/experiments/{exp}/runs/abc"
     assert common.mlflow_runs_since(None, since)[1].startswith("no MLflow tracking URI configured")
     rows, note = common.mlflow_runs_since("http://127.0.0.1:9", since)  # nothing listens: tolerated
@@ -328,8 +342,12 @@ def test_push_without_remote_fails_before_any_stage(harness, tmp_path):
 # ----------------------------------------------------------------------------------- deployments
 @pytest.mark.slow
 def test_deployments_register_with_schedules(harness, tmp_path):
-    env = {**tiny.env(), "PREFECT_API_URL": harness, "PREFECT_HOME": str(tmp_path / "home"),
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env = {
+        **tiny.env(),
+        "PREFECT_API_URL": harness,
+        "PREFECT_HOME": str(tmp_path / "home"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
     prefect = [sys.executable, "-m", "prefect"]
     for cmd in (
         prefect + ["work-pool", "create", "agentr1-process", "--type", "process"],
@@ -348,9 +366,11 @@ def test_deployments_register_with_schedules(harness, tmp_path):
     assert crons("agentr1-pipeline-weekly") == [("0 3 * * 1", "UTC", True)]
     assert crons("agentr1-promote-nightly") == [("0 2 * * *", "UTC", True)]
     assert crons("agentr1-sweep") == []
-    for name, entry in (("agentr1-pipeline-weekly", "flows/pipeline.py:pipeline"),
-                        ("agentr1-promote-nightly", "flows/promote.py:promote"),
-                        ("agentr1-sweep", "flows/sweep.py:sweep")):
+    for name, entry in (
+        ("agentr1-pipeline-weekly", "flows/pipeline.py:pipeline"),
+        ("agentr1-promote-nightly", "flows/promote.py:promote"),
+        ("agentr1-sweep", "flows/sweep.py:sweep"),
+    ):
         d = deps[name]
         assert d.entrypoint == entry and d.work_pool_name == "agentr1-process"
         # the working directory of the flow runs is this checkout
@@ -380,12 +400,21 @@ def test_promote_flow_with_stand_in_cli(harness, tmp_path, monkeypatch):
     fake = tmp_path / "fake_agentr1.py"
     fake.write_text(FAKE_PROMOTE)
     monkeypatch.setattr(promote_mod, "PROMOTE_BASE", [sys.executable, str(fake)])
-    state = promote_mod.promote(project_dir=str(tmp_path), model="agentr1-policy", metric="test/em",
-                                dry_run=True, return_state=True)
+    state = promote_mod.promote(
+        project_dir=str(tmp_path), model="agentr1-policy", metric="test/em", dry_run=True, return_state=True
+    )
     assert state.is_completed(), state.message
     out = state.result()
-    assert out["decision"]["argv"] == ["--params", "params.yaml", "promote", "--model", "agentr1-policy",
-                                       "--metric", "test/em", "--dry-run"]
+    assert out["decision"]["argv"] == [
+        "--params",
+        "params.yaml",
+        "promote",
+        "--model",
+        "agentr1-policy",
+        "--metric",
+        "test/em",
+        "--dry-run",
+    ]
     arts = _artifacts(state.state_details.flow_run_id)
     assert "| promoted | True |" in arts["agentr1-promote"].data
     rows = arts["agentr1-promote-decision"].data

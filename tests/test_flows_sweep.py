@@ -45,11 +45,16 @@ def test_plan_and_queue_status_parsing():
 
     runs = plan_experiments(["evaluate@grpo"], [0, 1], {"rl.lr": [1e-5, 3e-5]}, "p")
     assert [r["sets"] for r in runs] == [
-        {"seed": 0, "rl.lr": 1e-5}, {"seed": 0, "rl.lr": 3e-5}, {"seed": 1, "rl.lr": 1e-5}, {"seed": 1, "rl.lr": 3e-5}]
+        {"seed": 0, "rl.lr": 1e-5},
+        {"seed": 0, "rl.lr": 3e-5},
+        {"seed": 1, "rl.lr": 1e-5},
+        {"seed": 1, "rl.lr": 3e-5},
+    ]
     assert runs[0]["name"] == "p-000-evaluate-grpo-s0" and len({r["name"] for r in runs}) == 4
     status = parse_queue_status(
         "Task     Name    Created    Status\n084ba32  s1      12:49 PM   Success\n"
-        "9a2e7f1  s2      12:50 PM   Queued\n\nWorker status: 0 active, 0 idle\n")
+        "9a2e7f1  s2      12:50 PM   Queued\n\nWorker status: 0 active, 0 idle\n"
+    )
     assert status == {"s1": "Success", "s2": "Queued"}
 
 
@@ -58,8 +63,16 @@ def test_sweep_runs_queued_experiments(harness, tmp_path):
     from flows.sweep import SWEEP_KEY, sweep
 
     project = tiny.make_project(tmp_path / "sweep")
-    state = sweep(project_dir=str(project), targets=["prepare"], seeds=[1, 2], jobs=1,
-                  name_prefix="t", poll_s=2.0, timeout_s=900, return_state=True)
+    state = sweep(
+        project_dir=str(project),
+        targets=["prepare"],
+        seeds=[1, 2],
+        jobs=1,
+        name_prefix="t",
+        poll_s=2.0,
+        timeout_s=900,
+        return_state=True,
+    )
     assert state.is_completed(), state.message
     rows = state.result()
     assert [r["state"] for r in rows] == ["Success", "Success"]

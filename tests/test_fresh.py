@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import tiny_world as tw
 
+import tiny_world as tw
 from agentr1 import stages
 from agentr1.config import BM25Config, EnvConfig, FreshWorldsConfig, RetrievalConfig, SyntheticConfig, TrainConfig
 from agentr1.data.fresh import SPLIT, make_world
@@ -21,10 +21,12 @@ from agentr1.rl.sources import FreshWorlds
 
 torch.set_num_threads(1)
 
-SMALL = SyntheticConfig.model_validate({
-    "families": {"train": 30, "dev": 6, "test": 6, "ood": 6},
-    "questions": {"train": 150, "dev": 30, "test": 30, "ood": 30},
-})
+SMALL = SyntheticConfig.model_validate(
+    {
+        "families": {"train": 30, "dev": 6, "test": 6, "ood": 6},
+        "questions": {"train": 150, "dev": 30, "test": 30, "ood": 30},
+    }
+)
 
 
 @pytest.fixture(scope="module")
@@ -118,13 +120,24 @@ def test_source_serves_one_world_per_every_steps_and_searches_it(dataset, with_c
 def _stage_cfg(tmp_path, train: dict, data: dict):
     import shutil
 
-    cfg = tw.stage_config(tmp_path, {"train": tw.questions("train"), "dev": tw.questions("dev")[:2]},
-                          env={"max_turns": 2, "search": {"topk": 1, "passage_max_chars": 120}},
-                          rollout={"max_turn_tokens": 6, "max_total_tokens": 1024, "batch_size": 8},
-                          train={"steps": 2, "batch_questions": 2, "group_size": 2, "micro_batch_size": 2,
-                                 "out_dir": str(tmp_path / "runs"), "dev": {"every": 0}, "checkpoint": {"every": 0},
-                                 "questions": "fresh", **train},
-                          data={"processed_dir": str(tmp_path / "processed"), **data})
+    cfg = tw.stage_config(
+        tmp_path,
+        {"train": tw.questions("train"), "dev": tw.questions("dev")[:2]},
+        env={"max_turns": 2, "search": {"topk": 1, "passage_max_chars": 120}},
+        rollout={"max_turn_tokens": 6, "max_total_tokens": 1024, "batch_size": 8},
+        train={
+            "steps": 2,
+            "batch_questions": 2,
+            "group_size": 2,
+            "micro_batch_size": 2,
+            "out_dir": str(tmp_path / "runs"),
+            "dev": {"every": 0},
+            "checkpoint": {"every": 0},
+            "questions": "fresh",
+            **train,
+        },
+        data={"processed_dir": str(tmp_path / "processed"), **data},
+    )
     shutil.copytree(cfg.pretrain.out_dir, cfg.sft.out_dir)  # the untrained tiny policy as the cold start
     return cfg
 
@@ -157,10 +170,13 @@ def test_fresh_questions_need_the_synthetic_world(tmp_path, monkeypatch):
 
 
 def _sft_cfg(tmp_path, **sft):
-    return tw.stage_config(tmp_path, {"train": tw.questions("train"), "dev": tw.questions("dev")[:4]},
-                           rollout={"max_turn_tokens": 24, "max_total_tokens": 1024, "batch_size": 4},
-                           tracking={"enabled": False},
-                           sft={"steps": 2, "batch_size": 4, "warmup_steps": 1, "train_examples": 3, **sft})
+    return tw.stage_config(
+        tmp_path,
+        {"train": tw.questions("train"), "dev": tw.questions("dev")[:4]},
+        rollout={"max_turn_tokens": 24, "max_total_tokens": 1024, "batch_size": 4},
+        tracking={"enabled": False},
+        sft={"steps": 2, "batch_size": 4, "warmup_steps": 1, "train_examples": 3, **sft},
+    )
 
 
 def test_sft_demonstrates_on_fresh_worlds_besides_the_train_split(tmp_path, monkeypatch):
@@ -193,7 +209,9 @@ def test_sft_on_fresh_worlds_only_and_nothing_to_demonstrate(tmp_path, monkeypat
     from agentr1.config import SFTConfig
 
     monkeypatch.setattr("agentr1.data.validation.require_validated", lambda cfg: None)
-    metrics = stages.run("sft", _sft_cfg(tmp_path, train_examples=0, fresh={"worlds": 1, "families": 4, "questions": 5}), None)
+    metrics = stages.run(
+        "sft", _sft_cfg(tmp_path, train_examples=0, fresh={"worlds": 1, "families": 4, "questions": 5}), None
+    )
     assert metrics["train"]["examples"] == metrics["train"]["fresh_examples"] == 5
     with pytest.raises(ValueError, match="no demonstration to train on"):
         SFTConfig.model_validate({"train_examples": 0})
@@ -207,16 +225,36 @@ def test_reference_cold_start_stage_run_and_evaluation(tmp_path, monkeypatch):
     from agentr1.models import load_checkpoint
 
     monkeypatch.setattr("agentr1.data.validation.require_validated", lambda cfg: None)
-    ref = {"oracle_noise": 0.0, "out_dir": str(tmp_path / "models" / "sft_ref"), "report_dir": str(tmp_path / "sft_ref")}
-    cfg = tw.stage_config(tmp_path, {"train": tw.questions("train"), "dev": tw.questions("dev")[:4]},
-                          rollout={"max_turn_tokens": 24, "max_total_tokens": 1024, "batch_size": 4},
-                          tracking={"enabled": False}, sft_reference=ref,
-                          runs={**tw.RUNS, "grpo_reference": {"estimator": "grpo", "cold_start": "reference"}},
-                          sft={"steps": 2, "batch_size": 4, "warmup_steps": 1, "train_examples": 4,
-                               "oracle_noise": {"early_answer": 1.0}},
-                          train={"steps": 1, "batch_questions": 2, "group_size": 2, "micro_batch_size": 2,
-                                 "out_dir": str(tmp_path / "runs"), "dev": {"every": 0}, "checkpoint": {"every": 0},
-                                 "questions": "dataset"})
+    ref = {
+        "oracle_noise": 0.0,
+        "out_dir": str(tmp_path / "models" / "sft_ref"),
+        "report_dir": str(tmp_path / "sft_ref"),
+    }
+    cfg = tw.stage_config(
+        tmp_path,
+        {"train": tw.questions("train"), "dev": tw.questions("dev")[:4]},
+        rollout={"max_turn_tokens": 24, "max_total_tokens": 1024, "batch_size": 4},
+        tracking={"enabled": False},
+        sft_reference=ref,
+        runs={**tw.RUNS, "grpo_reference": {"estimator": "grpo", "cold_start": "reference"}},
+        sft={
+            "steps": 2,
+            "batch_size": 4,
+            "warmup_steps": 1,
+            "train_examples": 4,
+            "oracle_noise": {"early_answer": 1.0},
+        },
+        train={
+            "steps": 1,
+            "batch_questions": 2,
+            "group_size": 2,
+            "micro_batch_size": 2,
+            "out_dir": str(tmp_path / "runs"),
+            "dev": {"every": 0},
+            "checkpoint": {"every": 0},
+            "questions": "dataset",
+        },
+    )
     main = stages.run("sft", cfg, None)
     reference = stages.run("sft_reference", cfg, None)
     assert main["oracle"]["kinds"] == {"clean": 2, "early_answer": 2}  # the 2 two-hop questions answer early
@@ -226,11 +264,17 @@ def test_reference_cold_start_stage_run_and_evaluation(tmp_path, monkeypatch):
     from agentr1.stages import train as train_stage
 
     seen, load = [], train_stage.load_checkpoint
-    monkeypatch.setattr(train_stage, "load_checkpoint", lambda path, *a, **k: (seen.append(str(path)), load(path, *a, **k))[1])
+    monkeypatch.setattr(
+        train_stage, "load_checkpoint", lambda path, *a, **k: (seen.append(str(path)), load(path, *a, **k))[1]
+    )
     stages.run("train", cfg, SimpleNamespace(run="grpo_reference", resume=False))
     assert seen == [ref["out_dir"]]
     from agentr1.config import config_from_dict
 
     with pytest.raises(ConfigError, match="sft_reference.out_dir is sft.out_dir"):
-        config_from_dict({**cfg.model_dump(by_alias=True), "sft_reference": {"out_dir": cfg.sft.out_dir,
-                                                                              "report_dir": ref["report_dir"]}})
+        config_from_dict(
+            {
+                **cfg.model_dump(by_alias=True),
+                "sft_reference": {"out_dir": cfg.sft.out_dir, "report_dir": ref["report_dir"]},
+            }
+        )

@@ -108,11 +108,14 @@ def _locked(kind: str) -> Exception:
     from mlflow.exceptions import MlflowException
     from sqlalchemy.exc import OperationalError
 
-    return {"mlflow": MlflowException("database is locked"),
-            "unavailable": MlflowException("(sqlite3.OperationalError) database is locked",
-                                           error_code="TEMPORARILY_UNAVAILABLE"),
-            "sqlalchemy": OperationalError("SELECT ...", {}, sqlite3.OperationalError("database is locked")),
-            "sqlite3": sqlite3.OperationalError("disk I/O error")}[kind]
+    return {
+        "mlflow": MlflowException("database is locked"),
+        "unavailable": MlflowException(
+            "(sqlite3.OperationalError) database is locked", error_code="TEMPORARILY_UNAVAILABLE"
+        ),
+        "sqlalchemy": OperationalError("SELECT ...", {}, sqlite3.OperationalError("database is locked")),
+        "sqlite3": sqlite3.OperationalError("disk I/O error"),
+    }[kind]
 
 
 def _fail_lookup(monkeypatch: pytest.MonkeyPatch, alias: str, exc: Exception) -> None:
@@ -138,7 +141,9 @@ def test_a_store_error_on_the_champion_lookup_aborts_promote(store, monkeypatch,
     name = f"locked-{kind}"
     v = register(store, name, GOOD, alias="challenger")
     _fail_lookup(monkeypatch, "champion", _locked(kind))
-    with pytest.raises(StageError, match=rf"registered model '{name}': reading alias 'champion' failed .*no alias moved"):
+    with pytest.raises(
+        StageError, match=rf"registered model '{name}': reading alias 'champion' failed .*no alias moved"
+    ):
         promote(name, "test/em", client=client)
     monkeypatch.undo()
     assert aliases(client, name) == {"challenger": v} and gate_tags(client, name, v) == {}
@@ -175,8 +180,9 @@ class _Evaluation:
 
     def log_model(self, checkpoint, metrics, *, registered_name, alias=None, tags=None, **_):
         client = self.store[1]
-        version = register(self.store, registered_name, dict(metrics), kind=(tags or {}).get("agentr1.policy_kind"),
-                           alias=alias)
+        version = register(
+            self.store, registered_name, dict(metrics), kind=(tags or {}).get("agentr1.policy_kind"), alias=alias
+        )
         for key, value in (tags or {}).items():
             client.set_model_version_tag(registered_name, version, key, value)
         self.other = register(self.store, registered_name, self.other_metrics, alias="challenger")  # the race
@@ -188,8 +194,9 @@ def test_an_evaluation_gates_the_version_it_registered_while_challenger_moves(us
 
     _, client, _ = use_store
     name = "race-policy"
-    champion = register(use_store, name, {"test/em": 0.2, "test/em_ci_lower": 0.1, "test/em_ci_upper": 0.3},
-                        alias="champion")
+    champion = register(
+        use_store, name, {"test/em": 0.2, "test/em_ci_lower": 0.1, "test/em_ci_upper": 0.3}, alias="champion"
+    )
     ckpt = tmp_path / "checkpoint"
     ckpt.mkdir()
     (ckpt / "config.json").write_text("{}\n")
@@ -224,14 +231,26 @@ def test_promote_by_number_gates_that_version_and_names_it(use_store) -> None:
 
 
 # ------------------------------------------------------------------ 3. out-of-range gate inputs
-@pytest.mark.parametrize(("case", "metrics", "words"), [
-    ("huge", {"test/em": 1e308, "test/em_ci_lower": 0.0, "test/em_ci_upper": 1e308},
-     r"test/em: value 1e\+308 is outside \[0, 1\]"),
-    ("negative", {"test/em": -0.5, "test/em_ci_lower": -0.6, "test/em_ci_upper": -0.4},
-     r"test/em: value -0.5 is outside \[0, 1\]"),
-    ("swapped", {"test/em": 0.5, "test/em_ci_lower": 0.6, "test/em_ci_upper": 0.4},
-     r"test/em: CI \[0.6, 0.4\] does not contain the value 0.5"),
-])
+@pytest.mark.parametrize(
+    ("case", "metrics", "words"),
+    [
+        (
+            "huge",
+            {"test/em": 1e308, "test/em_ci_lower": 0.0, "test/em_ci_upper": 1e308},
+            r"test/em: value 1e\+308 is outside \[0, 1\]",
+        ),
+        (
+            "negative",
+            {"test/em": -0.5, "test/em_ci_lower": -0.6, "test/em_ci_upper": -0.4},
+            r"test/em: value -0.5 is outside \[0, 1\]",
+        ),
+        (
+            "swapped",
+            {"test/em": 0.5, "test/em_ci_lower": 0.6, "test/em_ci_upper": 0.4},
+            r"test/em: CI \[0.6, 0.4\] does not contain the value 0.5",
+        ),
+    ],
+)
 def test_promote_refuses_gate_values_out_of_range(store, case: str, metrics: dict, words: str) -> None:
     from agentr1.tracking.registry import promote
 
@@ -256,8 +275,11 @@ def test_promote_refuses_a_baseline_aliased_as_challenger(store) -> None:
     _, client, _ = store
     name = "baseline-policy"
     v = register(store, name, GOOD, kind="cold_start", alias="challenger")
-    with pytest.raises(StageError, match=rf"{name} version {v} is a 'cold_start' policy \(agentr1.policy_kind\), not a "
-                                         r"trained one \('rl'\).*no alias moved"):
+    with pytest.raises(
+        StageError,
+        match=rf"{name} version {v} is a 'cold_start' policy \(agentr1.policy_kind\), not a "
+        r"trained one \('rl'\).*no alias moved",
+    ):
         promote(name, "test/em", client=client)
     assert aliases(client, name) == {"challenger": v} and gate_tags(client, name, v) == {}
     with pytest.raises(StageError, match="'cold_start' policy"):
@@ -283,12 +305,31 @@ def _eval_metrics() -> dict:
     """An evaluation's metrics.json as the evaluate stage writes it (the keys that matter here)."""
     flat = {}
     for split in ("test", "ood"):
-        flat.update({f"{split}/n": 4, f"{split}/em": 0.5, f"{split}/em_ci_lower": 0.25, f"{split}/em_ci_upper": 0.75,
-                     f"{split}/f1": 0.5, f"{split}/f1_ci_lower": 0.25, f"{split}/f1_ci_upper": 0.75,
-                     f"{split}/format_ok": 1.0, f"{split}/reward": -0.25, f"{split}/tool_calls": 2.0})
-    return {"policy": "ppo", "kind": "rl", "eval_data": "test+ood:abc", "overrides": None, "seed": 0,
-            "splits": {"test": {"em": 0.5, "reasons": {"answer": 4}}}, "test/sampled_em": 0.5, "test/pass_at_4": 0.75,
-            **flat}
+        flat.update(
+            {
+                f"{split}/n": 4,
+                f"{split}/em": 0.5,
+                f"{split}/em_ci_lower": 0.25,
+                f"{split}/em_ci_upper": 0.75,
+                f"{split}/f1": 0.5,
+                f"{split}/f1_ci_lower": 0.25,
+                f"{split}/f1_ci_upper": 0.75,
+                f"{split}/format_ok": 1.0,
+                f"{split}/reward": -0.25,
+                f"{split}/tool_calls": 2.0,
+            }
+        )
+    return {
+        "policy": "ppo",
+        "kind": "rl",
+        "eval_data": "test+ood:abc",
+        "overrides": None,
+        "seed": 0,
+        "splits": {"test": {"em": 0.5, "reasons": {"answer": 4}}},
+        "test/sampled_em": 0.5,
+        "test/pass_at_4": 0.75,
+        **flat,
+    }
 
 
 def _text(doc: dict) -> str:
@@ -301,11 +342,18 @@ TAMPERED = {  # name -> (edit of the metrics.json text, what the error says)
     "-infinity": (lambda t: t.replace('"seed": 0', '"seed": -Infinity'), "seed is -Infinity, not a finite number"),
     "1e400": (lambda t: t.replace('"test/em": 0.5', '"test/em": 1e400'), "test/em is 1e400, not a finite number"),
     "negative": (lambda t: t.replace('"test/em": 0.5', '"test/em": -0.5'), r"test/em is -0.5, outside [0, 1]"),
-    "pass@k": (lambda t: t.replace('"test/pass_at_4": 0.75', '"test/pass_at_4": 1.5'), "test/pass_at_4 is 1.5, outside"),
+    "pass@k": (
+        lambda t: t.replace('"test/pass_at_4": 0.75', '"test/pass_at_4": 1.5'),
+        "test/pass_at_4 is 1.5, outside",
+    ),
     "true": (lambda t: t.replace('"test/em": 0.5', '"test/em": true'), "test/em is true (a boolean), not a number"),
     "string": (lambda t: t.replace('"test/em": 0.5', '"test/em": "0.5"'), 'test/em is "0.5" (str), not a number'),
-    "swapped CI": (lambda t: t.replace('"test/em_ci_lower": 0.25', '"test/em_ci_lower": 0.75')
-                   .replace('"test/em_ci_upper": 0.75', '"test/em_ci_upper": 0.25'), "test/em 0.5 is not inside its CI"),
+    "swapped CI": (
+        lambda t: t.replace('"test/em_ci_lower": 0.25', '"test/em_ci_lower": 0.75').replace(
+            '"test/em_ci_upper": 0.75', '"test/em_ci_upper": 0.25'
+        ),
+        "test/em 0.5 is not inside its CI",
+    ),
     "broken": (lambda t: t[: len(t) // 2], "broken JSON"),
     "duplicate": (lambda t: t.replace('"seed": 0', '"seed": 0, "test/em": 0.9'), "key 'test/em' appears twice"),
     "list": (lambda t: "[" + t + "]", "the document is a JSON list, not an object"),
@@ -313,7 +361,7 @@ TAMPERED = {  # name -> (edit of the metrics.json text, what the error says)
 
 
 def test_a_sound_evaluation_passes_and_every_tampering_is_named() -> None:
-    from agentr1.tracking.replaycheck import Bad, parse_json, check_flat_metrics
+    from agentr1.tracking.replaycheck import Bad, check_flat_metrics, parse_json
 
     good = _text(_eval_metrics())
     check_flat_metrics(parse_json(good))
@@ -334,22 +382,25 @@ def test_a_sound_evaluation_passes_and_every_tampering_is_named() -> None:
         parse_json('{"splits": {"test": {"n": 3, "em": NaN}}}')
 
 
-@pytest.mark.parametrize(("name", "text", "words"), [
-    ("curve.csv", "step,reward,dev_em\n0,,0.5\n1,0.25,\n", None),
-    ("curve.csv", "step,reward,dev_em\n0,,0.5\n1,nan,\n", "curve.csv: line 3: reward is nan, not a finite number"),
-    ("loss.csv", "step,loss\n1,inf\n", "line 2: loss is inf, not a finite number"),
-    ("loss.csv", "step,loss\n1,1e400\n", "loss is 1e400, not a finite number"),
-    ("loss.csv", "step,loss\n1,high\n", "line 2: loss is 'high', not a number"),
-    ("loss.csv", "step,loss\n1.5,0.3\n", "step is '1.5', not a whole number"),
-    ("loss.csv", "step,loss\n1,0.3,9\n", "line 2 has 3 cells, the header 2"),
-    ("table3.csv", "method,test_mean\nppo,0.5\nNo Loss Mask,\n", None),  # not a curve: text is fine
-    ("table3.csv", "method,test_mean\nppo,-Infinity\n", "test_mean is -Infinity, not a finite number"),
-    ("episodes.jsonl", '{"id": "q1", "em": 1.0}\n\n{"id": "q2", "em": 0.0}\n', None),
-    ("episodes.jsonl", '{"id": "q1", "em": 1.0}\n{"id": "q2", "em": NaN}\n', "episodes.jsonl: line 2: em is NaN"),
-    ("episodes.jsonl", '{"id": "q1"}\n{"id": \n', "line 2 column 8: broken JSON"),
-    ("episodes.jsonl", '{"id": "q1"}\n[1]\n', "line 2 is a JSON list, not an object"),
-    ("metrics.json", b'{"a": "\xff"}', "byte 7 is not UTF-8"),
-])
+@pytest.mark.parametrize(
+    ("name", "text", "words"),
+    [
+        ("curve.csv", "step,reward,dev_em\n0,,0.5\n1,0.25,\n", None),
+        ("curve.csv", "step,reward,dev_em\n0,,0.5\n1,nan,\n", "curve.csv: line 3: reward is nan, not a finite number"),
+        ("loss.csv", "step,loss\n1,inf\n", "line 2: loss is inf, not a finite number"),
+        ("loss.csv", "step,loss\n1,1e400\n", "loss is 1e400, not a finite number"),
+        ("loss.csv", "step,loss\n1,high\n", "line 2: loss is 'high', not a number"),
+        ("loss.csv", "step,loss\n1.5,0.3\n", "step is '1.5', not a whole number"),
+        ("loss.csv", "step,loss\n1,0.3,9\n", "line 2 has 3 cells, the header 2"),
+        ("table3.csv", "method,test_mean\nppo,0.5\nNo Loss Mask,\n", None),  # not a curve: text is fine
+        ("table3.csv", "method,test_mean\nppo,-Infinity\n", "test_mean is -Infinity, not a finite number"),
+        ("episodes.jsonl", '{"id": "q1", "em": 1.0}\n\n{"id": "q2", "em": 0.0}\n', None),
+        ("episodes.jsonl", '{"id": "q1", "em": 1.0}\n{"id": "q2", "em": NaN}\n', "episodes.jsonl: line 2: em is NaN"),
+        ("episodes.jsonl", '{"id": "q1"}\n{"id": \n', "line 2 column 8: broken JSON"),
+        ("episodes.jsonl", '{"id": "q1"}\n[1]\n', "line 2 is a JSON list, not an object"),
+        ("metrics.json", b'{"a": "\xff"}', "byte 7 is not UTF-8"),
+    ],
+)
 def test_replayed_files_by_type(tmp_path: Path, name: str, text, words: str | None) -> None:
     from agentr1.tracking.replaycheck import entry_problem
 
@@ -375,7 +426,10 @@ def test_folder_outputs_and_timing_beside_an_output_are_checked(tmp_path: Path) 
     (tmp_path / "data" / "runs" / "ppo" / "timing.json").write_text('{"total": 1.5}\n')
     outs = ["data/processed", "data/runs/ppo/metrics.json"]
     assert [p.relative_to(tmp_path).as_posix() for p in replayed_files(outs, tmp_path)] == [
-        "data/processed/manifest.json", "data/runs/ppo/metrics.json", "data/runs/ppo/timing.json"]
+        "data/processed/manifest.json",
+        "data/runs/ppo/metrics.json",
+        "data/runs/ppo/timing.json",
+    ]
     assert entry_problem("x", outs, tmp_path) is None  # a boolean outside the flat metrics is fine
     (tmp_path / "data" / "runs" / "ppo" / "timing.json").write_text('{"total": Infinity}\n')
     (tmp_path / "data" / "processed" / "manifest.json").write_text('{"questions": NaN}\n')
@@ -400,7 +454,10 @@ def _project(root: Path, metrics_text: str) -> Path:
         (ckpt / f).write_text("{}\n")
     (ckpt / "model.safetensors").write_bytes(b"")
     (root / "params.yaml").write_text("seed: 0\nruns:\n  ppo: {estimator: gae}\n")
-    outs = [{"path": f"data/eval/ppo/{f}", "hash": "md5", "md5": dvc_hash(out / f)} for f in ("episodes.jsonl", "metrics.json")]
+    outs = [
+        {"path": f"data/eval/ppo/{f}", "hash": "md5", "md5": dvc_hash(out / f)}
+        for f in ("episodes.jsonl", "metrics.json")
+    ]
     lock = {"schema": "2.0", "stages": {"evaluate@ppo": {"cmd": "agentr1 evaluate --policy ppo", "outs": outs}}}
     (root / "dvc.lock").write_text(json.dumps(lock))  # JSON is YAML
     return root
@@ -413,14 +470,19 @@ def _store_is_empty(db: Path) -> bool:
     con = sqlite3.connect(db)
     try:
         tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
-        return all(con.execute(f"select count(*) from {t}").fetchone()[0] == 0
-                   for t in ("runs", "registered_models", "model_versions", "registered_model_aliases") if t in tables)
+        return all(
+            con.execute(f"select count(*) from {t}").fetchone()[0] == 0
+            for t in ("runs", "registered_models", "model_versions", "registered_model_aliases")
+            if t in tables
+        )
     finally:
         con.close()
 
 
 @pytest.mark.parametrize("tamper", ["nan", "infinity", "1e400", "negative", "true", "swapped CI", "broken"])
-def test_track_refuses_a_tampered_evaluation_before_writing_anything(tmp_path: Path, monkeypatch, capsys, tamper: str) -> None:
+def test_track_refuses_a_tampered_evaluation_before_writing_anything(
+    tmp_path: Path, monkeypatch, capsys, tamper: str
+) -> None:
     from agentr1.cli import main
 
     edit, words = TAMPERED[tamper]

@@ -78,8 +78,12 @@ def test_gigpo_by_hand_first_turns_coincide_later_turns_differ():
     s = 0.5 / math.sqrt(0.5)
     for w in (1.0, 0.5):
         adv, ret = gigpo(r, act, [0, 0, 0, 0], steps, step_weight=w, eps=0.0)
-        want = [[a + w * a, a + w * a, a + w * s], [-a - w * a, -a - w * a, -a - w * s],
-                [a + w * a, a + w * a], [-a - w * a, -a - w * a]]
+        want = [
+            [a + w * a, a + w * a, a + w * s],
+            [-a - w * a, -a - w * a, -a - w * s],
+            [a + w * a, a + w * a],
+            [-a - w * a, -a - w * a],
+        ]
         got = per_turn(adv, act)
         for g_row, w_row in zip(got, want):
             assert g_row == pytest.approx(w_row, abs=1e-6)
@@ -137,8 +141,15 @@ def test_gigpo_needs_steps_and_similarity_groups_near_states():
 def test_step_rows_cut_each_turn_with_its_context():
     eps = [[([5, 6], OBS_A), ([7], [])], [([8], [])]]
     ids, act, r = episode_batch(eps, [1.0, 0.0])
-    batch = {"input_ids": ids, "attention_mask": (torch.arange(ids.shape[1]) < torch.tensor([[8], [4]])).long(),
-             "action_mask": act, "loss_mask": act, "adv_mask": act, "advantages": r + 0.5, "extra": "kept"}
+    batch = {
+        "input_ids": ids,
+        "attention_mask": (torch.arange(ids.shape[1]) < torch.tensor([[8], [4]])).long(),
+        "action_mask": act,
+        "loss_mask": act,
+        "adv_mask": act,
+        "advantages": r + 0.5,
+        "extra": "kept",
+    }
     rows = step_rows(batch, turn_index(act))
     assert rows["trajectory"].tolist() == [0, 0, 1] and rows["turn"].tolist() == [0, 1, 0]
     # row (0, 0): prompt + the first action, observation cut off (it belongs to turn 0 but is no action)
@@ -166,8 +177,15 @@ def test_step_rows_give_the_trajectory_gradient_under_token_mean(tok, agg_mode, 
     k3 KL) of the step rows equals the trajectory rows' under ``token-mean`` (same per-token terms,
     same denominator) and differs under ``seq-mean-token-mean`` (a turn weighs as an episode)."""
     tcfg = R.train_cfg(estimator="gigpo", agg_mode=agg_mode, mini_batches=1, micro_batch_size=32, lr=0.05)
-    tr = Trainer(R.tiny_policy(tok), tok, tcfg, R.rollout_cfg(), R.reward_cfg(),
-                 episodes=Episodes(R.ToyEnv(), R.QUESTIONS, R.QUESTIONS), seed=3)
+    tr = Trainer(
+        R.tiny_policy(tok),
+        tok,
+        tcfg,
+        R.rollout_cfg(),
+        R.reward_cfg(),
+        episodes=Episodes(R.ToyEnv(), R.QUESTIONS, R.QUESTIONS),
+        seed=3,
+    )
     tr.train(until=1)  # move off the start so the policy and its reference differ
     trajs, scores, _ = tr.collect_batch(2)
     batch = tr.prepare(trajs, scores)
@@ -183,8 +201,15 @@ def test_trainer_with_step_rows_and_gigpo_learns_the_toy_task(tok):
     """GiGPO with step rows lifts the toy reward as GRPO does (seeded; measured 0.25 -> 1.0) and
     logs its step diagnostics."""
     tcfg = R.train_cfg(estimator="gigpo", sample_unit="step", steps=12, lr=0.03)
-    tr = Trainer(R.tiny_policy(tok), tok, tcfg, R.rollout_cfg(), R.reward_cfg(),
-                 episodes=Episodes(R.ToyEnv(), R.QUESTIONS, R.QUESTIONS), seed=0)
+    tr = Trainer(
+        R.tiny_policy(tok),
+        tok,
+        tcfg,
+        R.rollout_cfg(),
+        R.reward_cfg(),
+        episodes=Episodes(R.ToyEnv(), R.QUESTIONS, R.QUESTIONS),
+        seed=0,
+    )
     hist = [h for h in tr.train() if "rollout/reward" in h]
     r = [h["rollout/reward"] for h in hist]
     assert sum(r[:3]) / 3 < 0.6 and sum(r[-3:]) / 3 >= 0.8, r
@@ -213,8 +238,17 @@ def test_gae_must_run_on_trajectories_before_the_rows_are_cut():
     ids, act, r = episode_batch([[([5, 6], OBS_A), ([7, 8], [])]], [1.0])
     values = torch.linspace(0.1, 0.8, ids.shape[1]).unsqueeze(0)
     traj_adv, _ = gae(r, values, act, gamma=0.9, lam=0.8, whiten=False)
-    rows = step_rows({"input_ids": ids, "attention_mask": torch.ones_like(ids), "action_mask": act, "adv_mask": act,
-                      "token_rewards": r, "values": values}, turn_index(act))
+    rows = step_rows(
+        {
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "action_mask": act,
+            "adv_mask": act,
+            "token_rewards": r,
+            "values": values,
+        },
+        turn_index(act),
+    )
     row_adv, _ = gae(rows["token_rewards"], rows["values"], rows["adv_mask"], gamma=0.9, lam=0.8, whiten=False)
     first, last = rows["adv_mask"][0].bool(), rows["adv_mask"][1].bool()
     assert torch.allclose(row_adv[1][last], traj_adv[0][last])
@@ -246,7 +280,9 @@ def test_the_similarity_rule_is_verl_agents_argument_order():
     assert difflib.SequenceMatcher(None, new, rep).ratio() < 0.4 < difflib.SequenceMatcher(None, rep, new).ratio()
     ids, act, r = episode_batch([[([5], rep), ([9], [])], [([5], new), ([9], [])]], [1.0, 0.0])
     g = anchor_groups(ids, act, [0, 0], similarity=0.4, anchor="observation").group
-    assert g[1, 1] != g[0, 1]  # ratio(state, representative) = 0.308 < 0.4: apart, as verl-agent's are_similar(obs, rep)
+    assert (
+        g[1, 1] != g[0, 1]
+    )  # ratio(state, representative) = 0.308 < 0.4: apart, as verl-agent's are_similar(obs, rep)
     ids, act, r = episode_batch([[([5], new), ([9], [])], [([5], rep), ([9], [])]], [1.0, 0.0])
     g = anchor_groups(ids, act, [0, 0], similarity=0.4, anchor="observation").group
     assert g[1, 1] == g[0, 1]  # the other way round the ratio is 0.462: together
@@ -259,8 +295,10 @@ def _first_similar_groups(states, index, t):
 
     reps, out = [], []
     for q, st in zip(index, states):
-        g = next((g for g, (rq, rep) in enumerate(reps)
-                  if rq == q and difflib.SequenceMatcher(None, st, rep).ratio() >= t), None)
+        g = next(
+            (g for g, (rq, rep) in enumerate(reps) if rq == q and difflib.SequenceMatcher(None, st, rep).ratio() >= t),
+            None,
+        )
         if g is None:
             g = len(reps)
             reps.append((q, st))
@@ -313,25 +351,32 @@ def _verl_agent_reference(episodes, index, step_rewards, w, gamma=1.0):
             run = rs[j] + gamma * run
             ret[e, j] = run
     obs = {(e, j): tuple(PROMPT) if j == 0 else tuple(episodes[e][j - 1][1]) for e, j in rows}
-    ep_mean = {q: sum(score[e] for e, _ in rows if index[e] == q) / sum(1 for e, _ in rows if index[e] == q)
-               for q in set(index)}
+    ep_mean = {
+        q: sum(score[e] for e, _ in rows if index[e] == q) / sum(1 for e, _ in rows if index[e] == q)
+        for q in set(index)
+    }
     clusters = {}
     for e, j in rows:
         clusters.setdefault((index[e], obs[e, j]), []).append((e, j))
     step_mean = {k: sum(ret[x] for x in v) / len(v) for k, v in clusters.items()}
-    return [[(score[e] - ep_mean[index[e]]) + w * (ret[e, j] - step_mean[index[e], obs[e, j]])
-             for j in range(len(episodes[e]))] for e in range(len(episodes))]
+    return [
+        [
+            (score[e] - ep_mean[index[e]]) + w * (ret[e, j] - step_mean[index[e], obs[e, j]])
+            for j in range(len(episodes[e]))
+        ]
+        for e in range(len(episodes))
+    ]
 
 
 def test_verl_agent_settings_give_verl_agents_advantages():
     # 2 questions x 3 episodes of 1-3 turns; observations repeat across episodes (and within one)
     episodes = [
-        [([5], OBS_A), ([7], OBS_B), ([9], [])],   # q0
-        [([6], OBS_A), ([9], [])],                 # q0: its second turn sees OBS_A like episode 0's
-        [([5], [])],                               # q0: answers at once
-        [([5], OBS_B), ([8], OBS_B), ([9], [])],   # q1: OBS_B twice in one episode
-        [([6], OBS_A), ([9], [])],                 # q1
-        [([7], OBS_B), ([8], OBS_A), ([9], [])],   # q1
+        [([5], OBS_A), ([7], OBS_B), ([9], [])],  # q0
+        [([6], OBS_A), ([9], [])],  # q0: its second turn sees OBS_A like episode 0's
+        [([5], [])],  # q0: answers at once
+        [([5], OBS_B), ([8], OBS_B), ([9], [])],  # q1: OBS_B twice in one episode
+        [([6], OBS_A), ([9], [])],  # q1
+        [([7], OBS_B), ([8], OBS_A), ([9], [])],  # q1
     ]
     index = [0, 0, 0, 1, 1, 1]
     step_rewards = [[0.1, -0.05, 1.0], [0.1, 0.0], [0.0], [0.1, 0.1, 1.0], [-0.1, 0.0], [0.1, 0.1, 0.0]]
@@ -342,21 +387,38 @@ def test_verl_agent_settings_give_verl_agents_advantages():
         for j, v in enumerate(rs):  # each turn's reward on its last action token
             r[b, int(torch.nonzero((turn[b] == j) & (act[b] == 1)).max())] = v
     w = 0.7
-    cfg = R.train_cfg(estimator="gigpo", gigpo={"step_advantage_w": w, "episode_stats": "steps", "mode": "mean_norm",
-                                           "anchor": "observation", "enable_similarity": False})
+    cfg = R.train_cfg(
+        estimator="gigpo",
+        gigpo={
+            "step_advantage_w": w,
+            "episode_stats": "steps",
+            "mode": "mean_norm",
+            "anchor": "observation",
+            "enable_similarity": False,
+        },
+    )
     g = cfg.gigpo
     assert g.step_weight == w and g.similarity == 1.0 and g.norm_by_std(True) is False
     steps = anchor_groups(ids, act, index, g.similarity, g.anchor, g.window, g.max_compare)
-    adv, _ = compute_advantage("gigpo", r, act, index=index, steps=steps, norm_by_std=g.norm_by_std(cfg.norm_by_std),
-                               step_weight=g.step_weight, episode_stats=g.episode_stats)
+    adv, _ = compute_advantage(
+        "gigpo",
+        r,
+        act,
+        index=index,
+        steps=steps,
+        norm_by_std=g.norm_by_std(cfg.norm_by_std),
+        step_weight=g.step_weight,
+        episode_stats=g.episode_stats,
+    )
     want = _verl_agent_reference(episodes, index, step_rewards, w)
     got = per_turn(adv, act)
     assert [len(x) for x in got] == [len(x) for x in want]
     for gr, wr in zip(got, want):
         assert gr == pytest.approx(wr, abs=1e-6)
     # this project's defaults differ exactly where documented: context anchors, episode statistics
-    adv2, _ = compute_advantage("gigpo", r, act, index=index, steps=anchor_groups(ids, act, index), norm_by_std=False,
-                                step_weight=w)
+    adv2, _ = compute_advantage(
+        "gigpo", r, act, index=index, steps=anchor_groups(ids, act, index), norm_by_std=False, step_weight=w
+    )
     flat = lambda rows: [x for row in rows for x in row]  # noqa: E731
     assert max(abs(a - b) for a, b in zip(flat(per_turn(adv2, act)), flat(want))) > 0.05
 
@@ -364,7 +426,9 @@ def test_verl_agent_settings_give_verl_agents_advantages():
 def test_verl_agent_names_are_aliases_and_refused_twice():
     import pydantic
 
-    cfg = R.train_cfg(estimator="gigpo", gigpo={"enable_similarity": True, "similarity_thresh": 0.9, "step_advantage_w": 2.0})
+    cfg = R.train_cfg(
+        estimator="gigpo", gigpo={"enable_similarity": True, "similarity_thresh": 0.9, "step_advantage_w": 2.0}
+    )
     assert cfg.gigpo.similarity == 0.9 and cfg.gigpo.step_weight == 2.0
     assert "step_advantage_w" not in cfg.gigpo.model_dump()
     # params.yaml lists step_weight and similarity at their defaults: an alias merged over them wins
@@ -372,17 +436,26 @@ def test_verl_agent_names_are_aliases_and_refused_twice():
 
     from agentr1.config.load import apply_overrides, config_from_dict, read_params
 
-    raw = apply_overrides(read_params(Path(__file__).resolve().parents[1] / "params.yaml"),
-                          {"train.gigpo.step_advantage_w": 0.5, "train.gigpo.enable_similarity": True,
-                           "train.gigpo.similarity_thresh": 0.9})
+    raw = apply_overrides(
+        read_params(Path(__file__).resolve().parents[1] / "params.yaml"),
+        {
+            "train.gigpo.step_advantage_w": 0.5,
+            "train.gigpo.enable_similarity": True,
+            "train.gigpo.similarity_thresh": 0.9,
+        },
+    )
     merged = config_from_dict(raw).train.gigpo
     assert (merged.step_weight, merged.similarity) == (0.5, 0.9)
-    for bad, msg in [({"step_weight": 1.5, "step_advantage_w": 2.0}, "both given"),
-                     ({"similarity": 0.9, "similarity_thresh": 0.8, "enable_similarity": True}, "both given"),
-                     ({"enable_similarity": True, "similarity_thresh": 1.0}, r"similarity_thresh.*\(0, 1\)"),
-                     ({"enable_similarity": "yes"}, "enable_similarity"),
-                     ({"similarity_thresh": 0.8}, "only with enable_similarity: true"),
-                     ({"mode": "std_norm"}, "mode"), ({"anchor": "obs"}, "anchor"), ({"window": 0}, "window"),
-                     ({"max_compare": 0}, "max_compare")]:
+    for bad, msg in [
+        ({"step_weight": 1.5, "step_advantage_w": 2.0}, "both given"),
+        ({"similarity": 0.9, "similarity_thresh": 0.8, "enable_similarity": True}, "both given"),
+        ({"enable_similarity": True, "similarity_thresh": 1.0}, r"similarity_thresh.*\(0, 1\)"),
+        ({"enable_similarity": "yes"}, "enable_similarity"),
+        ({"similarity_thresh": 0.8}, "only with enable_similarity: true"),
+        ({"mode": "std_norm"}, "mode"),
+        ({"anchor": "obs"}, "anchor"),
+        ({"window": 0}, "window"),
+        ({"max_compare": 0}, "max_compare"),
+    ]:
         with pytest.raises((pydantic.ValidationError, ValueError), match=msg):
             R.train_cfg(estimator="gigpo", gigpo=bad)

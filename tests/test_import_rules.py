@@ -104,13 +104,16 @@ def test_the_package_keeps_its_import_rules() -> None:
     assert not found, "import rules broken (docs/ARCHITECTURE.md):\n" + "\n".join(found)
 
 
-@pytest.mark.parametrize("name, source, why", [
-    ("agentr1.rl.trainer", "def f():\n    import mlflow\n", "must not import mlflow"),
-    ("agentr1.data.prepare", "from prefect import flow\n", "must not import prefect"),
-    ("agentr1.env.tools", "from agentr1.stages import run\n", "agentr1.stages is above agentr1.env"),
-    ("agentr1.rollout.engine", "from agentr1 import rl\n", "agentr1.rl is above agentr1.rollout"),
-    ("agentr1.config", "from agentr1.rl.advantages import ESTIMATORS\n", "agentr1.rl is above agentr1.config"),
-])
+@pytest.mark.parametrize(
+    "name, source, why",
+    [
+        ("agentr1.rl.trainer", "def f():\n    import mlflow\n", "must not import mlflow"),
+        ("agentr1.data.prepare", "from prefect import flow\n", "must not import prefect"),
+        ("agentr1.env.tools", "from agentr1.stages import run\n", "agentr1.stages is above agentr1.env"),
+        ("agentr1.rollout.engine", "from agentr1 import rl\n", "agentr1.rl is above agentr1.rollout"),
+        ("agentr1.config", "from agentr1.rl.advantages import ESTIMATORS\n", "agentr1.rl is above agentr1.config"),
+    ],
+)
 def test_a_deliberate_violation_is_caught(name: str, source: str, why: str) -> None:
     found = violations({name: source})
     assert len(found) == 1 and why in found[0], found
@@ -119,7 +122,7 @@ def test_a_deliberate_violation_is_caught(name: str, source: str, why: str) -> N
 def test_what_the_rules_allow() -> None:
     ok = {
         "agentr1.tracking.run": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from agentr1.stages import run\n"
-                                "import mlflow\nfrom agentr1.rollout.trajectory import Trajectory\n",
+        "import mlflow\nfrom agentr1.rollout.trajectory import Trajectory\n",
         "agentr1.stages.train": "import mlflow\nfrom agentr1.rl.trainer import Trainer\nfrom agentr1 import tracking\n",
         "agentr1.rl.trainer": "from agentr1.rl.losses import x\nfrom agentr1.eval.quick import y\nimport torch\n",
     }

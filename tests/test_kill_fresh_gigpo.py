@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 import tiny_world as tw
 
 pytestmark = pytest.mark.slow
@@ -83,10 +84,18 @@ def _project(root: Path) -> Path:
         "sft": {"out_dir": str(root / "sft")},
         "tracking": {"enabled": False},
         "runs": {"gigpo": {"estimator": "gigpo"}},
-        "train": {"steps": STEPS, "batch_questions": 2, "group_size": 2, "micro_batch_size": 2,
-                  "out_dir": str(root / "runs"), "dev": {"every": 0}, "checkpoint": {"every": 1},
-                  "questions": "fresh", "fresh": {"families": 4, "questions": 8, "every": 1},
-                  "gigpo": {"similarity": 0.8, "anchor": "observation"}},
+        "train": {
+            "steps": STEPS,
+            "batch_questions": 2,
+            "group_size": 2,
+            "micro_batch_size": 2,
+            "out_dir": str(root / "runs"),
+            "dev": {"every": 0},
+            "checkpoint": {"every": 1},
+            "questions": "fresh",
+            "fresh": {"families": 4, "questions": 8, "every": 1},
+            "gigpo": {"similarity": 0.8, "anchor": "observation"},
+        },
     }
     path = root / "params.json"
     path.write_text(json.dumps(cfg))
@@ -97,8 +106,14 @@ def _run(params: Path, mode: str, point: str | None = None, at: int = 0) -> int:
     tests = str(Path(__file__).resolve().parent)
     code = RUNNER.format(tests=tests, worlds=STEPS)
     env = {**os.environ, "KILL_POINT": point or "", "KILL_AT": str(at), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-c", code, str(params), mode], env=env, cwd=params.parent,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(params), mode],
+        env=env,
+        cwd=params.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if point is None and proc.returncode:
         raise AssertionError(f"train {mode} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return proc.returncode
@@ -106,8 +121,11 @@ def _run(params: Path, mode: str, point: str | None = None, at: int = 0) -> int:
 
 def _fingerprint(run_dir: Path) -> dict[str, str]:
     """The run's outputs as digests: checkpoint files, metrics.json, curve.csv without time columns."""
-    out = {f"checkpoint/{p.name}": hashlib.sha256(p.read_bytes()).hexdigest()
-           for p in sorted((run_dir / "checkpoint").iterdir()) if p.is_file()}
+    out = {
+        f"checkpoint/{p.name}": hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((run_dir / "checkpoint").iterdir())
+        if p.is_file()
+    }
     out["metrics.json"] = hashlib.sha256((run_dir / "metrics.json").read_bytes()).hexdigest()
     rows = list(csv.reader(io.StringIO((run_dir / "curve.csv").read_text())))
     keep = [i for i, name in enumerate(rows[0]) if not name.endswith("_s")]

@@ -387,7 +387,9 @@ def test_load_sources_merges_splits_corpora_and_corpus_file(tmp_path):
         {"dataset": "2wiki", "path": str(files["twowiki_lines"]), "split": "auto"},
         {"dataset": "musique", "path": str(files["musique"]), "split": "ood", "limit": 1},
         corpus=str(extra),
-        train=0.5, dev=0.5, test=0.0,
+        train=0.5,
+        dev=0.5,
+        test=0.0,
     )
     ds = load_sources(real, seed=3)
     assert set(ds.questions) == set(SPLITS)
@@ -414,8 +416,16 @@ def test_hub_source_goes_through_datasets_load_dataset(monkeypatch):
         return [to_hf_hotpot(r) for r in HOTPOT_OFFICIAL]
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    real = cfg({"dataset": "hotpotqa", "hub_id": "hotpotqa/hotpot_qa", "hub_config": "distractor",
-                "hub_split": "validation", "split": "dev", "limit": 1})
+    real = cfg(
+        {
+            "dataset": "hotpotqa",
+            "hub_id": "hotpotqa/hotpot_qa",
+            "hub_config": "distractor",
+            "hub_split": "validation",
+            "split": "dev",
+            "limit": 1,
+        }
+    )
     ds = load_sources(real, seed=0)
     assert calls == [("hotpotqa/hotpot_qa", "distractor", "validation", {})]
     assert [q["id"] for q in ds.split("dev")] == ["hotpotqa:hp1"]
@@ -426,8 +436,10 @@ def test_hub_rows_with_json_encoded_columns(monkeypatch, tmp_path):
     """Some hub copies of 2Wiki store ``context``/``supporting_facts`` as JSON strings."""
     import datasets
 
-    rows = [dict(r, context=json.dumps(r["context"]), supporting_facts=json.dumps(r["supporting_facts"]))
-            for r in (TWOWIKI[0], TWOWIKI[2])]
+    rows = [
+        dict(r, context=json.dumps(r["context"]), supporting_facts=json.dumps(r["supporting_facts"]))
+        for r in (TWOWIKI[0], TWOWIKI[2])
+    ]
     monkeypatch.setattr(datasets, "load_dataset", lambda path, name=None, split=None: rows)
     hub = load_sources(cfg({"dataset": "2wiki", "hub_id": "framolfese/2WikiMultihopQA", "split": "test"}), seed=0)
     local = load_file("2wiki", small_files(tmp_path)["twowiki_array"])
@@ -456,8 +468,16 @@ def test_flashrag_export_import_round_trip(tmp_path):
     real = cfg(
         {"dataset": "hotpotqa", "path": str(files["hotpot_official"]), "split": "train"},
         {"dataset": "musique", "path": str(files["musique"]), "split": "ood"},
-        {"dataset": "flashrag", "path": str(write_jsonl(tmp_path / "nq.jsonl", [
-            {"id": "test_0", "question": "who wrote it", "golden_answers": ["Ada Venn"]}])), "split": "test"},
+        {
+            "dataset": "flashrag",
+            "path": str(
+                write_jsonl(
+                    tmp_path / "nq.jsonl",
+                    [{"id": "test_0", "question": "who wrote it", "golden_answers": ["Ada Venn"]}],
+                )
+            ),
+            "split": "test",
+        },
     )
     ds = load_sources(real, seed=0)
     out = tmp_path / "export"
@@ -476,6 +496,7 @@ def test_flashrag_export_import_round_trip(tmp_path):
 # ---------------------------------------------------------------------------------- errors
 EXPORTED_META = {"supporting_ids": [], "type": "bridge", "hops": 2, "source": "flashrag", "split": "dev"}
 
+
 @pytest.mark.parametrize(
     ("dataset", "mutate", "message"),
     [
@@ -485,10 +506,16 @@ EXPORTED_META = {"supporting_ids": [], "type": "bridge", "hops": 2, "source": "f
         ("hotpotqa", lambda r: r.update(supporting_facts=[]), r"field 'supporting_facts' is empty"),
         ("hotpotqa", lambda r: r.update(question="  "), r"field 'question' is empty"),
         ("2wiki", lambda r: r.update(type="bridge"), r"field 'type' is 'bridge'; 2Wiki types are"),
-        ("musique", lambda r: r["question_decomposition"][0].update(paragraph_support_idx=40),
-         r"question_decomposition\[0\]: field 'paragraph_support_idx' = 40 names no paragraph"),
-        ("musique", lambda r: r["paragraphs"][1].pop("paragraph_text"),
-         r"paragraphs\[1\]: required field 'paragraph_text' is missing"),
+        (
+            "musique",
+            lambda r: r["question_decomposition"][0].update(paragraph_support_idx=40),
+            r"question_decomposition\[0\]: field 'paragraph_support_idx' = 40 names no paragraph",
+        ),
+        (
+            "musique",
+            lambda r: r["paragraphs"][1].pop("paragraph_text"),
+            r"paragraphs\[1\]: required field 'paragraph_text' is missing",
+        ),
         ("flashrag", lambda r: r.update(golden_answers="x"), r"field 'golden_answers' must be a list"),
         ("flashrag", lambda r: r.update(golden_answers=[""]), r"field 'golden_answers' holds no non-empty answer"),
         ("flashrag", lambda r: r.update(metadata=dict(EXPORTED_META, hops=0)), r"field 'hops' must be >= 1 \(got 0\)"),
@@ -516,8 +543,10 @@ def test_file_level_errors_name_the_source(tmp_path):
     bad_line.write_text(json.dumps(musique_record("2hop__1_2")) + '\n{"id": \n')
     files = small_files(tmp_path)
     cases = [
-        ({"dataset": "hotpotqa", "path": str(tmp_path / "missing.json")},
-         r"sources\[0\]\.path .*missing\.json: file not found"),
+        (
+            {"dataset": "hotpotqa", "path": str(tmp_path / "missing.json")},
+            r"sources\[0\]\.path .*missing\.json: file not found",
+        ),
         ({"dataset": "2wiki", "path": str(csv)}, r"sources\[0\]\.path .*data\.csv: unknown format"),
         ({"dataset": "musique", "path": str(bad_line)}, r"broken\.jsonl: line 2 is not valid JSON"),
     ]
@@ -529,10 +558,14 @@ def test_file_level_errors_name_the_source(tmp_path):
         load_sources(cfg({"dataset": "2wiki", "path": str(empty)}), seed=0)
     other = json.loads(json.dumps(TWOWIKI))
     other[0]["answer"] = "Somewhere else"
-    clash = cfg({"dataset": "2wiki", "path": str(files["twowiki_array"])},
-                {"dataset": "2wiki", "path": str(write_jsonl(tmp_path / "2wiki_other.jsonl", other))})
-    message = (r"sources\[1\].*'2wiki:w1' at \S*2wiki_other\.jsonl line 1 \(id 'w1'\) is also at "
-               r"\S*2wiki_dev\.json record 0 \(id 'w1'\) \(data\.real\.sources\[0\]\) with other content: remove one")
+    clash = cfg(
+        {"dataset": "2wiki", "path": str(files["twowiki_array"])},
+        {"dataset": "2wiki", "path": str(write_jsonl(tmp_path / "2wiki_other.jsonl", other))},
+    )
+    message = (
+        r"sources\[1\].*'2wiki:w1' at \S*2wiki_other\.jsonl line 1 \(id 'w1'\) is also at "
+        r"\S*2wiki_dev\.json record 0 \(id 'w1'\) \(data\.real\.sources\[0\]\) with other content: remove one"
+    )
     with pytest.raises(RealDataError, match=message):
         load_sources(clash, seed=0)
     bad_corpus = write_jsonl(tmp_path / "c.jsonl", [{"id": "1", "text": "no contents"}])
@@ -546,8 +579,10 @@ def test_the_same_file_twice_is_a_counted_copy_not_an_error(tmp_path):
     """Issue 48 item 11: two files holding the same question ids with equal content (the same
     data in two layouts): the second's questions are dropped as duplicates and counted."""
     files = small_files(tmp_path)
-    twice = cfg({"dataset": "2wiki", "path": str(files["twowiki_array"])},
-                {"dataset": "2wiki", "path": str(files["twowiki_lines"])})
+    twice = cfg(
+        {"dataset": "2wiki", "path": str(files["twowiki_array"])},
+        {"dataset": "2wiki", "path": str(files["twowiki_lines"])},
+    )
     dataset, records = load_real(twice, seed=0)
     first, second = records["sources"]
     assert sum(map(len, dataset.questions.values())) == first["questions"] == 2  # a third record has no context
@@ -564,8 +599,10 @@ def test_a_repeated_id_inside_one_file_names_both_lines(tmp_path):
     assert loaded.skipped == {REPEATED_ID: 1}
     changed = {**rec, "answer": "another answer"}
     clash = write_jsonl(tmp_path / "clash.jsonl", [rec, musique_record("3hop1__1_2_3"), changed])
-    message = (r"clash\.jsonl line 3 \(id '2hop__1_2'\): question id 'musique:2hop__1_2' repeats "
-               r"\S*clash\.jsonl line 1 \(id '2hop__1_2'\) with other content")
+    message = (
+        r"clash\.jsonl line 3 \(id '2hop__1_2'\): question id 'musique:2hop__1_2' repeats "
+        r"\S*clash\.jsonl line 1 \(id '2hop__1_2'\) with other content"
+    )
     with pytest.raises(RealDataError, match=message):
         load_file("musique", clash)
 
@@ -579,8 +616,12 @@ def test_a_path_that_is_no_file_says_what_it_is(tmp_path, kind):
         path.symlink_to(path)
     elif kind == "dangling":
         path.symlink_to(tmp_path / "gone.json")
-    expected = {"directory": "a directory, not a data file", "loop": "a symbolic link loop",
-                "device": "a character device, not a data file", "dangling": "a broken symbolic link"}[kind]
+    expected = {
+        "directory": "a directory, not a data file",
+        "loop": "a symbolic link loop",
+        "device": "a character device, not a data file",
+        "dangling": "a broken symbolic link",
+    }[kind]
     with pytest.raises(RealDataError, match=expected) as exc:
         list(read_records(path))
     assert "file not found" not in str(exc.value) and str(path) in str(exc.value)
@@ -610,8 +651,10 @@ def test_fixture_hotpot_official(shared_fixtures):
     assert (q["answers"], q["type"], q["hops"]) == (["yes"], "comparison", 2)
     assert titles_of(loaded, q) == ["Scott Derrickson", "Ed Wood"]
     scott = next(p for p in loaded.passages if p["title"] == "Scott Derrickson")
-    assert scott["text"].startswith("Scott Derrickson (born July 16, 1966) is an American director, "
-                                    "screenwriter and producer. He lives in Los Angeles, California.")
+    assert scott["text"].startswith(
+        "Scott Derrickson (born July 16, 1966) is an American director, "
+        "screenwriter and producer. He lives in Los Angeles, California."
+    )
     assert Counter(q["type"] for q in loaded.questions) == Counter({"bridge": 39, "comparison": 14})
     for rec, q in zip(raw, loaded.questions):
         assert q["id"] == f"hotpotqa:{rec['_id']}" and q["answers"] == [rec["answer"]]
@@ -677,14 +720,23 @@ def test_fixture_musique(shared_fixtures):
     assert len(loaded.questions) == 100
     q = loaded.questions[0]
     assert q["id"] == "musique:2hop__82713_84616"
-    assert q["answers"] == ["for Best Performance by a Leading Actress in a Play in Ondine",
-                            "leading role", "star", "leading actress", "lead"]
+    assert q["answers"] == [
+        "for Best Performance by a Leading Actress in a Play in Ondine",
+        "leading role",
+        "star",
+        "leading actress",
+        "lead",
+    ]
     assert (q["type"], q["hops"]) == ("musique_2hop", 2)
     assert titles_of(loaded, q) == ["My Fair Lady (film)", "List of awards and honours received by Audrey Hepburn"]
     q4 = by_id(loaded)["musique:4hop1__88342_75218_128008_80487"]
     assert (q4["type"], q4["hops"], q4["answers"]) == ("musique_4hop1", 4, ["July 11, 2017"])
-    assert titles_of(loaded, q4) == ["Major League Baseball Most Valuable Player Award", "World Series",
-                                     "New York Yankees", "2017 Major League Baseball All-Star Game"]
+    assert titles_of(loaded, q4) == [
+        "Major League Baseball Most Valuable Player Award",
+        "World Series",
+        "New York Yankees",
+        "2017 Major League Baseball All-Star Game",
+    ]
     assert Counter(q["type"] for q in loaded.questions)["musique_3hop1"] == 29
     for rec, q in zip(raw, loaded.questions):
         steps = rec["question_decomposition"]
@@ -705,7 +757,11 @@ def test_fixture_flashrag_questions(shared_fixtures):
     assert sum(bool(q["supporting_ids"]) for q in hot.questions) == 53  # fullwiki contexts
     q = hot.questions[0]
     assert (q["id"], q["answers"], q["type"], q["source"]) == (
-        "flashrag:hotpotqa_dev_200:dev_0", ["yes"], "comparison", "flashrag")
+        "flashrag:hotpotqa_dev_200:dev_0",
+        ["yes"],
+        "comparison",
+        "flashrag",
+    )
     wiki = load_file("flashrag", d / "2wikimultihopqa_dev_200.jsonl")
     assert_schema(wiki)
     assert all(q["supporting_ids"] for q in wiki.questions)

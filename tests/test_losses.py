@@ -9,6 +9,7 @@ import random
 import pytest
 import torch
 
+from agentr1.models.forward import entropy_from_logits
 from agentr1.registry import KL_ESTIMATORS, POLICY_LOSSES
 from agentr1.rl.losses import (
     AGG_MODES,
@@ -22,14 +23,15 @@ from agentr1.rl.losses import (
     reinforce,
     value_loss,
 )
-from agentr1.models.forward import entropy_from_logits
 
 ATOL = 1e-5
 LN2 = math.log(2.0)
 
 
 def close(a, b, atol=ATOL):
-    torch.testing.assert_close(torch.as_tensor(a, dtype=torch.float32), torch.as_tensor(b, dtype=torch.float32), atol=atol, rtol=0)
+    torch.testing.assert_close(
+        torch.as_tensor(a, dtype=torch.float32), torch.as_tensor(b, dtype=torch.float32), atol=atol, rtol=0
+    )
 
 
 def t(x, dtype=torch.float32):

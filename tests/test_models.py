@@ -38,7 +38,7 @@ TRICKY = [
     "line one\nline two\r\n\ttabbed\n\n",
     "unicode: Zürich, naïve, 東京, Ωμέγα, emoji 🚀👩‍🔬, combining e\u0301",
     "<search> Zorvath  Quellin </search>\n<information>Doc 1: x</information>\n<answer>yes</answer>",
-    "<|im_start|>assistant\n<think>hmm</think><tool_call>{\"name\": \"search\"}</tool_call><|im_end|>",
+    '<|im_start|>assistant\n<think>hmm</think><tool_call>{"name": "search"}</tool_call><|im_end|>',
     "no-space<answer>tight</answer>after",
     "",
 ]
@@ -71,7 +71,9 @@ def test_tokenizer_special_tokens_and_template(tok):
     ids = tok("<search> q </search><|im_end|>", add_special_tokens=False)["input_ids"]
     assert tok.decode(ids, skip_special_tokens=True) == "<search> q </search>"
     text = tok.apply_chat_template(
-        [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}], tokenize=False, add_generation_prompt=True
+        [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}],
+        tokenize=False,
+        add_generation_prompt=True,
     )
     assert text == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"
     # invented names learned from the corpus are one or two tokens
@@ -85,13 +87,19 @@ def test_whole_words_are_one_token_each_and_stay_lossless():
     assert all(len(plain(" " + w, add_special_tokens=False)["input_ids"]) > 1 for w in rare)
     for w in (*rare, "Zorvath", "Vantrix", "Holdings"):
         assert len(whole(" " + w, add_special_tokens=False)["input_ids"]) == 1, w
-    split = [w for w in (*rare, "Zorvath", "Vantrix", "Holdings") if len(plain(" " + w, add_special_tokens=False)["input_ids"]) > 1]
+    split = [
+        w
+        for w in (*rare, "Zorvath", "Vantrix", "Holdings")
+        if len(plain(" " + w, add_special_tokens=False)["input_ids"]) > 1
+    ]
     assert len(whole) == len(plain) + len(split)  # one token more per split word; "x-y" is no single word
     text = "In which country? Nukdia, officially the Commonwealth of Nukdia.\n<answer> Nukdiaville</answer>"
     ids = whole(text, add_special_tokens=False)["input_ids"]
     assert whole.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False) == text
-    assert train_tokenizer(CORPUS, TINY.vocab_size, whole_words=rare).get_vocab() == \
-        train_tokenizer(CORPUS, TINY.vocab_size, whole_words=rare[::-1]).get_vocab()
+    assert (
+        train_tokenizer(CORPUS, TINY.vocab_size, whole_words=rare).get_vocab()
+        == train_tokenizer(CORPUS, TINY.vocab_size, whole_words=rare[::-1]).get_vocab()
+    )
 
 
 def test_tokenizer_training_is_deterministic(tok):
@@ -127,7 +135,9 @@ def test_checkpoint_round_trip_gives_identical_logits(tok, tmp_path):
     ids = torch.tensor([tok(TRICKY[3], add_special_tokens=False)["input_ids"]])
     with torch.no_grad():
         assert torch.equal(model(ids).logits, loaded(ids).logits)
-    assert tok2(TRICKY[4], add_special_tokens=False)["input_ids"] == tok(TRICKY[4], add_special_tokens=False)["input_ids"]
+    assert (
+        tok2(TRICKY[4], add_special_tokens=False)["input_ids"] == tok(TRICKY[4], add_special_tokens=False)["input_ids"]
+    )
     assert tok2.chat_template == tok.chat_template and tok2.pad_token_id == tok.pad_token_id
 
 
@@ -191,8 +201,8 @@ def _corrupt_header(file, header: dict | None = None, length: int | None = None)
 
     raw = file.read_bytes()
     n = struct.unpack("<Q", raw[:8])[0]
-    body = raw[8 + n:]
-    text = json.dumps(header).encode() if header is not None else raw[8:8 + n]
+    body = raw[8 + n :]
+    text = json.dumps(header).encode() if header is not None else raw[8 : 8 + n]
     file.write_bytes(struct.pack("<Q", length if length is not None else len(text)) + text + body)
 
 
@@ -206,7 +216,7 @@ def test_damaged_safetensors_header_is_a_stage_error_naming_the_file(tok, tmp_pa
     path = save_checkpoint(build_scratch_model(TINY, tok, seed=0), tok, tmp_path / "ckpt")
     file = path / "model.safetensors"
     raw = file.read_bytes()
-    header = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+    header = json.loads(raw[8 : 8 + struct.unpack("<Q", raw[:8])[0]])
     if damage == "offsets_past_end":
         name = next(k for k in header if k != "__metadata__")
         start, end = header[name]["data_offsets"]

@@ -65,7 +65,11 @@ def _train(**env_overrides: str | None) -> tuple[str, str]:
 def test_pin_sets_every_variable_and_native_leaves_the_environment_alone():
     env = {"ATEN_CPU_CAPABILITY": "avx512"}
     assert pin_cpu_numerics(env) == PINNED
-    assert env["ATEN_CPU_CAPABILITY"] == "avx2" and env["MKL_CBWR"] == "AVX2,STRICT" and env["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    assert (
+        env["ATEN_CPU_CAPABILITY"] == "avx2"
+        and env["MKL_CBWR"] == "AVX2,STRICT"
+        and env["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    )
     portable = {SWITCH: "portable", "MKL_CBWR": "AUTO"}
     assert pin_cpu_numerics(portable) == PINS["portable"] and portable["MKL_CBWR"] == "COMPATIBLE"
     native = {SWITCH: "native", "ATEN_CPU_CAPABILITY": "avx512"}
@@ -129,11 +133,18 @@ def test_the_kernels_of_a_training_step_give_the_committed_bits_of_this_cpu_vend
     vendor = fp.cpu_info()["vendor_id"]
     ref = fp.reference_file(vendor, pin)
     if not ref.is_file():
-        pytest.skip(f"no committed fingerprint for {vendor} under pin {pin}: `python scripts/numerics_fingerprint.py "
-                    f"--pin {pin} --write` makes {ref.relative_to(ROOT)}")
+        pytest.skip(
+            f"no committed fingerprint for {vendor} under pin {pin}: `python scripts/numerics_fingerprint.py "
+            f"--pin {pin} --write` makes {ref.relative_to(ROOT)}"
+        )
     env = {k: v for k, v in os.environ.items() if k not in PINNED and k != SWITCH}
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "numerics_fingerprint.py"), "--pin", pin],
-                         env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "numerics_fingerprint.py"), "--pin", pin],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     mine = json.loads(out.stdout)
     assert mine["pinned"] == PINS[pin] and mine["cpu_capability"] == "AVX2"
@@ -149,6 +160,18 @@ def test_the_two_pins_differ_exactly_in_what_mkl_computes():
     files = {pin: fp.reference_file("AuthenticAMD", pin) for pin in PINS}
     hashes = {pin: json.loads(f.read_text())["hashes"] for pin, f in files.items()}
     differ = {k.split("@")[0] for k in fp.differing(hashes["avx2"], hashes["portable"])}
-    mkl = {"matmul", "matmul_square", "matmul_transposed", "bmm", "linear", "sdpa_causal", "mlp_loss", "mlp_grads",
-           "mlp_adamw", "llama_logits", "llama_grads", "llama_adamw"}
+    mkl = {
+        "matmul",
+        "matmul_square",
+        "matmul_transposed",
+        "bmm",
+        "linear",
+        "sdpa_causal",
+        "mlp_loss",
+        "mlp_grads",
+        "mlp_adamw",
+        "llama_logits",
+        "llama_grads",
+        "llama_adamw",
+    }
     assert differ == mkl

@@ -49,8 +49,15 @@ def tok():
 
 
 def _trainer(tok, **kw) -> Trainer:
-    return Trainer(R.tiny_policy(tok), tok, R.train_cfg(mini_batches=1, micro_batch_size=32, **kw), R.rollout_cfg(),
-                   R.reward_cfg(), episodes=Episodes(R.ToyEnv(), R.QUESTIONS, R.QUESTIONS), seed=5)
+    return Trainer(
+        R.tiny_policy(tok),
+        tok,
+        R.train_cfg(mini_batches=1, micro_batch_size=32, **kw),
+        R.rollout_cfg(),
+        R.reward_cfg(),
+        episodes=Episodes(R.ToyEnv(), R.QUESTIONS, R.QUESTIONS),
+        seed=5,
+    )
 
 
 def _grads(tr: Trainer, batch: dict) -> tuple[list[torch.Tensor], dict]:

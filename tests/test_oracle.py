@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 import torch
-import tiny_world as tw
 
+import tiny_world as tw
 from agentr1.config import RolloutConfig
 from agentr1.env import get_format
 from agentr1.env.search import SearchTool

@@ -61,13 +61,24 @@ def _params(source_path: Path, **train) -> dict:
     return {
         "train": {"estimator": "centered", "group_size": 2, **train},
         "env": {"tools": ["echo"], "echo": {"prefix": ">> "}},
-        "data": {"source": "real", "real": {"sources": [{"dataset": "trivia", "path": str(source_path), "split": "train"}]}},
+        "data": {
+            "source": "real",
+            "real": {"sources": [{"dataset": "trivia", "path": str(source_path), "split": "train"}]},
+        },
     }
 
 
 def _trivia_file(path: Path) -> Path:
-    rows = [{"id": str(i), "question": f"Who wrote book {i}?", "answer": f"Author {i}", "title": f"Book {i}",
-             "text": f"Book {i} was written by Author {i}."} for i in range(3)]
+    rows = [
+        {
+            "id": str(i),
+            "question": f"Who wrote book {i}?",
+            "answer": f"Author {i}",
+            "title": f"Book {i}",
+            "text": f"Book {i} was written by Author {i}.",
+        }
+        for i in range(3)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
 
@@ -78,7 +89,9 @@ def test_agentr1_lists_the_plugins_names(plugin_site: Path) -> None:
     assert DATASETS.names() == ["2wiki", "flashrag", "gsm8k", "hotpotqa", "musique", "trivia"]
 
 
-def test_params_naming_the_plugins_validate_and_a_misspelt_name_lists_the_choices(plugin_site: Path, tmp_path: Path) -> None:
+def test_params_naming_the_plugins_validate_and_a_misspelt_name_lists_the_choices(
+    plugin_site: Path, tmp_path: Path
+) -> None:
     cfg = config_from_dict(_params(tmp_path / "trivia.jsonl"))
     assert cfg.train.estimator == "centered" and cfg.env.echo.prefix == ">> "
     assert cfg.data.real.sources[0].dataset == "trivia"
@@ -88,7 +101,10 @@ def test_params_naming_the_plugins_validate_and_a_misspelt_name_lists_the_choice
     for params, choices in [
         ({"train": {"estimator": "centred"}}, "centered, gae, gigpo, grpo, reinforce_pp, reinforce_pp_baseline, rloo"),
         ({"env": {"tools": ["ecko"]}}, "calculator, echo, search"),
-        ({"data": {"real": {"sources": [{"dataset": "trivai", **source}]}}}, "2wiki, flashrag, gsm8k, hotpotqa, musique, trivia"),
+        (
+            {"data": {"real": {"sources": [{"dataset": "trivai", **source}]}}},
+            "2wiki, flashrag, gsm8k, hotpotqa, musique, trivia",
+        ),
     ]:
         with pytest.raises(ConfigError) as exc:
             config_from_dict(params)
@@ -97,9 +113,11 @@ def test_params_naming_the_plugins_validate_and_a_misspelt_name_lists_the_choice
 
 def test_validating_the_plugins_params_imports_no_torch(plugin_site: Path, tmp_path: Path) -> None:
     """The estimator's metadata comes from its light declaration: its torch module stays unimported."""
-    code = ("import json, sys; from agentr1.config import config_from_dict; "
-            f"config_from_dict(json.loads({json.dumps(json.dumps(_params(tmp_path / 'trivia.jsonl')))})); "
-            f"print(sorted(m for m in sys.modules if m == 'torch' or m == '{PLUGIN}.estimator'))")
+    code = (
+        "import json, sys; from agentr1.config import config_from_dict; "
+        f"config_from_dict(json.loads({json.dumps(json.dumps(_params(tmp_path / 'trivia.jsonl')))})); "
+        f"print(sorted(m for m in sys.modules if m == 'torch' or m == '{PLUGIN}.estimator'))"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_site), str(PLUGIN_CODE)])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
@@ -111,8 +129,9 @@ def test_the_estimator_runs_where_the_trainer_calls_it(plugin_site: Path) -> Non
     rewards = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 3.0], [2.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
     mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [0, 1, 1]])
     index = [b // 2 for b in range(4)]  # the trainer's groups: group_size consecutive episodes
-    adv, ret = compute_advantage("centered", rewards, mask, values=None, index=index, gamma=1.0, lam=1.0,
-                                 whiten=True, norm_by_std=True)
+    adv, ret = compute_advantage(
+        "centered", rewards, mask, values=None, index=index, gamma=1.0, lam=1.0, whiten=True, norm_by_std=True
+    )
     # scores 1, 3 (group 0, mean 2) and 2, 0 (group 1, mean 1): advantages -1, 1, 1, -1 on the mask
     expected = torch.tensor([[-1.0, -1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [0.0, -1.0, -1.0]])
     assert torch.equal(adv, expected) and torch.equal(ret, expected)
@@ -124,7 +143,9 @@ def test_the_tool_runs_in_the_tool_environment(plugin_site: Path, tmp_path: Path
     from agentr1.env import ToolEnv
     from agentr1.env.rewards import process_rewards
 
-    cfg = config_from_dict({**_params(tmp_path / "trivia.jsonl"), "reward": {"process": {"enabled": True, "successful_echo": 0.5}}})
+    cfg = config_from_dict(
+        {**_params(tmp_path / "trivia.jsonl"), "reward": {"process": {"enabled": True, "successful_echo": 0.5}}}
+    )
     env = ToolEnv.from_config(cfg.env, retriever=None)
     call = env.fmt.render_call("echo", {"text": "hello there"})
     [res] = env.step_batch([call], [0])

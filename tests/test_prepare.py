@@ -8,13 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentr1 import cli
-from agentr1 import stages
+from agentr1 import cli, stages
 from agentr1.config import SPLITS, config_from_dict
 from agentr1.data import synthetic
-from agentr1.stages import prepare
 from agentr1.data.schema import Dataset, read_dataset
 from agentr1.errors import StageError
+from agentr1.stages import prepare
 
 SMALL = {
     "families": {"train": 20, "dev": 5, "test": 5, "ood": 5},
@@ -97,8 +96,7 @@ def test_failure_without_previous_output_leaves_nothing(tmp_path, monkeypatch):
 
 
 def test_too_small_world_is_a_stage_error(tmp_path):
-    cfg = make_cfg(tmp_path / "processed",
-                   synthetic={**SMALL, "questions": {**SMALL["questions"], "ood": 5000}})
+    cfg = make_cfg(tmp_path / "processed", synthetic={**SMALL, "questions": {**SMALL["questions"], "ood": 5000}})
     with pytest.raises(StageError, match=r"data\.synthetic\.questions\.ood"):
         stages.run("prepare", cfg, None)
     assert list(tmp_path.iterdir()) == []
@@ -108,17 +106,39 @@ def test_real_source_goes_through_load_real(tmp_path, monkeypatch):
     import agentr1.data.multihop as multihop
 
     calls = []
-    row = {"id": "hp-1", "question": "Q?", "answers": ["A"], "type": "bridge", "hops": 2,
-           "supporting_ids": ["d1", "d2"], "source": "hotpotqa", "split": "dev"}
+    row = {
+        "id": "hp-1",
+        "question": "Q?",
+        "answers": ["A"],
+        "type": "bridge",
+        "hops": 2,
+        "supporting_ids": ["d1", "d2"],
+        "source": "hotpotqa",
+        "split": "dev",
+    }
 
-    records = {"sources": [{"source": "data.real.sources[0]", "dataset": "hotpotqa", "location": "missing.json",
-                            "split": "auto", "questions": 1, "skipped": {"why": 2}, "without_gold": 0, "passages": 2,
-                            "passages_already_in_corpus": 0}]}
+    records = {
+        "sources": [
+            {
+                "source": "data.real.sources[0]",
+                "dataset": "hotpotqa",
+                "location": "missing.json",
+                "split": "auto",
+                "questions": 1,
+                "skipped": {"why": 2},
+                "without_gold": 0,
+                "passages": 2,
+                "passages_already_in_corpus": 0,
+            }
+        ]
+    }
 
     def fake_load(real_cfg, seed):
         calls.append((len(real_cfg.sources), seed))
-        return Dataset(questions={"dev": [row]},
-                       corpus=[{"id": "d1", "title": "T1", "text": "x"}, {"id": "d2", "title": "T2", "text": "A"}]), records
+        return Dataset(
+            questions={"dev": [row]},
+            corpus=[{"id": "d1", "title": "T1", "text": "x"}, {"id": "d2", "title": "T2", "text": "A"}],
+        ), records
 
     monkeypatch.setattr(multihop, "load_real", fake_load)
     out = tmp_path / "processed"

@@ -18,15 +18,27 @@ from agentr1.config import ScratchModelConfig, config_from_dict
 from agentr1.data.drills import gate_drills, stream_docs
 from agentr1.data.world import build_world, corpus_rows, fresh_world
 from agentr1.errors import StageError
+from agentr1.lm.pretrain import (
+    collate_docs,
+    document_batches,
+    encode_docs,
+    gate_report,
+    packed_rows,
+    pretrain_reader,
+    reading_accuracy,
+    target_logits,
+    weighted_loss,
+)
 from agentr1.models import build_scratch_model, is_checkpoint, load_checkpoint, resolve_checkpoint, train_tokenizer
-from agentr1.lm.pretrain import (collate_docs, document_batches, encode_docs, gate_report, packed_rows,
-                                 pretrain_reader, reading_accuracy, target_logits, weighted_loss)
 
 torch.set_num_threads(1)
-TINY = ScratchModelConfig(vocab_size=600, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2,
-                          intermediate_size=64)
-SMALL_WORLD = {"families": {"train": 12, "dev": 3, "test": 3, "ood": 3},
-               "questions": {"train": 40, "dev": 10, "test": 10, "ood": 10}}
+TINY = ScratchModelConfig(
+    vocab_size=600, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=64
+)
+SMALL_WORLD = {
+    "families": {"train": 12, "dev": 3, "test": 3, "ood": 3},
+    "questions": {"train": 40, "dev": 10, "test": 10, "ood": 10},
+}
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +49,16 @@ def drills():
 
 
 def _cfg(**over):
-    base = dict(steps=30, batch_size=8, lr=1e-2, warmup_steps=2, weight_decay=0.01, loss_on="answers", context=0,
-                answer_weight=1.0)
+    base = dict(
+        steps=30,
+        batch_size=8,
+        lr=1e-2,
+        warmup_steps=2,
+        weight_decay=0.01,
+        loss_on="answers",
+        context=0,
+        answer_weight=1.0,
+    )
     return SimpleNamespace(**{**base, **over})
 
 
@@ -95,7 +115,9 @@ def test_answer_weight_weighs_the_answers_tokens(drills):
     on_answer = batch["answers"][:, 1:][batch["targets"][:, 1:]]
     assert 0 < int(on_answer.sum()) < len(nll)
     assert torch.allclose(weighted_loss(logits, tokens, batch, 1.0), nll.mean())
-    expected = (nll[~on_answer].sum() + 10 * nll[on_answer].sum()) / (int((~on_answer).sum()) + 10 * int(on_answer.sum()))
+    expected = (nll[~on_answer].sum() + 10 * nll[on_answer].sum()) / (
+        int((~on_answer).sum()) + 10 * int(on_answer.sum())
+    )
     assert torch.allclose(weighted_loss(logits, tokens, batch, 10.0), expected)
 
 
@@ -130,7 +152,7 @@ def test_the_one_pass_reading_check_is_greedy_decoding(drills):
         ids = torch.tensor([tok(prompt, add_special_tokens=False)["input_ids"]])
         n = len(tok(prompt + answer, add_special_tokens=False)["input_ids"]) - ids.shape[1]
         out = model.generate(ids, max_new_tokens=n, do_sample=False, attention_mask=torch.ones_like(ids))
-        greedy.append(tok.decode(out[0, ids.shape[1]:]) == answer)
+        greedy.append(tok.decode(out[0, ids.shape[1] :]) == answer)
     assert fast == greedy
     assert any(fast) and not all(fast)  # both outcomes are exercised
     detail = reading_accuracy(model, tok, probe, detail=True)
@@ -150,14 +172,26 @@ def test_gate_report_requires_every_relation_of_every_split(drills):
 
 # ------------------------------------------------------------------------------ the stage
 def _stage_cfg(tmp_path, **pretrain):
-    return config_from_dict({
-        "data": {"synthetic": SMALL_WORLD},
-        "model": {"scratch": {**TINY.model_dump(), "vocab_size": 700}},
-        "pretrain": {"steps": 6, "batch_size": 4, "warmup_steps": 1, "world_families": 6, "docs_per_world": 8,
-                     "tokenizer_docs": 100, "num_threads": None, "out_dir": str(tmp_path / "init"),
-                     "report_dir": str(tmp_path / "pretrain"), "gate": {"per_split": 12, "every": 3}, **pretrain},
-        "tracking": {"enabled": False},
-    })
+    return config_from_dict(
+        {
+            "data": {"synthetic": SMALL_WORLD},
+            "model": {"scratch": {**TINY.model_dump(), "vocab_size": 700}},
+            "pretrain": {
+                "steps": 6,
+                "batch_size": 4,
+                "warmup_steps": 1,
+                "world_families": 6,
+                "docs_per_world": 8,
+                "tokenizer_docs": 100,
+                "num_threads": None,
+                "out_dir": str(tmp_path / "init"),
+                "report_dir": str(tmp_path / "pretrain"),
+                "gate": {"per_split": 12, "every": 3},
+                **pretrain,
+            },
+            "tracking": {"enabled": False},
+        }
+    )
 
 
 def test_the_stage_writes_the_base_its_gate_and_curves(tmp_path):
@@ -180,9 +214,15 @@ def test_the_stage_writes_the_base_its_gate_and_curves(tmp_path):
     held = next(e for e in world.entities if e.split == "test" and e.kind == "city")
     assert len(tok(" " + held.name, add_special_tokens=False)["input_ids"]) == 2
     # deterministic: a second run writes the same weights and metrics
-    first = (tmp_path / "init" / "model.safetensors").read_bytes(), (tmp_path / "pretrain" / "metrics.json").read_bytes()
+    first = (
+        (tmp_path / "init" / "model.safetensors").read_bytes(),
+        (tmp_path / "pretrain" / "metrics.json").read_bytes(),
+    )
     stages.run("pretrain", cfg, None)
-    assert ((tmp_path / "init" / "model.safetensors").read_bytes(), (tmp_path / "pretrain" / "metrics.json").read_bytes()) == first
+    assert (
+        (tmp_path / "init" / "model.safetensors").read_bytes(),
+        (tmp_path / "pretrain" / "metrics.json").read_bytes(),
+    ) == first
 
 
 def test_the_gate_reads_held_out_entities_the_stream_never_shows(tmp_path):
@@ -232,5 +272,6 @@ def test_a_downloaded_model_is_referenced_not_copied(tmp_path):
     assert [p.name for p in (tmp_path / "init").iterdir()] == ["reference.json"]
     assert resolve_checkpoint(tmp_path / "init") == local and is_checkpoint(tmp_path / "init")
     model, _ = load_checkpoint(tmp_path / "init")
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
-                                                 load_checkpoint(local)[0].state_dict().values()))
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.state_dict().values(), load_checkpoint(local)[0].state_dict().values())
+    )

@@ -28,8 +28,16 @@ from agentr1.profiles import (
 
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = REPO / "params.yaml"
-PAPER_RUNS = ["ppo", "grpo", "reinforce_pp", "reinforce_pp_baseline", "rloo", "ppo_no_adv_mask",
-              "ppo_no_adv_no_loss_mask", "grpo_no_loss_mask"]
+PAPER_RUNS = [
+    "ppo",
+    "grpo",
+    "reinforce_pp",
+    "reinforce_pp_baseline",
+    "rloo",
+    "ppo_no_adv_mask",
+    "ppo_no_adv_no_loss_mask",
+    "grpo_no_loss_mask",
+]
 BASELINES = ["cold_start", "base_tool_call", "naive_rag", "cold_start_reference"]
 
 
@@ -91,21 +99,38 @@ def test_paper_dry_run_lists_every_stage_with_torchrun_and_vllm(capsys):
     rc, out, err = run_cli(["profile", "paper", "--dry-run"], capsys)
     assert rc == 0, err
     replicas = [f"{r}-{s}" for r in PAPER_RUNS for s in (0, 1, 2)]  # every run x params.yaml's seeds
-    stages = ["prepare", "validate", "index", "pretrain", "sft", "sft_reference", *[f"train@{r}" for r in replicas],
-              *[f"evaluate@{r}" for r in replicas], *[f"evaluate_baseline@{b}" for b in BASELINES], "report"]
+    stages = [
+        "prepare",
+        "validate",
+        "index",
+        "pretrain",
+        "sft",
+        "sft_reference",
+        *[f"train@{r}" for r in replicas],
+        *[f"evaluate@{r}" for r in replicas],
+        *[f"evaluate_baseline@{b}" for b in BASELINES],
+        "report",
+    ]
     lines = out.splitlines()
     start = lines.index(next(x for x in lines if x.startswith("stages (")))
-    listed = [x.split()[0] for x in lines[start + 1:] if x.startswith("  ") and x.split()]
+    listed = [x.split()[0] for x in lines[start + 1 :] if x.startswith("  ") and x.split()]
     assert listed[: len(stages)] == stages
     for run in replicas:
         assert f"torchrun --nproc_per_node 4 -m agentr1.cli train --run-name {run}\n" in out + "\n"
         assert f"agentr1 evaluate --policy {run}\n" in out + "\n"
     assert "agentr1 train --run " not in out
     assert "rollout    backend vllm" in out
-    for text in ("hf Qwen/Qwen2.5-3B-Instruct", "lr actor 1e-06 / critic 1e-05", "kl loss 0.001",
-                 "x 5 rollouts", "max_turns 6 (at most 5 tool-call turns", "top-5 passages",
-                 "hotpotqa hub hotpotqa/hotpot_qa[distractor:train] -> train",
-                 "musique hub dgslibisey/MuSiQue[default:validation] -> ood", "dense intfloat/e5-base-v2"):
+    for text in (
+        "hf Qwen/Qwen2.5-3B-Instruct",
+        "lr actor 1e-06 / critic 1e-05",
+        "kl loss 0.001",
+        "x 5 rollouts",
+        "max_turns 6 (at most 5 tool-call turns",
+        "top-5 passages",
+        "hotpotqa hub hotpotqa/hotpot_qa[distractor:train] -> train",
+        "musique hub dgslibisey/MuSiQue[default:validation] -> ood",
+        "dense intfloat/e5-base-v2",
+    ):
         assert text in out, text
 
 
@@ -134,19 +159,28 @@ def test_dry_run_exits_non_zero_on_a_mini_batch_split_it_reports(capsys, tmp_pat
 
 
 def test_stage_commands_expand_foreach_and_params():
-    dvc = {"stages": {
-        "a": {"cmd": "agentr1 prepare --n ${train.steps}"},
-        "train": {"foreach": "${runs}", "do": {"cmd": "agentr1 train --run ${key}"}},
-        "b": {"foreach": {"x": "dir/x", "y": "dir/y"}, "do": {"cmd": ["echo ${key}", "ls ${item}"]}},
-        "c": {"foreach": ["u", "v"], "do": {"cmd": "echo ${item}"}},
-    }}
+    dvc = {
+        "stages": {
+            "a": {"cmd": "agentr1 prepare --n ${train.steps}"},
+            "train": {"foreach": "${runs}", "do": {"cmd": "agentr1 train --run ${key}"}},
+            "b": {"foreach": {"x": "dir/x", "y": "dir/y"}, "do": {"cmd": ["echo ${key}", "ls ${item}"]}},
+            "c": {"foreach": ["u", "v"], "do": {"cmd": "echo ${item}"}},
+        }
+    }
     raw = {"train": {"steps": 7}, "runs": {"grpo": {}, "ppo": {"estimator": "gae"}}}
     assert stage_commands(dvc, raw) == [
-        ("a", "agentr1 prepare --n 7"), ("train@grpo", "agentr1 train --run grpo"),
-        ("train@ppo", "agentr1 train --run ppo"), ("b@x", "echo x && ls dir/x"), ("b@y", "echo y && ls dir/y"),
-        ("c@u", "echo u"), ("c@v", "echo v"),
+        ("a", "agentr1 prepare --n 7"),
+        ("train@grpo", "agentr1 train --run grpo"),
+        ("train@ppo", "agentr1 train --run ppo"),
+        ("b@x", "echo x && ls dir/x"),
+        ("b@y", "echo y && ls dir/y"),
+        ("c@u", "echo u"),
+        ("c@v", "echo v"),
     ]
-    assert stage_commands(dvc, raw, nproc=2)[1] == ("train@grpo", "torchrun --nproc_per_node 2 -m agentr1.cli train --run-name grpo")
+    assert stage_commands(dvc, raw, nproc=2)[1] == (
+        "train@grpo",
+        "torchrun --nproc_per_node 2 -m agentr1.cli train --run-name grpo",
+    )
     with pytest.raises(ConfigError, match=r"\$\{train\.nope\}"):
         stage_commands({"stages": {"a": {"cmd": "x ${train.nope}"}}}, raw)
 
@@ -156,8 +190,12 @@ def test_merge_replaces_runs_and_merges_mappings():
     base = {"train": {"lr": 1, "kl": {"coef": 2, "mode": "loss"}}, "runs": {"a": {}, "b": {"x": 1}}, "l": [1, 2]}
     over = {"train": {"kl": {"coef": 3}}, "runs": {"b": {"y": 2}}, "l": [3], "new": {"k": 1}}
     merged = deep_merge(base, over, REPLACED_KEYS)
-    assert merged == {"train": {"lr": 1, "kl": {"coef": 3, "mode": "loss"}}, "runs": {"b": {"y": 2}}, "l": [3],
-                      "new": {"k": 1}}
+    assert merged == {
+        "train": {"lr": 1, "kl": {"coef": 3, "mode": "loss"}},
+        "runs": {"b": {"y": 2}},
+        "l": [3],
+        "new": {"k": 1},
+    }
     assert base["runs"] == {"a": {}, "b": {"x": 1}} and base["train"]["kl"]["coef"] == 2  # inputs untouched
     merged["train"]["kl"]["mode"], merged["new"]["k"] = "x", 9  # and not shared with the result
     assert base["train"]["kl"]["mode"] == "loss" and over["new"] == {"k": 1}
@@ -167,20 +205,59 @@ def test_merge_replaces_runs_and_merges_mappings():
 
 def test_set_overrides_is_the_diff():
     base = {"a": 1, "b": {"c": 2, "d": 3}, "runs": {"x": {"e": 1}, "y": {}}, "s": None, "m": {"n": 1}}
-    target = {"a": 1, "b": {"c": 5}, "runs": {"y": {}, "z": {"e": 2, "f": [1, "p q"]}}, "s": {"t": True}, "m": 4,
-              "k": {}}
+    target = {
+        "a": 1,
+        "b": {"c": 5},
+        "runs": {"y": {}, "z": {"e": 2, "f": [1, "p q"]}},
+        "s": {"t": True},
+        "m": 4,
+        "k": {},
+    }
     assert set_overrides(base, target) == [
-        "~b.d", "b.c=5", "~runs.x", "++runs.z.e=2", "++runs.z.f=[1,'p q']", "~s", "++s.t=true", "~m", "++m=4", "++k={}",
+        "~b.d",
+        "b.c=5",
+        "~runs.x",
+        "++runs.z.e=2",
+        "++runs.z.f=[1,'p q']",
+        "~s",
+        "++s.t=true",
+        "~m",
+        "++m=4",
+        "++k={}",
     ]
     assert set_overrides(base, base) == []
     assert print_set_line(["a=1", "~runs.x", "s='p q'"]) == "-S a=1 -S '~runs.x' -S 's='\"'\"'p q'\"'\"''"
 
 
-@pytest.mark.parametrize("value", [
-    "gguf", "Qwen/Qwen2.5-3B-Instruct", "query: ", "", "it's", "back\\slash", "ends\\", "q\\'x", "true", "null", "1e-5",
-    "a,b", 1e-06, 0.0003, 2.0, 7, -3, True, False, None, [], ["test", "ood"], {},
-    [{"dataset": "hotpotqa", "hub_id": "hotpotqa/hotpot_qa", "limit": 5, "path": None}],
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "gguf",
+        "Qwen/Qwen2.5-3B-Instruct",
+        "query: ",
+        "",
+        "it's",
+        "back\\slash",
+        "ends\\",
+        "q\\'x",
+        "true",
+        "null",
+        "1e-5",
+        "a,b",
+        1e-06,
+        0.0003,
+        2.0,
+        7,
+        -3,
+        True,
+        False,
+        None,
+        [],
+        ["test", "ood"],
+        {},
+        [{"dataset": "hotpotqa", "hub_id": "hotpotqa/hotpot_qa", "limit": 5, "path": None}],
+    ],
+)
 def test_hydra_value_parses_back_to_the_value(value):
     from dvc.utils.hydra import to_hydra_overrides
 
@@ -202,8 +279,10 @@ def test_print_set_round_trips_through_dvc_exp_run(name, capsys, tmp_path):
     assert rc == 0, err
     (tmp_path / "set.txt").write_text(out)
     argv_file = tmp_path / "argv.bin"
-    script = (f"dvc() {{ printf '%s\\0' \"$@\" > {argv_file}; }}\n"
-              f'eval "dvc exp run -n {name} $(cat {tmp_path / "set.txt"})"\n')
+    script = (
+        f"dvc() {{ printf '%s\\0' \"$@\" > {argv_file}; }}\n"
+        f'eval "dvc exp run -n {name} $(cat {tmp_path / "set.txt"})"\n'
+    )
     subprocess.run(["bash", "-c", script], check=True, timeout=30)
     argv = [a.decode() for a in argv_file.read_bytes().split(b"\0")[:-1]]
     assert argv[:4] == ["exp", "run", "-n", name]
@@ -247,19 +326,24 @@ def test_bad_profile_key_names_the_file_and_the_key(tmp_path, capsys):
     assert rc == 1 and "profiles/bad.yaml" in err and "train.lrr" in err
 
 
-@pytest.mark.parametrize("text, message", [
-    ("train: {lr: -1}\n", r"train\.lr: .*allowed: a value > 0"),
-    ("launch: {gpus: 2}\n", r"profiles/bad\.yaml(.|\n)*launch\.gpus: unknown key"),
-    ("launch: {nproc_per_node: 0}\n", r"launch\.nproc_per_node: must be an integer >= 1"),
-    ("- a list\n", r"profiles/bad\.yaml: the top level must be a mapping"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("train: {lr: -1}\n", r"train\.lr: .*allowed: a value > 0"),
+        ("launch: {gpus: 2}\n", r"profiles/bad\.yaml(.|\n)*launch\.gpus: unknown key"),
+        ("launch: {nproc_per_node: 0}\n", r"launch\.nproc_per_node: must be an integer >= 1"),
+        ("- a list\n", r"profiles/bad\.yaml: the top level must be a mapping"),
+    ],
+)
 def test_invalid_profiles_are_config_errors(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message):
         load_profile("bad", _project(tmp_path, text))
 
 
 def test_unknown_profile_lists_the_available_ones():
-    with pytest.raises(ConfigError, match=r"profile 'tiny' not found.*available: extended, nano, paper, real, smol, tools"):
+    with pytest.raises(
+        ConfigError, match=r"profile 'tiny' not found.*available: extended, nano, paper, real, smol, tools"
+    ):
         load_profile("tiny", PARAMS)
     assert load_profile("nano", PARAMS).raw == yaml.safe_load(PARAMS.read_text())
 
@@ -267,7 +351,6 @@ def test_unknown_profile_lists_the_available_ones():
 # ------------------------------------------------------ paper profile: hub code paths, hub replaced
 def test_paper_model_loads_qwen_through_transformers(monkeypatch):
     from _rl_tiny import tiny_policy, tiny_tokenizer
-
     from agentr1.models import loading
 
     calls = []
@@ -300,10 +383,10 @@ def test_paper_data_sources_through_prepare(monkeypatch, tmp_path):
     """The paper profile's five hub sources end to end through the prepare stage (datasets.load_dataset
     replaced by rows in each dataset's hub layout; the loaders' own mapping is tested in test_loaders)."""
     import datasets
-    from test_loaders import HOTPOT_OFFICIAL, TWOWIKI, musique_record, to_hf_hotpot
 
     from agentr1 import stages
     from agentr1.data.schema import read_dataset
+    from test_loaders import HOTPOT_OFFICIAL, TWOWIKI, musique_record, to_hf_hotpot
 
     def asked(rec, qid):  # each its own question text: a repeated text is dropped as a duplicate (issue 40)
         return dict(rec, question=f"{rec['question']} ({qid})")
@@ -330,23 +413,34 @@ def test_paper_data_sources_through_prepare(monkeypatch, tmp_path):
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     corpus = tmp_path / "wiki18_100w.jsonl"
-    corpus.write_text("\n".join(json.dumps(r) for r in [
-        {"id": "1", "contents": '"Aaron"\nAaron is a prophet.'},
-        {"id": "2", "contents": '"Zorbix Labs"\nZorbix Labs is a company in the wiki corpus.'},
-    ]) + "\n")
-    cfg = load_profile("paper", PARAMS, {"data.processed_dir": str(tmp_path / "processed"),
-                                         "data.real.corpus": str(corpus), "tracking.enabled": False}).cfg
+    corpus.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"id": "1", "contents": '"Aaron"\nAaron is a prophet.'},
+                {"id": "2", "contents": '"Zorbix Labs"\nZorbix Labs is a company in the wiki corpus.'},
+            ]
+        )
+        + "\n"
+    )
+    cfg = load_profile(
+        "paper",
+        PARAMS,
+        {"data.processed_dir": str(tmp_path / "processed"), "data.real.corpus": str(corpus), "tracking.enabled": False},
+    ).cfg
     stages.run("prepare", cfg)
     assert calls == [(s.hub_id, s.hub_config, s.hub_split) for s in cfg.data.real.sources]
     ds = read_dataset(tmp_path / "processed")
     train = ds.split("train")
-    assert sorted(q["id"] for q in train) == sorted([f"hotpotqa:htr{i}" for i in range(6)]
-                                                    + [f"2wiki:wtr{i}" for i in range(4)])
+    assert sorted(q["id"] for q in train) == sorted(
+        [f"hotpotqa:htr{i}" for i in range(6)] + [f"2wiki:wtr{i}" for i in range(4)]
+    )
     for source, tag in (("hotpotqa", "hva"), ("2wiki", "wva")):  # validation: ratios 0 / 0.1 / 0.9
         assert sum(q["source"] == source for q in ds.split("dev")) == 1
         assert sum(q["source"] == source for q in ds.split("test")) == 9
-        assert all(q["id"].startswith(f"{source}:{tag}") for q in ds.split("dev") + ds.split("test")
-                   if q["source"] == source)
+        assert all(
+            q["id"].startswith(f"{source}:{tag}") for q in ds.split("dev") + ds.split("test") if q["source"] == source
+        )
     assert sorted(q["id"] for q in ds.split("ood")) == [f"musique:2hop__{i}" for i in range(3)]
     pids = {p["id"] for p in ds.corpus}
     assert {"1", "2"} <= pids
@@ -359,8 +453,14 @@ def test_paper_data_sources_through_prepare(monkeypatch, tmp_path):
 def _gpu_check(args, tmp_path, timeout):
     env = {k: v for k, v in os.environ.items() if k != "OUT"}
     env["PYTHON"] = sys.executable
-    return subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), *args], cwd=tmp_path, env=env,
-                          text=True, capture_output=True, timeout=timeout)
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu_check.sh"), *args],
+        cwd=tmp_path,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the script would run for real")

@@ -30,8 +30,8 @@ from agentr1.data.schema import NO_GOLD, canonical_ids, gold_unknown
 from agentr1.data.validation import hops_support_problem, leaked_answer
 from agentr1.retrieval.base import Hit
 from agentr1.retrieval.recall import recall_report
-from agentr1.stages.records import metric_key
 from agentr1.stages.prepare import manifest_metrics
+from agentr1.stages.records import metric_key
 from agentr1.stages.validate import summary_metrics
 
 ADA = ("Ada Venn", ["Ada Venn is an engineer.", " She was born in Quellport."])
@@ -45,25 +45,53 @@ def jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-def flashrag_hotpot(qid: str, question: str, answer: str, context: list[tuple[str, list[str]]],
-                    gold: tuple[str, ...] = ("Zorbix Labs", "Ada Venn")) -> dict[str, Any]:
+def flashrag_hotpot(
+    qid: str,
+    question: str,
+    answer: str,
+    context: list[tuple[str, list[str]]],
+    gold: tuple[str, ...] = ("Zorbix Labs", "Ada Venn"),
+) -> dict[str, Any]:
     """A FlashRAG HotpotQA record: context in the Hugging Face column layout."""
-    return {"id": qid, "question": question, "golden_answers": [answer],
-            "metadata": {"type": "bridge", "level": "hard",
-                         "supporting_facts": {"title": list(gold), "sent_id": [0] * len(gold)},
-                         "context": {"title": [t for t, _ in context], "sentences": [s for _, s in context]}}}
+    return {
+        "id": qid,
+        "question": question,
+        "golden_answers": [answer],
+        "metadata": {
+            "type": "bridge",
+            "level": "hard",
+            "supporting_facts": {"title": list(gold), "sent_id": [0] * len(gold)},
+            "context": {"title": [t for t, _ in context], "sentences": [s for _, s in context]},
+        },
+    }
 
 
-def hotpot(qid: str, question: str, answer: str, context: list[tuple[str, list[str]]],
-           gold: tuple[str, ...] = ("Zorbix Labs", "Ada Venn")) -> dict[str, Any]:
+def hotpot(
+    qid: str,
+    question: str,
+    answer: str,
+    context: list[tuple[str, list[str]]],
+    gold: tuple[str, ...] = ("Zorbix Labs", "Ada Venn"),
+) -> dict[str, Any]:
     """An official-layout HotpotQA record."""
-    return {"_id": qid, "question": question, "answer": answer, "type": "bridge",
-            "supporting_facts": [[t, 0] for t in gold], "context": [[t, s] for t, s in context]}
+    return {
+        "_id": qid,
+        "question": question,
+        "answer": answer,
+        "type": "bridge",
+        "supporting_facts": [[t, 0] for t in gold],
+        "context": [[t, s] for t, s in context],
+    }
 
 
 def twowiki(qid: str, question: str, answer: str, context: list[tuple[str, list[str]]] | None) -> dict[str, Any]:
-    rec: dict[str, Any] = {"_id": qid, "question": question, "answer": answer, "type": "compositional",
-                           "supporting_facts": [["Bo Tarr", 0], ["Nimo Park", 0]]}
+    rec: dict[str, Any] = {
+        "_id": qid,
+        "question": question,
+        "answer": answer,
+        "type": "compositional",
+        "supporting_facts": [["Bo Tarr", 0], ["Nimo Park", 0]],
+    }
     if context is not None:
         rec["context"] = [[t, s] for t, s in context]
     return rec
@@ -71,8 +99,12 @@ def twowiki(qid: str, question: str, answer: str, context: list[tuple[str, list[
 
 def real_cfg(tmp_path: Path, sources: list[dict[str, Any]], corpus: Path | None = None, **validate: Any):
     raw = {
-        "data": {"source": "real", "processed_dir": str(tmp_path / "processed"), "hops": {"min": 1, "max": 4},
-                 "real": {"sources": sources, "corpus": str(corpus) if corpus else None}},
+        "data": {
+            "source": "real",
+            "processed_dir": str(tmp_path / "processed"),
+            "hops": {"min": 1, "max": 4},
+            "real": {"sources": sources, "corpus": str(corpus) if corpus else None},
+        },
         "validate": {"report_dir": str(tmp_path / "validation"), "required_splits": ["train"], **validate},
         "retrieval": {"index_dir": str(tmp_path / "index"), "report_dir": str(tmp_path / "retrieval")},
         "tracking": {"enabled": False},
@@ -86,11 +118,16 @@ def read_json(path: Path) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ 1. gold passages not in the corpus
 def test_flashrag_hotpotqa_without_gold_paragraphs_passes_validation_and_is_counted(tmp_path):
-    path = jsonl(tmp_path / "hotpotqa_dev.jsonl", [
-        flashrag_hotpot("dev_0", "Which city was the founder of Zorbix Labs born in?", "Quellport", [ADA, ZORBIX]),
-        # a fullwiki context: neither gold paragraph was retrieved
-        flashrag_hotpot("dev_1", "Where was the painter of Nimo Park born?", "Ostrel", [NIMO], gold=("Nimo Park", "Bo Tarr")),
-    ])
+    path = jsonl(
+        tmp_path / "hotpotqa_dev.jsonl",
+        [
+            flashrag_hotpot("dev_0", "Which city was the founder of Zorbix Labs born in?", "Quellport", [ADA, ZORBIX]),
+            # a fullwiki context: neither gold paragraph was retrieved
+            flashrag_hotpot(
+                "dev_1", "Where was the painter of Nimo Park born?", "Ostrel", [NIMO], gold=("Nimo Park", "Bo Tarr")
+            ),
+        ],
+    )
     cfg = real_cfg(tmp_path, [{"dataset": "flashrag", "path": str(path), "split": "train"}])
     stages.run("prepare", cfg, None)
     report = stages.run("validate", cfg, None)  # failed on main: hops_match_supporting_ids (2 hops, 0 ids)
@@ -124,8 +161,16 @@ def test_sft_oracle_leaves_out_questions_without_gold(tmp_path):
     from agentr1.stages.sft import demo_sets
 
     cfg = real_cfg(tmp_path, [{"dataset": "hotpotqa", "path": "unused.json"}])
-    known = {"id": "a", "question": "A?", "answers": ["x"], "type": "bridge", "hops": 2,
-             "supporting_ids": ["p:1", "p:2"], "source": "hotpotqa", "split": "train"}
+    known = {
+        "id": "a",
+        "question": "A?",
+        "answers": ["x"],
+        "type": "bridge",
+        "hops": 2,
+        "supporting_ids": ["p:1", "p:2"],
+        "source": "hotpotqa",
+        "split": "train",
+    }
     unknown = dict(known, id="b", question="B?", supporting_ids=[])
     ds = SimpleNamespace(split=lambda s: [known, unknown] if s == "train" else [], corpus=[])
     sets = demo_sets(SimpleNamespace(cfg=cfg, env=lambda: None), ds)
@@ -143,14 +188,18 @@ class StubRetriever:
 
 
 def test_recall_leaves_out_questions_without_gold_and_credits_an_equal_passage():
-    corpus = [{"id": "p:gold", "title": "Ada Venn", "text": "Ada Venn is an engineer."},
-              {"id": "wiki-7", "title": "Ada Venn", "text": "Ada Venn is an engineer."},  # its twin
-              {"id": "p:other", "title": "Bo Tarr", "text": "Bo Tarr is a painter."}]
+    corpus = [
+        {"id": "p:gold", "title": "Ada Venn", "text": "Ada Venn is an engineer."},
+        {"id": "wiki-7", "title": "Ada Venn", "text": "Ada Venn is an engineer."},  # its twin
+        {"id": "p:other", "title": "Bo Tarr", "text": "Bo Tarr is a painter."},
+    ]
     assert canonical_ids(corpus) == {"p:gold": "p:gold", "wiki-7": "p:gold", "p:other": "p:other"}
-    questions = {"test": [
-        {"id": "q1", "question": "Who?", "type": "bridge", "hops": 1, "supporting_ids": ["p:gold"]},
-        {"id": "q2", "question": "What?", "type": "bridge", "hops": 2, "supporting_ids": []},
-    ]}
+    questions = {
+        "test": [
+            {"id": "q1", "question": "Who?", "type": "bridge", "hops": 1, "supporting_ids": ["p:gold"]},
+            {"id": "q2", "question": "What?", "type": "bridge", "hops": 2, "supporting_ids": []},
+        ]
+    }
     twin_first = StubRetriever(["wiki-7", "p:other"])
     report, timing = recall_report(twin_first, questions, [1], corpus=corpus)
     assert report["test"]["recall@1"] == 1.0  # the twin of the gold passage is a hit (main: 0.0)
@@ -163,18 +212,36 @@ def test_recall_leaves_out_questions_without_gold_and_credits_an_equal_passage()
 def test_equal_passages_of_two_sources_share_one_id_and_questions_are_kept_once(tmp_path, caplog):
     q = "Which city was the founder of Zorbix Labs born in?"
     hot = tmp_path / "hotpot.json"
-    hot.write_text(json.dumps([hotpot("h1", q, "Quellport", [ADA, ZORBIX]),
-                               hotpot("h2", "Where was Bo Tarr born?", "Ostrel", [BO, NIMO], gold=("Bo Tarr",))]))
-    fr = jsonl(tmp_path / "hotpotqa_dev.jsonl", [
-        flashrag_hotpot("dev_0", q.upper().replace("?", " ?"), "Quellport", [ADA, ZORBIX]),  # same question text
-        flashrag_hotpot("dev_1", "Who founded Zorbix Labs?", "Ada Venn", [ZORBIX, ADA], gold=("Zorbix Labs",)),
-    ])
-    corpus = jsonl(tmp_path / "corpus.jsonl", [
-        {"id": "0", "contents": '"Ada Venn"\nAda Venn is an engineer. She was born in Quellport.'},  # = a context
-        {"id": "1", "contents": '"Ilse Morn"\nIlse Morn is a singer.'},
-    ])
-    real = real_cfg(tmp_path, [{"dataset": "hotpotqa", "path": str(hot), "split": "train"},
-                               {"dataset": "flashrag", "path": str(fr), "split": "train"}], corpus=corpus).data.real
+    hot.write_text(
+        json.dumps(
+            [
+                hotpot("h1", q, "Quellport", [ADA, ZORBIX]),
+                hotpot("h2", "Where was Bo Tarr born?", "Ostrel", [BO, NIMO], gold=("Bo Tarr",)),
+            ]
+        )
+    )
+    fr = jsonl(
+        tmp_path / "hotpotqa_dev.jsonl",
+        [
+            flashrag_hotpot("dev_0", q.upper().replace("?", " ?"), "Quellport", [ADA, ZORBIX]),  # same question text
+            flashrag_hotpot("dev_1", "Who founded Zorbix Labs?", "Ada Venn", [ZORBIX, ADA], gold=("Zorbix Labs",)),
+        ],
+    )
+    corpus = jsonl(
+        tmp_path / "corpus.jsonl",
+        [
+            {"id": "0", "contents": '"Ada Venn"\nAda Venn is an engineer. She was born in Quellport.'},  # = a context
+            {"id": "1", "contents": '"Ilse Morn"\nIlse Morn is a singer.'},
+        ],
+    )
+    real = real_cfg(
+        tmp_path,
+        [
+            {"dataset": "hotpotqa", "path": str(hot), "split": "train"},
+            {"dataset": "flashrag", "path": str(fr), "split": "train"},
+        ],
+        corpus=corpus,
+    ).data.real
     with caplog.at_level(logging.WARNING):
         ds, records = load_real(real, seed=0)
     titles = [p["title"] for p in ds.corpus]
@@ -204,11 +271,14 @@ def test_same_question_twice_in_one_auto_source_cannot_straddle_splits(tmp_path)
 
 # --------------------------------------------------------------------------- 3. counted per source and reason
 def test_skipped_records_are_counted_in_manifest_summary_and_metrics(tmp_path):
-    wiki = jsonl(tmp_path / "wikihop.json", [
-        twowiki("w1", "Where was the painter of Nimo Park born?", "Ostrel", [BO, NIMO]),
-        twowiki("w2", "Who painted Nimo Park?", "Bo Tarr", None),  # no context: skipped
-        twowiki("w3", "What city has Nimo Park?", "Quellport", None),
-    ])
+    wiki = jsonl(
+        tmp_path / "wikihop.json",
+        [
+            twowiki("w1", "Where was the painter of Nimo Park born?", "Ostrel", [BO, NIMO]),
+            twowiki("w2", "Who painted Nimo Park?", "Bo Tarr", None),  # no context: skipped
+            twowiki("w3", "What city has Nimo Park?", "Quellport", None),
+        ],
+    )
     cfg = real_cfg(tmp_path, [{"dataset": "2wiki", "path": str(wiki), "split": "train"}])
     stages.run("prepare", cfg, None)
     stages.run("validate", cfg, None)
@@ -270,8 +340,12 @@ def test_cli_logging_keeps_a_library_debug_logger_quiet_at_info(capsys):
 
 
 def test_no_gold_reason_is_the_loaders_note(tmp_path):
-    path = jsonl(tmp_path / "nq.jsonl", [{"id": "1", "question": "Where is Oak Island?", "golden_answers": ["Nova Scotia"]}])
-    ds, records = load_real(real_cfg(tmp_path, [{"dataset": "flashrag", "path": str(path), "split": "train"}]).data.real, 0)
+    path = jsonl(
+        tmp_path / "nq.jsonl", [{"id": "1", "question": "Where is Oak Island?", "golden_answers": ["Nova Scotia"]}]
+    )
+    ds, records = load_real(
+        real_cfg(tmp_path, [{"dataset": "flashrag", "path": str(path), "split": "train"}]).data.real, 0
+    )
     assert records["sources"][0]["without_gold"] == 1 and gold_unknown(ds.split("train")[0])
     assert NO_GOLD.startswith("gold passages not in the corpus")
 
@@ -297,11 +371,18 @@ def test_hotpotqa_titles_are_unescaped_before_matching(tmp_path):
     from agentr1.data.schema import HTML_REFERENCE
 
     raw = tmp_path / "dev.jsonl"
-    rec = {"id": "q1", "question": "Which band has more letters?", "answer": "Dolenz, Jones, Boyce & Hart",
-           "type": "comparison", "level": "hard",
-           "supporting_facts": {"title": ["Dolenz, Jones, Boyce &amp; Hart", "Jackyl"], "sent_id": [0, 0]},
-           "context": {"title": ["Dolenz, Jones, Boyce &amp; Hart", "Jackyl"],
-                       "sentences": [["A trio &amp; a drummer."], ["A band."]]}}
+    rec = {
+        "id": "q1",
+        "question": "Which band has more letters?",
+        "answer": "Dolenz, Jones, Boyce & Hart",
+        "type": "comparison",
+        "level": "hard",
+        "supporting_facts": {"title": ["Dolenz, Jones, Boyce &amp; Hart", "Jackyl"], "sent_id": [0, 0]},
+        "context": {
+            "title": ["Dolenz, Jones, Boyce &amp; Hart", "Jackyl"],
+            "sentences": [["A trio &amp; a drummer."], ["A band."]],
+        },
+    }
     raw.write_text(json.dumps(rec) + "\n")
     loaded = load_hotpotqa(read_records(raw))
     titles = {p["title"] for p in loaded.passages}

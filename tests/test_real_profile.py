@@ -29,18 +29,47 @@ RAW = {
 }
 TINY = {  # budgets only: the data, the checks and the stages are the profile's
     "model.kind": "scratch",
-    "model.scratch": {"vocab_size": 600, "hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 2,
-                      "intermediate_size": 64, "max_position": 2048, "tie_embeddings": True},
+    "model.scratch": {
+        "vocab_size": 600,
+        "hidden_size": 32,
+        "num_layers": 2,
+        "num_heads": 2,
+        "num_kv_heads": 2,
+        "intermediate_size": 64,
+        "max_position": 2048,
+        "tie_embeddings": True,
+    },
     "rollout.max_turn_tokens": 12,
-    "pretrain": {"steps": 2, "batch_size": 2, "context": 256, "warmup_steps": 1, "world_families": 2,
-                 "docs_per_world": 20, "tokenizer_docs": 50, "log_every": 1, "num_threads": 1,
-                 "gate": {"per_split": 2, "every": 0}},
-    "sft.train_examples": 6, "sft.steps": 2, "sft.batch_size": 3, "sft.warmup_steps": 1, "sft.log_every": 1,
+    "pretrain": {
+        "steps": 2,
+        "batch_size": 2,
+        "context": 256,
+        "warmup_steps": 1,
+        "world_families": 2,
+        "docs_per_world": 20,
+        "tokenizer_docs": 50,
+        "log_every": 1,
+        "num_threads": 1,
+        "gate": {"per_split": 2, "every": 0},
+    },
+    "sft.train_examples": 6,
+    "sft.steps": 2,
+    "sft.batch_size": 3,
+    "sft.warmup_steps": 1,
+    "sft.log_every": 1,
     "sft.num_threads": 1,
-    "train.steps": 2, "train.group_size": 2, "train.micro_batch_size": 4, "train.mini_batches": 1,
-    "train.dev": {"every": 0, "examples": 2}, "train.num_threads": 1, "train.trace_every": 0,
-    "evaluate.max_examples": 3, "evaluate.batch_size": 3, "evaluate.bootstrap": {"samples": 100},
-    "evaluate.num_threads": 1, "evaluate.register": False,
+    "train.steps": 2,
+    "train.group_size": 2,
+    "train.micro_batch_size": 4,
+    "train.mini_batches": 1,
+    "train.dev": {"every": 0, "examples": 2},
+    "train.num_threads": 1,
+    "train.trace_every": 0,
+    "evaluate.max_examples": 3,
+    "evaluate.batch_size": 3,
+    "evaluate.bootstrap": {"samples": 100},
+    "evaluate.num_threads": 1,
+    "evaluate.register": False,
 }
 
 
@@ -63,9 +92,15 @@ def pipeline(shared_fixtures, tmp_path_factory):
         cfg = load_profile("real", REPO / "params.yaml", {**TINY, "data.real.sources": sources}).cfg
         from agentr1 import stages
 
-        for stage, args in (("prepare", None), ("validate", None), ("index", None), ("pretrain", None),
-                            ("sft", None), ("train", SimpleNamespace(run="grpo", resume=False)),
-                            ("evaluate", SimpleNamespace(policy="grpo"))):
+        for stage, args in (
+            ("prepare", None),
+            ("validate", None),
+            ("index", None),
+            ("pretrain", None),
+            ("sft", None),
+            ("train", SimpleNamespace(run="grpo", resume=False)),
+            ("evaluate", SimpleNamespace(policy="grpo")),
+        ):
             stages.run(stage, cfg, args)
     return root, cfg, sources
 

@@ -104,7 +104,9 @@ def test_plugin_declarations_hold_a_reference_and_read_only_metadata() -> None:
         registry.Plugin("json.dumps")
 
 
-AGENTR1_GROUPS = {ep.group for ep in importlib.metadata.distribution("agentr1").entry_points if ep.group.startswith("agentr1.")}
+AGENTR1_GROUPS = {
+    ep.group for ep in importlib.metadata.distribution("agentr1").entry_points if ep.group.startswith("agentr1.")
+}
 
 
 def test_every_group_of_pyproject_is_a_registry() -> None:
@@ -116,7 +118,9 @@ def test_every_declared_builtin_loads(kind: str) -> None:
     """Every entry point agentr1 declares is a name of its registry and resolves (a renamed or
     moved implementation fails here, not in the middle of a stage)."""
     reg = CATALOGUE[kind]
-    declared = sorted(ep.name for ep in importlib.metadata.distribution("agentr1").entry_points if ep.group == reg.group)
+    declared = sorted(
+        ep.name for ep in importlib.metadata.distribution("agentr1").entry_points if ep.group == reg.group
+    )
     assert declared and declared == reg.names()
     for name in reg.names():
         assert callable(reg.get(name)), (kind, name)
@@ -164,8 +168,10 @@ def test_loading_params_imports_no_torch(repo_root) -> None:
     """Validating every registry name of params.yaml imports no torch: the estimators' metadata
     comes from their declarations (agentr1.rl.plugins), not from agentr1.rl.advantages; the tool
     modules (no torch) are imported for their options models."""
-    code = ("import sys; from agentr1.config import load_config; load_config('params.yaml'); "
-            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('agentr1.rl.')))")
+    code = (
+        "import sys; from agentr1.config import load_config; load_config('params.yaml'); "
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('agentr1.rl.')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=repo_root, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "['agentr1.rl.plugins']", out.stdout + out.stderr
 

@@ -42,11 +42,16 @@ RUNS = {"ppo": {"estimator": "gae"}, "grpo": {"estimator": "grpo"}}
 # test/em and its CI per policy: grpo beats ppo beyond the CI, so the gate promotes it over ppo
 EM = {"ppo": (0.25, 0.10, 0.40), "grpo": (0.75, 0.60, 0.90), "cold_start": (0.10, 0.00, 0.20)}
 KEYS = {"ppo": "evaluate@ppo", "grpo": "evaluate@grpo", "cold_start": "evaluate_baseline@cold_start"}
-PARAMS = deep_merge(TINY_PARAMS, {"evaluate": {"splits": ["test"], "max_examples": 2},
-                                  "tracking": {"trace_sample": 0}})
+PARAMS = deep_merge(TINY_PARAMS, {"evaluate": {"splits": ["test"], "max_examples": 2}, "tracking": {"trace_sample": 0}})
 PARAMS["runs"] = RUNS
-PRELOAD = ["agentr1.cli", "agentr1.stages.track", "agentr1.stages.evaluate", "agentr1.tracking.registry",
-           "agentr1.tracking.compare", "mlflow.pyfunc"]
+PRELOAD = [
+    "agentr1.cli",
+    "agentr1.stages.track",
+    "agentr1.stages.evaluate",
+    "agentr1.tracking.registry",
+    "agentr1.tracking.compare",
+    "mlflow.pyfunc",
+]
 WORKER_TIMEOUT_S = 600
 
 
@@ -69,10 +74,14 @@ def make_eval_project(root: Path) -> Path:
     (root / "params.yaml").write_text(yaml.safe_dump(PARAMS, sort_keys=False))
     sh(["agentr1", "--set", "tracking.enabled=false", "prepare"], root)
     cfg = load_config(root / "params.yaml")
-    questions = select_questions(read_dataset(root / cfg.data.processed_dir), cfg.evaluate.splits,
-                                 cfg.evaluate.max_examples)
-    ckpts = {"ppo": root / cfg.train.out_dir / "ppo" / "checkpoint", "grpo": root / cfg.train.out_dir / "grpo" / "checkpoint",
-             "cold_start": root / cfg.sft.out_dir}
+    questions = select_questions(
+        read_dataset(root / cfg.data.processed_dir), cfg.evaluate.splits, cfg.evaluate.max_examples
+    )
+    ckpts = {
+        "ppo": root / cfg.train.out_dir / "ppo" / "checkpoint",
+        "grpo": root / cfg.train.out_dir / "grpo" / "checkpoint",
+        "cold_start": root / cfg.sft.out_dir,
+    }
     _checkpoint(ckpts["ppo"])
     shutil.copytree(ckpts["ppo"], ckpts["grpo"])
     shutil.copytree(ckpts["ppo"], ckpts["cold_start"])
@@ -80,41 +89,90 @@ def make_eval_project(root: Path) -> Path:
     for policy, (em, lo, hi) in EM.items():
         out = root / cfg.evaluate.out_dir / policy
         out.mkdir(parents=True)
-        rows = [{"id": str(q["id"]), "split": split, "question": q["question"], "type": q.get("type"),
-                 "hops": q.get("hops"), "em": 0.0, "f1": 0.0, "subem": 0.0, "format_ok": 1.0, "answered": 1.0,
-                 "tool_calls": 1.0, "turns": 2.0, "reward": 0.0, "answer": "x", "golds": [str(a) for a in q["answers"]],
-                 "reason": "answer", "early_answer": 0.0}
-                for split, qs in questions.items() for q in qs]
+        rows = [
+            {
+                "id": str(q["id"]),
+                "split": split,
+                "question": q["question"],
+                "type": q.get("type"),
+                "hops": q.get("hops"),
+                "em": 0.0,
+                "f1": 0.0,
+                "subem": 0.0,
+                "format_ok": 1.0,
+                "answered": 1.0,
+                "tool_calls": 1.0,
+                "turns": 2.0,
+                "reward": 0.0,
+                "answer": "x",
+                "golds": [str(a) for a in q["answers"]],
+                "reason": "answer",
+                "early_answer": 0.0,
+            }
+            for split, qs in questions.items()
+            for q in qs
+        ]
         (out / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         summary = {"n": len(rows), "em": em, "em_ci_lower": lo, "em_ci_upper": hi}
-        metrics = {"policy": policy, "kind": "rl" if policy in RUNS else policy, "checkpoint": str(ckpts[policy].relative_to(root)),
-                   "overrides": RUNS.get(policy), "eval_data": eval_data_fingerprint(questions), "seed": cfg.seed,
-                   "bootstrap": {"samples": 100, "ci": 0.95}, "splits": {"test": summary},
-                   "test/em": em, "test/em_ci_lower": lo, "test/em_ci_upper": hi, "test/n": float(len(rows))}
+        metrics = {
+            "policy": policy,
+            "kind": "rl" if policy in RUNS else policy,
+            "checkpoint": str(ckpts[policy].relative_to(root)),
+            "overrides": RUNS.get(policy),
+            "eval_data": eval_data_fingerprint(questions),
+            "seed": cfg.seed,
+            "bootstrap": {"samples": 100, "ci": 0.95},
+            "splits": {"test": summary},
+            "test/em": em,
+            "test/em_ci_lower": lo,
+            "test/em_ci_upper": hi,
+            "test/n": float(len(rows)),
+        }
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         dep = str(ckpts[policy].relative_to(root))
         stages[KEYS[policy]] = {
             "cmd": f"agentr1 evaluate --policy {policy}",
             "deps": [{"path": dep, "hash": "md5", "md5": dvc_hash(root / dep)}],
-            "outs": [{"path": str(p.relative_to(root)), "hash": "md5", "md5": dvc_hash(p)}
-                     for p in (out / "episodes.jsonl", out / "metrics.json")],
+            "outs": [
+                {"path": str(p.relative_to(root)), "hash": "md5", "md5": dvc_hash(p)}
+                for p in (out / "episodes.jsonl", out / "metrics.json")
+            ],
         }
     (root / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": stages}, sort_keys=False))
     base = {k: v for k, v in stages.items() if k != KEYS["grpo"]}
     (root / "dvc.base.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": base}, sort_keys=False))
     (root / ".gitignore").write_text("stores/\n")
     sh(["git", "init", "-q", "-b", "main"], root)
-    sh(["git", "-c", "user.email=t@agentr1.invalid", "-c", "user.name=t", "-c", "commit.gpgsign=false",
-        "add", "-A"], root)
-    sh(["git", "-c", "user.email=t@agentr1.invalid", "-c", "user.name=t", "-c", "commit.gpgsign=false",
-        "commit", "-q", "-m", "tiny evaluations"], root)
+    sh(
+        ["git", "-c", "user.email=t@agentr1.invalid", "-c", "user.name=t", "-c", "commit.gpgsign=false", "add", "-A"],
+        root,
+    )
+    sh(
+        [
+            "git",
+            "-c",
+            "user.email=t@agentr1.invalid",
+            "-c",
+            "user.name=t",
+            "-c",
+            "commit.gpgsign=false",
+            "commit",
+            "-q",
+            "-m",
+            "tiny evaluations",
+        ],
+        root,
+    )
     return root
 
 
 def store_env(store: Path) -> dict[str, str]:
     """The environment pointing every command at the SQLite store in folder ``store``."""
-    return {"MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}", "AGENTR1_ARTIFACT_ROOT": str(store / "art"),
-            "AGENTR1_PIPELINE_ID": "concurrency"}
+    return {
+        "MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}",
+        "AGENTR1_ARTIFACT_ROOT": str(store / "art"),
+        "AGENTR1_PIPELINE_ID": "concurrency",
+    }
 
 
 def copy_store(src: Path, dst: Path) -> Path:
@@ -169,16 +227,19 @@ def _context():
     return ctx
 
 
-def run_together(project: Path, env: dict[str, str], commands: list[tuple[str, Any]], logs: Path,
-                 together: bool = True) -> list[tuple[int, str]]:
+def run_together(
+    project: Path, env: dict[str, str], commands: list[tuple[str, Any]], logs: Path, together: bool = True
+) -> list[tuple[int, str]]:
     """Run ``commands`` (``(kind, arg)`` of :func:`_work`) at once (a barrier) or, with
     ``together=False``, one after the other; returns each one's ``(exit code, output)``."""
     ctx = _context()
     logs.mkdir(parents=True, exist_ok=True)
     barrier = ctx.Barrier(len(commands)) if together and len(commands) > 1 else None
     paths = [logs / f"{i}-{kind}.log" for i, (kind, _) in enumerate(commands)]
-    procs = [ctx.Process(target=_work, args=(kind, str(project), env, arg, str(path), barrier))
-             for (kind, arg), path in zip(commands, paths)]
+    procs = [
+        ctx.Process(target=_work, args=(kind, str(project), env, arg, str(path), barrier))
+        for (kind, arg), path in zip(commands, paths)
+    ]
     results = []
     if together:
         for p in procs:
@@ -219,9 +280,16 @@ def registry_state(env: dict[str, str]) -> dict[str, Any]:
         if r.data.tags.get("agentr1.role") == "stage" and r.info.status == "FINISHED":
             finished[r.info.run_name] = finished.get(r.info.run_name, 0) + 1
     return {
-        "versions": sorted((str(v.tags.get("agentr1.variant")), str(v.tags.get("agentr1.policy_kind")),
-                            str(v.tags.get("agentr1.registration")), bool(v.tags.get("agentr1.artifact_sha256")),
-                            str(v.tags.get("agentr1.gate.decision"))) for v in versions),
+        "versions": sorted(
+            (
+                str(v.tags.get("agentr1.variant")),
+                str(v.tags.get("agentr1.policy_kind")),
+                str(v.tags.get("agentr1.registration")),
+                bool(v.tags.get("agentr1.artifact_sha256")),
+                str(v.tags.get("agentr1.gate.decision")),
+            )
+            for v in versions
+        ),
         "aliases": {a: variant.get(str(v)) for a, v in sorted(aliases.items())},
         "finished_runs": dict(sorted(finished.items())),
         "running": sum(r.info.status == "RUNNING" for r in runs),
@@ -294,8 +362,9 @@ def test_two_tracks_at_once_log_each_stage_once(project: Path, tmp_path: Path) -
     lock, plans again and adds nothing - 3 versions (not 6), each stage once, no alembic or other
     traceback; the same registry as ``track`` then ``track``."""
     serial = tmp_path / "serial"
-    assert not problems(run_together(project, store_env(serial), [("cli", ["track"])] * 2, serial / "logs",
-                                     together=False))
+    assert not problems(
+        run_together(project, store_env(serial), [("cli", ["track"])] * 2, serial / "logs", together=False)
+    )
     expected = registry_state(store_env(serial))
     assert len(expected["versions"]) == 3 and set(expected["finished_runs"].values()) == {1}
     for rep in range(REPS):
@@ -310,8 +379,9 @@ def test_two_promotes_at_once_decide_as_one_after_the_other(project: Path, full_
     """Two ``agentr1 promote`` at once: the first promotes grpo, the second finds it champion
     already (keep), as when run one after the other - never both "promote" on a stale champion."""
     serial = copy_store(full_store, tmp_path / "serial")
-    assert not problems(run_together(project, store_env(serial), [("cli", ["promote"])] * 2, serial / "logs",
-                                     together=False))
+    assert not problems(
+        run_together(project, store_env(serial), [("cli", ["promote"])] * 2, serial / "logs", together=False)
+    )
     expected = registry_state(store_env(serial))
     assert expected["aliases"]["champion"] == "grpo"
     for rep in range(REPS):
@@ -327,8 +397,10 @@ def test_an_evaluation_registering_beside_a_promote(project: Path, base_store: P
     """grpo's evaluation registers and gates its version while ``agentr1 promote`` runs: the
     registry is the one of the two run one after the other, in one order or the other."""
     orders = []
-    for name, commands in (("register-first", [("register", "grpo"), ("cli", ["promote"])]),
-                           ("promote-first", [("cli", ["promote"]), ("register", "grpo")])):
+    for name, commands in (
+        ("register-first", [("register", "grpo"), ("cli", ["promote"])]),
+        ("promote-first", [("cli", ["promote"]), ("register", "grpo")]),
+    ):
         store = copy_store(base_store, tmp_path / name)
         assert not problems(run_together(project, store_env(store), commands, store / "logs", together=False))
         orders.append(registry_state(store_env(store)))
@@ -450,7 +522,8 @@ def uninterrupted(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.mark.parametrize("kill_at", ["created", "gate", "champion"])
 def test_a_registration_killed_then_run_again_leaves_the_uninterrupted_registry(
-        kill_at: str, checkpoint: Path, uninterrupted: dict[str, Any], tmp_path: Path) -> None:
+    kill_at: str, checkpoint: Path, uninterrupted: dict[str, Any], tmp_path: Path
+) -> None:
     """``kill -9`` of grpo's registration right after its version is created (an orphan: no
     digest, description, alias, gate decision), before the gate decides, or after the decision
     but before ``champion`` moves; then the registration again: no orphan and no duplicate (the
@@ -471,8 +544,10 @@ def test_a_registration_killed_then_run_again_leaves_the_uninterrupted_registry(
     assert len(client.search_model_versions(f"name = '{MODEL}'")) == 3  # the interrupted registration left its version
 
     info = _register(cfg, "grpo", str(checkpoint))  # the re-run
-    assert registry_state({"MLFLOW_TRACKING_URI": uri}) | {"finished_runs": None, "running": None} == \
-        uninterrupted | {"finished_runs": None, "running": None}
+    assert registry_state({"MLFLOW_TRACKING_URI": uri}) | {"finished_runs": None, "running": None} == uninterrupted | {
+        "finished_runs": None,
+        "running": None,
+    }
     grpo = [v for v in client.search_model_versions(f"name = '{MODEL}'") if v.tags.get("agentr1.variant") == "grpo"]
     assert len(grpo) == 1 and grpo[0].tags["agentr1.registration"] == "complete"
     assert grpo[0].tags["agentr1.artifact_sha256"] and grpo[0].description.startswith("grpo: ")
@@ -498,7 +573,15 @@ def test_the_same_evaluation_registered_twice_is_one_version(checkpoint: Path, t
     from agentr1.tracking.registry import register_evaluation
 
     with stage_run(cfg, "evaluate", run_name="evaluate@ppo", variant="ppo") as run:
-        other = register_evaluation(run, str(checkpoint), "ppo", "rl", {"test/em": 0.3, "test/em_ci_lower": 0.15,
-                                    "test/em_ci_upper": 0.45}, "test:abc", MODEL, "test/em")
+        other = register_evaluation(
+            run,
+            str(checkpoint),
+            "ppo",
+            "rl",
+            {"test/em": 0.3, "test/em_ci_lower": 0.15, "test/em_ci_upper": 0.45},
+            "test:abc",
+            MODEL,
+            "test/em",
+        )
     assert other["version"] != first["version"] and "reused" not in other
     assert len(client.search_model_versions(f"name = '{MODEL}'")) == 2

@@ -14,12 +14,12 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from agentr1 import stages
 from agentr1.cli import main
 from agentr1.config import config_from_dict
 from agentr1.errors import StageError
 from agentr1.eval.metrics import bootstrap_ci
 from agentr1.report.methods import group_methods
-from agentr1 import stages
 from agentr1.report.stats import seeds_questions, stratified_average
 
 # ----------------------------------------------------------------------------- grouping (unit)
@@ -43,8 +43,13 @@ def test_stratified_average_is_scipys_unpaired_bootstrap_with_constant_strata_fi
     dev, test = (rng.random(60) < 0.4).astype(float), (rng.random(90) < 0.7).astype(float)
     zeros = np.zeros(25)  # an all-zero split: the same mean in every resample
     got = stratified_average([dev, zeros, test], 800, 0.95, seed=4)
-    ref = bootstrap((dev, test), lambda a, b, axis: (a.mean(axis=axis) + b.mean(axis=axis)) / 3, n_resamples=800,
-                    method="percentile", rng=np.random.default_rng(4)).confidence_interval
+    ref = bootstrap(
+        (dev, test),
+        lambda a, b, axis: (a.mean(axis=axis) + b.mean(axis=axis)) / 3,
+        n_resamples=800,
+        method="percentile",
+        rng=np.random.default_rng(4),
+    ).confidence_interval
     assert got.mean == pytest.approx((dev.mean() + test.mean()) / 3)
     assert (got.lower, got.upper) == pytest.approx((min(ref.low, got.mean), max(ref.high, got.mean)), abs=1e-15)
     assert got.lower < got.mean < got.upper
@@ -58,8 +63,15 @@ def test_group_methods_seeds_labels_and_ablations():
     methods = group_methods(PAPER_RUNS, seeds=[0, 1, 2])
     by = {m.label: m for m in methods}
     assert [m.label for m in methods] == [
-        "ppo", "grpo", "reinforce_pp", "reinforce_pp_baseline", "rloo",  # full mask, estimator order
-        "ppo_no_adv_mask", "ppo_no_adv_no_loss_mask", "grpo_no_loss_mask"]  # then the ablations
+        "ppo",
+        "grpo",
+        "reinforce_pp",
+        "reinforce_pp_baseline",
+        "rloo",  # full mask, estimator order
+        "ppo_no_adv_mask",
+        "ppo_no_adv_no_loss_mask",
+        "grpo_no_loss_mask",
+    ]  # then the ablations
     assert by["grpo"].runs == ["grpo-0", "grpo-1", "grpo-2"]  # one replica per seed: train@grpo-1, ...
     assert by["ppo_no_adv_mask"].runs == ["ppo_no_adv_mask-0", "ppo_no_adv_mask-1", "ppo_no_adv_mask-2"]
     assert by["ppo_no_adv_mask"].ablation_of == "ppo" and by["ppo_no_adv_mask"].masks_off == ["advantage_mask"]
@@ -68,7 +80,12 @@ def test_group_methods_seeds_labels_and_ablations():
     assert by["grpo_no_loss_mask"].ablation_of == "grpo"
     assert all(m.ablation_of is None for m in methods if not m.is_ablation)
     assert [by[k].display for k in ("ppo", "grpo", "reinforce_pp", "reinforce_pp_baseline", "rloo")] == [
-        "PPO", "GRPO", "REINFORCE++", "REINFORCE++ baseline", "RLOO"]
+        "PPO",
+        "GRPO",
+        "REINFORCE++",
+        "REINFORCE++ baseline",
+        "RLOO",
+    ]
     assert by["ppo_no_adv_no_loss_mask"].display == "PPO w/o loss mask & advantage mask"
 
 
@@ -143,8 +160,14 @@ BASELINE_KINDS = {"base_tool_call", "naive_rag", "cold_start"}
 # behaviour: tool calls per episode c (2c on comparison questions), the first k multi-hop questions of
 # each split answered early; Base Tool Call never answers (nor has a valid format), naive RAG never calls
 CALLS = {"cold_start": 3, "naive_rag": 0, "grpo-0": 1, "grpo-1": 2, "grpo-2": 0}
-EARLY = {"cold_start": (5, 0), "naive_rag": (16, 12), "base_tool_call": (0, 0), "grpo-0": (10, 6), "grpo-1": (12, 3),
-         "grpo-2": (14, 0)}
+EARLY = {
+    "cold_start": (5, 0),
+    "naive_rag": (16, 12),
+    "base_tool_call": (0, 0),
+    "grpo-0": (10, 6),
+    "grpo-1": (12, 3),
+    "grpo-2": (14, 0),
+}
 
 
 def _of(table: dict, policy: str, default=None):
@@ -182,14 +205,26 @@ def write_eval(eval_dir: Path, policy: str) -> None:
         ems = em_vector(policy, split)
         for i, em in enumerate(ems):
             q = question(split, i)
-            rows.append({**q, "split": split, "em": em, "f1": em, "subem": em, **behaviour_fields(policy, split, i, q),
-                         "turns": 3, "reward": em, "answer": "x", "golds": ["x"], "reason": "answer",
-                         "support_found": support_of(em, i)})
+            rows.append(
+                {
+                    **q,
+                    "split": split,
+                    "em": em,
+                    "f1": em,
+                    "subem": em,
+                    **behaviour_fields(policy, split, i, q),
+                    "turns": 3,
+                    "reward": em,
+                    "answer": "x",
+                    "golds": ["x"],
+                    "reason": "answer",
+                    "support_found": support_of(em, i),
+                }
+            )
         lo, hi = bootstrap_ci(ems, 1000, 0.95, 0)
         splits[split] = {"n": len(ems), "em": sum(ems) / len(ems), "em_ci_lower": lo, "em_ci_upper": hi}
     kind = policy if policy in BASELINE_KINDS else "rl"
-    metrics = {"policy": policy, "kind": kind, "splits": splits,
-               **{f"{s}/em": v["em"] for s, v in splits.items()}}
+    metrics = {"policy": policy, "kind": kind, "splits": splits, **{f"{s}/em": v["em"] for s, v in splits.items()}}
     d = eval_dir / policy
     d.mkdir(parents=True, exist_ok=True)
     (d / "metrics.json").write_text(json.dumps(metrics))
@@ -200,20 +235,41 @@ def write_curve(runs_dir: Path, run: str, offset: float) -> None:
     d = runs_dir / run
     d.mkdir(parents=True, exist_ok=True)
     lines = ["step,reward,em,tool_calls,dev_em", "0,,,,0.0"] + [
-        f"{s},{offset + 0.1 * s:.3f},0.0,{1 + s / 2}," + ("0.5" if s == 3 else "") for s in range(1, 4)]
+        f"{s},{offset + 0.1 * s:.3f},0.0,{1 + s / 2}," + ("0.5" if s == 3 else "") for s in range(1, 4)
+    ]
     (d / "curve.csv").write_text("\n".join(lines) + "\n")
 
 
-GATE = {"passed": False, "failing": ["dev/multi/spouse"], "thresholds": {"one_hop": 0.95, "multi": 0.9},
-        "splits": {"dev": {"one_hop": {"n": 2, "accuracy": 1.0, "relations": {"spouse": {"n": 2, "accuracy": 1.0}}},
-                           "multi": {"n": 2, "accuracy": 0.5, "relations": {"spouse": {"n": 2, "accuracy": 0.5}}}}}}
-COPY = {"base": {"start": {"top1": 0.4}, "continue": {"top1": 0.7}},
-        "cold_start": {"start": {"top1": 0.93}, "continue": {"top1": 0.97}},
-        "gate": {"thresholds": {"start": 0.9, "continue": 0.95}, "passed": True}}
-SAMPLING = {"k": 8, "temperature": 1.0, "top_p": 1.0,
-            "splits": {s: {"n": 4, "sampled_em": 0.25, "pass_at_k": 0.5, "types": {"bridge": {"n": 4, "sampled_em": 0.25,
-                                                                                             "pass_at_k": 0.5}}}
-                       for s in ("test", "ood")}}
+GATE = {
+    "passed": False,
+    "failing": ["dev/multi/spouse"],
+    "thresholds": {"one_hop": 0.95, "multi": 0.9},
+    "splits": {
+        "dev": {
+            "one_hop": {"n": 2, "accuracy": 1.0, "relations": {"spouse": {"n": 2, "accuracy": 1.0}}},
+            "multi": {"n": 2, "accuracy": 0.5, "relations": {"spouse": {"n": 2, "accuracy": 0.5}}},
+        }
+    },
+}
+COPY = {
+    "base": {"start": {"top1": 0.4}, "continue": {"top1": 0.7}},
+    "cold_start": {"start": {"top1": 0.93}, "continue": {"top1": 0.97}},
+    "gate": {"thresholds": {"start": 0.9, "continue": 0.95}, "passed": True},
+}
+SAMPLING = {
+    "k": 8,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "splits": {
+        s: {
+            "n": 4,
+            "sampled_em": 0.25,
+            "pass_at_k": 0.5,
+            "types": {"bridge": {"n": 4, "sampled_em": 0.25, "pass_at_k": 0.5}},
+        }
+        for s in ("test", "ood")
+    },
+}
 
 
 def replicas(runs, seeds=SEEDS) -> list[str]:
@@ -231,15 +287,17 @@ def make_cfg(tmp_path: Path, runs: dict = RUNS, seeds: list[int] = SEEDS, **repo
     for name, metrics in (("pretrain", {"gate": GATE}), ("sft", {"copy": COPY, "train": {"examples": 200}})):
         (tmp_path / name).mkdir(exist_ok=True)
         (tmp_path / name / "metrics.json").write_text(json.dumps(metrics))
-    cfg = config_from_dict({
-        "seeds": list(seeds),
-        "evaluate": {"out_dir": str(eval_dir)},
-        "train": {"out_dir": str(runs_dir)},
-        "pretrain": {"report_dir": str(tmp_path / "pretrain")},
-        "sft": {"report_dir": str(tmp_path / "sft")},
-        "report": {"out_dir": str(tmp_path / "reports"), **report},
-        "tracking": {"enabled": False},
-    })
+    cfg = config_from_dict(
+        {
+            "seeds": list(seeds),
+            "evaluate": {"out_dir": str(eval_dir)},
+            "train": {"out_dir": str(runs_dir)},
+            "pretrain": {"report_dir": str(tmp_path / "pretrain")},
+            "sft": {"report_dir": str(tmp_path / "sft")},
+            "report": {"out_dir": str(tmp_path / "reports"), **report},
+            "tracking": {"enabled": False},
+        }
+    )
     # set the runs past the train-override validation (which checks each run against the train section's keys)
     object.__setattr__(cfg, "runs", {k: dict(v) for k, v in runs.items()})
     return cfg
@@ -291,8 +349,10 @@ def test_table3_rows_numbers_and_text(report):
     mats = {s: [em_vector(r, s) for r in GRPO] for s in ("test", "ood")}
     boot = seeds_questions([(1.0, mats)], 1000, 0.95, report.cfg.seed)
     lo, hi = boot["test"].lower, boot["test"].upper
-    assert (float(grpo["test_ci_lower"]), float(grpo["test_ci_upper"])) == (pytest.approx(lo, abs=1e-6),
-                                                                            pytest.approx(hi, abs=1e-6))
+    assert (float(grpo["test_ci_lower"]), float(grpo["test_ci_upper"])) == (
+        pytest.approx(lo, abs=1e-6),
+        pytest.approx(hi, abs=1e-6),
+    )
     assert float(grpo["avg_ci_lower"]) == pytest.approx(boot["avg"].lower, abs=1e-6)
     assert float(grpo["avg_ci_lower"]) < float(grpo["avg_mean"]) < float(grpo["avg_ci_upper"])
     # wider than the interval over questions alone: the seeds disagree (0.8, 0.7, 0.75)
@@ -330,8 +390,10 @@ def test_table4_beyond_noise_flags(report):
     assert rows[("grpo_no_loss_mask", "test")]["n_paired"] == "20"
     md = (report.out / "table4.md").read_text()
     assert "| GRPO w/o loss mask | loss mask | GRPO | 3 / 3 | test | 0.750 | 0.000 | -0.750 |" in md
-    assert ("| PPO w/o advantage mask | advantage mask | PPO | 3 / 3 | test | 0.500 | 0.500 | +0.000 | [+0.000, +0.000] "
-            "| within noise |") in md
+    assert (
+        "| PPO w/o advantage mask | advantage mask | PPO | 3 / 3 | test | 0.500 | 0.500 | +0.000 | [+0.000, +0.000] "
+        "| within noise |"
+    ) in md
 
 
 def test_summary_statements_are_computed(report):
@@ -344,7 +406,8 @@ def test_summary_statements_are_computed(report):
     assert s["beat_both_baselines"] == ["ppo", "grpo"]  # rloo == naive RAG: not beyond noise
     assert s["beat_cold_start"] == ["ppo", "grpo"]
     assert {(a["ablation"], a["split"]) for a in s["ablations_beyond_noise"]} == {
-        ("grpo_no_loss_mask", k) for k in ("test", "ood", "avg")}
+        ("grpo_no_loss_mask", k) for k in ("test", "ood", "avg")
+    }
     text = (report.out / "summary.md").read_text()
     assert f"**GRPO** scores {grpo_avg:.3f}" in text and "(a point estimate)" in text
     assert f"GRPO's mean average EM is {grpo_avg / base_avg:.2f}x Base Tool Call's" in text
@@ -356,14 +419,20 @@ def test_summary_statements_are_computed(report):
     # the RL methods against each other: GRPO is far above PPO and RLOO here
     pairs = s["vs_methods"]
     assert set(pairs) == {"ppo - grpo", "ppo - rloo", "grpo - rloo"}
-    assert pairs["ppo - grpo"]["test"]["beyond_noise"] and pairs["ppo - grpo"]["test"]["diff"] == pytest.approx(0.5 - 0.75)
-    assert "- RL methods against each other on test (same cold start, 3 pairs, 95% intervals): beyond noise GRPO over PPO" in text
+    assert pairs["ppo - grpo"]["test"]["beyond_noise"] and pairs["ppo - grpo"]["test"]["diff"] == pytest.approx(
+        0.5 - 0.75
+    )
+    assert (
+        "- RL methods against each other on test (same cold start, 3 pairs, 95% intervals): beyond noise GRPO over PPO"
+        in text
+    )
     assert "Beat both Base Tool Call and Naive RAG beyond noise" in text and "the others do not: RLOO." in text
     assert "GRPO w/o loss mask vs GRPO on test: -0.750" in text
     # the one ablation beyond noise is worse than its full-mask method: the paper's direction holds
     assert s["mask_direction"] == "holds"
-    assert ("The paper's direction (masks on beat masks off) holds: in every difference beyond noise the ablation "
-            "is worse") in text
+    assert (
+        "The paper's direction (masks on beat masks off) holds: in every difference beyond noise the ablation is worse"
+    ) in text
 
 
 def test_report_json_breakdown_and_vs_baselines(report):
@@ -397,9 +466,26 @@ def test_report_json_breakdown_and_vs_baselines(report):
 
 def test_behaviour_table_numbers(report):
     rows = {(r["split"], r["by"], r["group"], r["policy"]): r for r in read_csv(report.out / "behaviour.csv")}
-    assert list(next(iter(rows.values()))) == ["split", "by", "group", "policy", "name", "kind", "runs", "n", "n_multihop",
-                                               "em", "tool_calls", "early_answer", "format_ok", "answered", "right",
-                                               "wrong_all", "wrong_some", "wrong_none"]
+    assert list(next(iter(rows.values()))) == [
+        "split",
+        "by",
+        "group",
+        "policy",
+        "name",
+        "kind",
+        "runs",
+        "n",
+        "n_multihop",
+        "em",
+        "tool_calls",
+        "early_answer",
+        "format_ok",
+        "answered",
+        "right",
+        "wrong_all",
+        "wrong_some",
+        "wrong_none",
+    ]
 
     def num(split, by, group, policy, field):
         v = rows[(split, by, group, policy)][field]
@@ -421,15 +507,23 @@ def test_behaviour_table_numbers(report):
     assert num("test", "type", "comparison", "cold_start", "early_answer") == pytest.approx(2 / 8)
     assert num("test", "type", "comparison", "cold_start", "tool_calls") == 6.0
     # per hops: single-hop questions have no share; ood 3 hops = the first 6: 6, 3, 0 of 6 early
-    assert num("test", "hops", "1", "grpo", "early_answer") is None and rows[("test", "hops", "1", "grpo")]["n_multihop"] == "0"
+    assert (
+        num("test", "hops", "1", "grpo", "early_answer") is None
+        and rows[("test", "hops", "1", "grpo")]["n_multihop"] == "0"
+    )
     assert num("test", "hops", "1", "cold_start", "tool_calls") == 4.5
     assert num("ood", "hops", "3", "grpo", "early_answer") == pytest.approx(0.5)
     assert num("ood", "hops", "4", "grpo", "early_answer") == 0.0
     # format / answered: Base Tool Call never answers, so it is never early either
-    assert num("test", "all", "all", "base_tool_call", "answered") == 0.0 == num("test", "all", "all", "base_tool_call",
-                                                                                  "early_answer")
-    assert num("test", "all", "all", "naive_rag", "tool_calls") == 0.0 and num("test", "all", "all", "naive_rag",
-                                                                               "early_answer") == 1.0
+    assert (
+        num("test", "all", "all", "base_tool_call", "answered")
+        == 0.0
+        == num("test", "all", "all", "base_tool_call", "early_answer")
+    )
+    assert (
+        num("test", "all", "all", "naive_rag", "tool_calls") == 0.0
+        and num("test", "all", "all", "naive_rag", "early_answer") == 1.0
+    )
     # failure breakdown: right, then the wrong answers by the share of supporting passages retrieved (seeds averaged)
     for policy, runs in (("cold_start", ["cold_start"]), ("grpo", GRPO)):
         ems = [em_vector(r, "test") for r in runs]
@@ -461,11 +555,14 @@ def test_behaviour_table_numbers(report):
     assert f["splits"]["ood"]["early_answer"]["diff"] == pytest.approx(0.25)
     text = (report.out / "summary.md").read_text()
     assert "## What RL changed besides the score" in text
-    assert (f"- GRPO against Cold start SFT: fewer tool calls per episode (test 4.50 → 1.50, -3.00; ood 3.00 → 1.00, "
-            f"-2.00) and a larger early-answer share (test {5 / 16:.3f} → 0.750, {0.75 - 5 / 16:+.3f}; ood 0.000 → 0.250, "
-            "+0.250), the share of multi-hop episodes answered before all their supporting passages were retrieved."
-            ) in text
-    assert "| GRPO | 1.50 | 0.750 | 1.00 | 0.250 |" in text and text.index("besides the score") < text.index("starts from")
+    assert (
+        f"- GRPO against Cold start SFT: fewer tool calls per episode (test 4.50 → 1.50, -3.00; ood 3.00 → 1.00, "
+        f"-2.00) and a larger early-answer share (test {5 / 16:.3f} → 0.750, {0.75 - 5 / 16:+.3f}; ood 0.000 → 0.250, "
+        "+0.250), the share of multi-hop episodes answered before all their supporting passages were retrieved."
+    ) in text
+    assert "| GRPO | 1.50 | 0.750 | 1.00 | 0.250 |" in text and text.index("besides the score") < text.index(
+        "starts from"
+    )
 
 
 def test_behaviour_of_evaluations_without_early_answer(tmp_path):
@@ -486,10 +583,17 @@ def test_smoothed_tool_calls_and_deterministic_learning_curves(tmp_path):
     from agentr1.report.inputs import Curve
     from agentr1.report.plots import learning_curves, smoothed
 
-    assert smoothed([0, 1, 2, 3, 4], [None, 1.0, 2.0, 3.0, 6.0], window=3) == [(1, 1.0), (2, 1.5), (3, 2.0), (4, 11 / 3)]
+    assert smoothed([0, 1, 2, 3, 4], [None, 1.0, 2.0, 3.0, 6.0], window=3) == [
+        (1, 1.0),
+        (2, 1.5),
+        (3, 2.0),
+        (4, 11 / 3),
+    ]
     assert smoothed([0], [None]) == []
-    curves = [Curve("grpo-0", [0, 1, 2], [None, 0.1, 0.2], [0.0, None, 0.5], [None, 2.0, 1.0]),
-              Curve("grpo-1", [0, 1, 2], [None, 0.0, 0.3], [0.0, None, 0.25], [None, 3.0, 2.0])]
+    curves = [
+        Curve("grpo-0", [0, 1, 2], [None, 0.1, 0.2], [0.0, None, 0.5], [None, 2.0, 1.0]),
+        Curve("grpo-1", [0, 1, 2], [None, 0.0, 0.3], [0.0, None, 0.25], [None, 3.0, 2.0]),
+    ]
     for name in ("a.png", "b.png"):
         learning_curves(curves, {"grpo-0": "grpo", "grpo-1": "grpo"}, tmp_path / name)
     assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
@@ -549,10 +653,18 @@ def test_cli_report_prints_the_summary_path(tmp_path, monkeypatch, capsys):
     runs = {"ppo": {"estimator": "gae"}, "ppo_no_adv_mask": {"estimator": "gae", "advantage_mask": False}}
     cfg = make_cfg(tmp_path, runs=runs, metric="f1")
     params = tmp_path / "params.yaml"
-    params.write_text(yaml.safe_dump({
-        "seeds": [0], "runs": runs, "evaluate": {"out_dir": cfg.evaluate.out_dir}, "train": {"out_dir": cfg.train.out_dir},
-        "report": {"out_dir": "out", "metric": "f1", "bootstrap": {"samples": 200, "ci": 0.9}},
-        "tracking": {"enabled": False}}))
+    params.write_text(
+        yaml.safe_dump(
+            {
+                "seeds": [0],
+                "runs": runs,
+                "evaluate": {"out_dir": cfg.evaluate.out_dir},
+                "train": {"out_dir": cfg.train.out_dir},
+                "report": {"out_dir": "out", "metric": "f1", "bootstrap": {"samples": 200, "ci": 0.9}},
+                "tracking": {"enabled": False},
+            }
+        )
+    )
     monkeypatch.chdir(tmp_path)
     assert main(["--params", str(params), "report"]) == 0
     assert capsys.readouterr().out.strip().endswith(str(Path("out") / "summary.md"))
@@ -561,7 +673,9 @@ def test_cli_report_prints_the_summary_path(tmp_path, monkeypatch, capsys):
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "No GRPO method among params `runs`" in summary
     # one seed: listed, never judged
-    assert "- Not judged (a verdict needs 3 training seeds per RL row, params report.min_seeds): PPO (1 seed)" in summary
+    assert (
+        "- Not judged (a verdict needs 3 training seeds per RL row, params report.min_seeds): PPO (1 seed)" in summary
+    )
     t4 = read_csv(tmp_path / "out" / "table4.csv")
     assert {r["judged"] for r in t4} == {"False"} and {r["beyond_noise"] for r in t4} == {"False"}
     assert "No ablation difference is judged (too few seeds)" in summary
@@ -626,7 +740,9 @@ def test_flat_panels_say_so_and_bars_carry_their_values():
     _note_if_flat(zero, [0.0, 0.0], "no data")
     _note_if_flat(empty, [], "no dev evaluations")
     _note_if_flat(some, [0.0, 0.5], "no data")
-    assert [t.get_text() for t in zero.texts] == ["all 0"] and [t.get_text() for t in empty.texts] == ["no dev evaluations"]
+    assert [t.get_text() for t in zero.texts] == ["all 0"] and [t.get_text() for t in empty.texts] == [
+        "no dev evaluations"
+    ]
     assert len(some.texts) == 0
     _bars(some, [0, 1], [Cell(0.25, None, 0.1, 0.4, 10), Cell(0.0, None, 0.0, 0.0, 10)])
     assert [t.get_text() for t in some.texts] == ["0.25", "0.00"]
@@ -642,7 +758,9 @@ def test_reference_cold_start_rows_and_each_method_against_its_own_cold_start(tm
         runs = {**RUNS, "grpo_reference": {"estimator": "grpo", "cold_start": "reference"}}
         cfg = make_cfg(tmp_path, runs)
         write_eval(Path(cfg.evaluate.out_dir), "cold_start_reference")
-        object.__setattr__(cfg, "sft_reference", {"oracle_noise": 0.2, "out_dir": "ref", "report_dir": str(tmp_path / "sft_ref")})
+        object.__setattr__(
+            cfg, "sft_reference", {"oracle_noise": 0.2, "out_dir": "ref", "report_dir": str(tmp_path / "sft_ref")}
+        )
         data = stages.run("report", cfg, SimpleNamespace())
     finally:
         del CORRECT["cold_start_reference"], CORRECT["grpo_reference"]
@@ -656,7 +774,9 @@ def test_reference_cold_start_rows_and_each_method_against_its_own_cold_start(tm
     grpo_mean = mean([mean(em_vector(r, "test")) for r in GRPO])
     assert vs["grpo"]["diff"] == pytest.approx(grpo_mean - 6 / 20) and vs["grpo"]["beyond_noise"]
     ref = data["summary"]["grpo_vs_reference"]["test"]
-    assert ref["diff"] == pytest.approx(grpo_mean - 14 / 20) and ref["ratio_vs_naive_rag"] == pytest.approx(grpo_mean / 0.2)
+    assert ref["diff"] == pytest.approx(grpo_mean - 14 / 20) and ref["ratio_vs_naive_rag"] == pytest.approx(
+        grpo_mean / 0.2
+    )
     text = (tmp_path / "reports" / "summary.md").read_text()
     assert "- On test, each RL method minus the cold start it started from" in text
     assert f"- GRPO on test: {grpo_mean:.3f} ({grpo_mean / 0.2:.1f}x Naive RAG's mean 0.200)" in text
@@ -674,8 +794,9 @@ def test_gigpo_against_grpo_with_its_step_group_share(tmp_path):
         for run, share in (("gigpo-0", 0.5), ("gigpo-1", 0.7), ("gigpo-2", 0.6)):
             path = Path(cfg.train.out_dir) / run / "curve.csv"
             rows = path.read_text().splitlines()
-            path.write_text("\n".join([rows[0] + ",step_group_shared", rows[1] + ","]
-                                      + [r + f",{share}" for r in rows[2:]]) + "\n")
+            path.write_text(
+                "\n".join([rows[0] + ",step_group_shared", rows[1] + ","] + [r + f",{share}" for r in rows[2:]]) + "\n"
+            )
         data = stages.run("report", cfg, SimpleNamespace())
     finally:
         del CORRECT["gigpo"], CORRECT["gigpo-1"]

@@ -14,16 +14,16 @@ import time
 from types import SimpleNamespace
 
 import pytest
-import tiny_world as tw
 import torch
 
 import _rl_tiny as R
+import tiny_world as tw
+from agentr1 import stages
 from agentr1.config import config_from_dict
 from agentr1.data.schema import Dataset, write_dataset
 from agentr1.errors import StageError
 from agentr1.io import atomic_dir
 from agentr1.rl import checkpoint as ckpt
-from agentr1 import stages
 from agentr1.rl.sampling import Episodes
 from agentr1.rl.stats import deterministic_metrics
 from agentr1.rl.trainer import Trainer
@@ -39,10 +39,18 @@ def tok():
 
 
 def make(tok, state_dir, **kw):
-    cfg = R.train_cfg(steps=STEPS, estimator="gae", lr=0.02, checkpoint={"every": 2},
-                      dev={"every": 2, "examples": 4}, **kw)
-    return Trainer(R.tiny_policy(tok), tok, cfg, R.rollout_cfg(), R.reward_cfg(),
-                   episodes=Episodes(R.ToyEnv(), R.QUESTIONS, R.QUESTIONS), state_dir=state_dir)
+    cfg = R.train_cfg(
+        steps=STEPS, estimator="gae", lr=0.02, checkpoint={"every": 2}, dev={"every": 2, "examples": 4}, **kw
+    )
+    return Trainer(
+        R.tiny_policy(tok),
+        tok,
+        cfg,
+        R.rollout_cfg(),
+        R.reward_cfg(),
+        episodes=Episodes(R.ToyEnv(), R.QUESTIONS, R.QUESTIONS),
+        state_dir=state_dir,
+    )
 
 
 class Killed(Exception):
@@ -59,6 +67,7 @@ def _kill_after(step):
     def hook(k, metrics):
         if k == step:
             raise Killed(f"killed after step {k}")
+
     return hook
 
 
@@ -128,20 +137,29 @@ def stage_cfg(tmp_path, **train):
     processed, index, sft = tmp_path / "processed", tmp_path / "index", tmp_path / "sft"
     if not processed.exists():
         tw.train_inputs(tmp_path)
-    base = {"steps": 2, "batch_questions": 2, "group_size": 2, "micro_batch_size": 2, "out_dir": str(tmp_path / "runs"),
-            "dev": {"every": 2, "examples": 2}, "checkpoint": {"every": 1}}
+    base = {
+        "steps": 2,
+        "batch_questions": 2,
+        "group_size": 2,
+        "micro_batch_size": 2,
+        "out_dir": str(tmp_path / "runs"),
+        "dev": {"every": 2, "examples": 2},
+        "checkpoint": {"every": 1},
+    }
     for k, v in train.items():
         base[k] = {**base[k], **v} if isinstance(v, dict) and isinstance(base.get(k), dict) else v
-    return config_from_dict({
-        "data": {"processed_dir": str(processed)},
-        "retrieval": {"index_dir": str(index)},
-        "env": {"max_turns": 2, "search": {"topk": 2, "passage_max_chars": 120}},
-        "rollout": {"max_turn_tokens": 6, "max_total_tokens": 1024, "batch_size": 8},
-        "sft": {"out_dir": str(sft)},
-        "tracking": {"enabled": False},
-        "runs": tw.RUNS,
-        "train": base,
-    })
+    return config_from_dict(
+        {
+            "data": {"processed_dir": str(processed)},
+            "retrieval": {"index_dir": str(index)},
+            "env": {"max_turns": 2, "search": {"topk": 2, "passage_max_chars": 120}},
+            "rollout": {"max_turn_tokens": 6, "max_total_tokens": 1024, "batch_size": 8},
+            "sft": {"out_dir": str(sft)},
+            "tracking": {"enabled": False},
+            "runs": tw.RUNS,
+            "train": base,
+        }
+    )
 
 
 @pytest.fixture
@@ -191,8 +209,9 @@ def test_resume_refuses_changed_training_params(tmp_path, stage):
 
 def test_resume_allows_logging_keys_and_more_steps(tmp_path, stage):
     stage(stage_cfg(tmp_path))
-    more = stage_cfg(tmp_path, steps=3, trace_every=0, checkpoint={"every": 3}, dev={"every": 3, "examples": 1},
-                     num_threads=1)
+    more = stage_cfg(
+        tmp_path, steps=3, trace_every=0, checkpoint={"every": 3}, dev={"every": 3, "examples": 1}, num_threads=1
+    )
     metrics, trained = stage(more, resume=True)
     assert trained == [3] and metrics["steps"] == 3
     # fewer steps than the state already has, or a cosine schedule (its lr depends on train.steps), are refused
@@ -314,7 +333,10 @@ def test_resume_refuses_an_index_or_dataset_changed_since_the_save(tmp_path, sta
     with pytest.raises(StageError) as exc:
         stage(rebuilt, resume=True)
     msg = str(exc.value)
-    assert f"the retrieval index: saved {index} (sha256 {built[:16]}), now {index} (sha256 {tree_digest(index)[:16]})" in msg
+    assert (
+        f"the retrieval index: saved {index} (sha256 {built[:16]}), now {index} (sha256 {tree_digest(index)[:16]})"
+        in msg
+    )
     assert "processed dataset" not in msg and "rerun `agentr1 index`" in msg and "without --resume" in msg
     # the fix it names: the original index again, and the resume goes on
     tw.retriever().save(index)
@@ -324,8 +346,9 @@ def test_resume_refuses_an_index_or_dataset_changed_since_the_save(tmp_path, sta
     # the dataset counts too (a corpus passage edited)
     corpus = tw.corpus()
     corpus[0] = {**corpus[0], "text": corpus[0]["text"] + " Edited."}
-    write_dataset(Dataset(questions={"train": tw.questions("train"), "dev": tw.questions("dev")[:2]}, corpus=corpus),
-                  processed)
+    write_dataset(
+        Dataset(questions={"train": tw.questions("train"), "dev": tw.questions("dev")[:2]}, corpus=corpus), processed
+    )
     with pytest.raises(StageError, match=rf"the processed dataset: saved {processed} \(sha256 [0-9a-f]{{16}}\), now"):
         stage(cfg, resume=True)
 
@@ -341,5 +364,6 @@ def test_a_state_saved_without_input_digests_resumes_with_a_warning(tmp_path, st
     with caplog.at_level(logging.WARNING, logger="agentr1.rl.state"):
         _, trained = stage(cfg, resume=True)
     assert trained == []
-    assert any("without the digests of the retrieval index and the processed dataset" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "without the digests of the retrieval index and the processed dataset" in r.getMessage() for r in caplog.records
+    )

@@ -15,7 +15,11 @@ from agentr1.retrieval.bm25 import BM25Retriever
 from agentr1.retrieval.factory import build_retriever, load_index, load_retriever
 
 CORPUS = [
-    {"id": "p1", "title": "Zorvath Kell", "text": "Zorvath Kell was born in Miravel and founded Quindar Works in 1921."},
+    {
+        "id": "p1",
+        "title": "Zorvath Kell",
+        "text": "Zorvath Kell was born in Miravel and founded Quindar Works in 1921.",
+    },
     {"id": "p2", "title": "Miravel", "text": "Miravel is a river city in the province of Ostrin."},
     {"id": "p3", "title": "Quindar Works", "text": "Quindar Works is a company that makes brass gears and clocks."},
     {"id": "p4", "title": "Ostrin", "text": "Ostrin is a mountainous province; its capital is Belmor."},
@@ -153,8 +157,11 @@ def test_dense_indexes_find_the_paraphrased_passage(encoder, kind, tmp_path):
 
     cfg = DenseConfig(index=kind, ivf_nprobe=64)
     r = DenseRetriever.build(CORPUS, cfg, encoder=encoder)
-    queries = ["company that manufactures gears", "which mountain region has Belmor as its capital",
-               "port shipping timber"]
+    queries = [
+        "company that manufactures gears",
+        "which mountain region has Belmor as its capital",
+        "port shipping timber",
+    ]
     hits = r.search(queries, k=2)
     if kind != "ivfpq":  # PQ codes of a 5-passage corpus are too coarse to promise the order
         assert [h[0].id for h in hits] == ["p3", "p4", "p5"]
@@ -183,7 +190,9 @@ def test_dense_prefixes_are_applied(encoder):
     prefixed = Encoder.__new__(Encoder)
     prefixed.__dict__.update(encoder.__dict__, query_prefix="query: ", passage_prefix="passage: ")
     np.testing.assert_allclose(prefixed.encode_queries(["gears"]), encoder.encode_queries(["query: gears"]), atol=1e-6)
-    np.testing.assert_allclose(prefixed.encode_passages(["gears"]), encoder.encode_passages(["passage: gears"]), atol=1e-6)
+    np.testing.assert_allclose(
+        prefixed.encode_passages(["gears"]), encoder.encode_passages(["passage: gears"]), atol=1e-6
+    )
 
 
 # ------------------------------------------------------------------------------ index stage
@@ -191,14 +200,24 @@ def _tiny_dataset(tmp_path):
     from agentr1.data.schema import Dataset, write_dataset
 
     def q(qid, split, qtype, question, supporting):
-        return {"id": qid, "question": question, "answers": ["x"], "type": qtype, "hops": len(supporting) or 1,
-                "supporting_ids": supporting, "source": "test", "split": split}
+        return {
+            "id": qid,
+            "question": question,
+            "answers": ["x"],
+            "type": qtype,
+            "hops": len(supporting) or 1,
+            "supporting_ids": supporting,
+            "source": "test",
+            "split": split,
+        }
 
     ds = Dataset(
         questions={
-            "train": [q("t1", "train", "bridge", "Where was the founder of Quindar Works born?", ["p3", "p1"]),
-                      q("t2", "train", "comparison", "Is Miravel a river city?", ["p2"]),
-                      q("t3", "train", "bridge", "Unanswerable question", [])],
+            "train": [
+                q("t1", "train", "bridge", "Where was the founder of Quindar Works born?", ["p3", "p1"]),
+                q("t2", "train", "comparison", "Is Miravel a river city?", ["p2"]),
+                q("t3", "train", "bridge", "Unanswerable question", []),
+            ],
             "dev": [q("d1", "dev", "bridge", "What is the capital of Ostrin?", ["p4"])],
         },
         corpus=CORPUS,
@@ -207,12 +226,17 @@ def _tiny_dataset(tmp_path):
 
 
 def _stage_cfg(tmp_path):
-    return config_from_dict({
-        "data": {"processed_dir": str(tmp_path / "processed")},
-        "validate": {"report_dir": str(tmp_path / "validation")},
-        "retrieval": {"index_dir": str(tmp_path / "index"), "report_dir": str(tmp_path / "report"),
-                      "report": {"ks": [1, 2]}},
-    })
+    return config_from_dict(
+        {
+            "data": {"processed_dir": str(tmp_path / "processed")},
+            "validate": {"report_dir": str(tmp_path / "validation")},
+            "retrieval": {
+                "index_dir": str(tmp_path / "index"),
+                "report_dir": str(tmp_path / "report"),
+                "report": {"ks": [1, 2]},
+            },
+        }
+    )
 
 
 def test_run_index_writes_index_and_stable_report(tmp_path, monkeypatch):
@@ -264,6 +288,7 @@ def test_bm25_keeps_jax_off_the_gpu_unless_asked():
     env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_PYTHON_CLIENT_PREALLOCATE")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["cpu", "false"]
-    out = subprocess.run([sys.executable, "-c", code], env={**env, "JAX_PLATFORMS": "cuda"}, capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={**env, "JAX_PLATFORMS": "cuda"}, capture_output=True, text=True, check=True
+    ).stdout
     assert out.split() == ["cuda", "false"]

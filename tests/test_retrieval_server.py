@@ -40,8 +40,15 @@ def retriever() -> BM25Retriever:
 
 @pytest.fixture()
 def server(retriever):
-    srv = RetrievalServer(retriever, "127.0.0.1", 0, max_queries=4, max_topk=5, default_topk=2,
-                          info={"backend": "bm25", "passages": len(CORPUS)})
+    srv = RetrievalServer(
+        retriever,
+        "127.0.0.1",
+        0,
+        max_queries=4,
+        max_topk=5,
+        default_topk=2,
+        info={"backend": "bm25", "passages": len(CORPUS)},
+    )
     with srv:
         yield srv
 
@@ -56,21 +63,33 @@ def free_port() -> int:
 def test_server_binds_loopback_and_reports_health(server):
     assert server.url.startswith("http://127.0.0.1:")
     health = requests.get(server.url + "/health", timeout=5).json()
-    assert health == {"status": "ok", "max_queries": 4, "max_topk": 5, "default_topk": 2, "max_query_chars": 4096,
-                      "backend": "bm25", "passages": 4}
+    assert health == {
+        "status": "ok",
+        "max_queries": 4,
+        "max_topk": 5,
+        "default_topk": 2,
+        "max_query_chars": 4096,
+        "backend": "bm25",
+        "passages": 4,
+    }
 
 
 def test_retrieve_search_r1_shape_equals_in_process(server, retriever):
-    body = requests.post(server.url + "/retrieve", json={"queries": QUERIES, "topk": 3, "return_scores": True},
-                         timeout=5).json()
+    body = requests.post(
+        server.url + "/retrieve", json={"queries": QUERIES, "topk": 3, "return_scores": True}, timeout=5
+    ).json()
     expected = retriever.search(QUERIES, 3)
     assert len(body["result"]) == len(QUERIES)
     for items, hits in zip(body["result"], expected):
         assert [it["document"]["id"] for it in items] == [h.id for h in hits]
         assert [it["score"] for it in items] == pytest.approx([h.score for h in hits])
     first = body["result"][0][0]["document"]
-    assert first == {"id": "p1", "contents": '"Zorvath Kell"\n' + CORPUS[0]["text"],
-                     "title": "Zorvath Kell", "text": CORPUS[0]["text"]}
+    assert first == {
+        "id": "p1",
+        "contents": '"Zorvath Kell"\n' + CORPUS[0]["text"],
+        "title": "Zorvath Kell",
+        "text": CORPUS[0]["text"],
+    }
     assert body["result"][3] == []
 
 
@@ -105,8 +124,9 @@ def test_bad_requests_get_4xx_with_a_message(server, payload, status, message):
 
 
 def test_malformed_body_and_unknown_routes(server):
-    resp = requests.post(server.url + "/retrieve", data=b"{not json", timeout=5,
-                         headers={"Content-Type": "application/json"})
+    resp = requests.post(
+        server.url + "/retrieve", data=b"{not json", timeout=5, headers={"Content-Type": "application/json"}
+    )
     assert resp.status_code == 400 and "not valid JSON" in resp.json()["error"]
     assert requests.get(server.url + "/retrieve", timeout=5).status_code == 405
     assert requests.get(server.url + "/nope", timeout=5).status_code == 404
@@ -168,8 +188,10 @@ class Flaky(http.server.BaseHTTPRequestHandler):
         if len(type(self).seen) <= type(self).fail:
             status, body = 503, b'{"error": "busy"}'
         else:
-            status, body = 200, json.dumps({"result": [[{"document": {"id": "1", "title": "t", "text": "x"},
-                                                         "score": 2.0}]]}).encode()
+            status, body = (
+                200,
+                json.dumps({"result": [[{"document": {"id": "1", "title": "t", "text": "x"}, "score": 2.0}]]}).encode(),
+            )
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -204,7 +226,9 @@ def test_client_retries_503_and_posts_again(flaky):
 
 
 def test_client_retry_policy_comes_from_its_parameters():
-    policy = HTTPRetriever("http://127.0.0.1:9", retries=4, backoff_s=0.5)._session().get_adapter("http://x").max_retries
+    policy = (
+        HTTPRetriever("http://127.0.0.1:9", retries=4, backoff_s=0.5)._session().get_adapter("http://x").max_retries
+    )
     assert (policy.total, policy.backoff_factor, policy.raise_on_status) == (4, 0.5, False)
     assert set(policy.allowed_methods) == {"GET", "POST"} and set(policy.status_forcelist) == {502, 503, 504}
 
@@ -233,16 +257,21 @@ def test_hit_from_a_search_r1_document_without_title_fields():
     hit = hit_from_item({"document": {"id": "7", "contents": '"Some Title"\nbody text\nmore'}, "score": 1.5})
     assert hit == Hit("7", "Some Title", "body text\nmore", 1.5)
     assert hit_from_item({"id": "8", "contents": "no title line"}) == Hit("8", "no title line", "", 0.0)
-    assert json.loads(json.dumps(hit.to_dict())) == {"id": "7", "title": "Some Title", "text": "body text\nmore",
-                                                     "score": 1.5}
+    assert json.loads(json.dumps(hit.to_dict())) == {
+        "id": "7",
+        "title": "Some Title",
+        "text": "body text\nmore",
+        "score": 1.5,
+    }
 
 
 # ------------------------------------------------------------------ hardening: raw HTTP on sockets
 SERVER_LOG = "agentr1.retrieval.server"
 
 
-def exchange(srv, data: bytes, *, method: str = "GET", half_close: bool = True,
-             timeout: float = 5.0) -> tuple[int, dict[str, str], bytes]:
+def exchange(
+    srv, data: bytes, *, method: str = "GET", half_close: bool = True, timeout: float = 5.0
+) -> tuple[int, dict[str, str], bytes]:
     """Send raw bytes on a fresh connection; parse one HTTP response -> (status, headers, body)."""
     with socket.create_connection(srv.httpd.server_address[:2], timeout=timeout) as sock:
         sock.sendall(data)
@@ -256,8 +285,13 @@ def exchange(srv, data: bytes, *, method: str = "GET", half_close: bool = True,
 def post(body: bytes, *headers: bytes, length: bytes | None = None) -> bytes:
     """A raw ``POST /retrieve`` with ``body``; ``length`` overrides the Content-Length header."""
     length = str(len(body)).encode() if length is None else length
-    head = [b"POST /retrieve HTTP/1.1", b"Host: t", b"Content-Type: application/json",
-            *([b"Content-Length: " + length] if length != b"" else []), *headers]
+    head = [
+        b"POST /retrieve HTTP/1.1",
+        b"Host: t",
+        b"Content-Type: application/json",
+        *([b"Content-Length: " + length] if length != b"" else []),
+        *headers,
+    ]
     return b"\r\n".join(head) + b"\r\n\r\n" + body
 
 
@@ -276,7 +310,7 @@ BAD_REQUESTS = {
     "nesting_within_the_value_bound": (post(b"[" * 12 + b"]" * 12), 400, "nested 12 deep"),
     "topk_of_5000_digits": (post(HUGE_TOPK), 422, "topk must be an integer.*5000-digit"),
     "topk_huge_float": (post(b'{"queries": ["a"], "topk": 1e999}'), 422, "topk must be an integer"),
-    "topk_long_float": (post(b'{"queries": ["a"], "topk": ' + b"9" * 5000 + b'.5}'), 422, "topk must be an integer"),
+    "topk_long_float": (post(b'{"queries": ["a"], "topk": ' + b"9" * 5000 + b".5}"), 422, "topk must be an integer"),
     "topk_boolean": (post(b'{"queries": ["a"], "topk": true}'), 422, "topk must be an integer"),
     "nan_literal": (post(b'{"queries": ["a"], "topk": NaN}'), 400, "NaN"),
     "infinity_literal": (post(b'{"queries": ["a"], "return_scores": -Infinity}'), 400, "Infinity"),
@@ -299,13 +333,19 @@ BAD_REQUESTS = {
     "unknown_method": (b"BREW /retrieve HTTP/1.1\r\nHost: t\r\n\r\n", 405, "POST /retrieve"),
     "bad_method_token": (b"G(T /health HTTP/1.1\r\nHost: t\r\n\r\n", 400, "method"),
     # issue 26 item 9: framing the server used to misread or accept
-    "te_space_before_colon": (post(b"{}", b"Transfer-Encoding : chunked"), 400,
-                              "whitespace between the name 'Transfer-Encoding' and the colon"),
+    "te_space_before_colon": (
+        post(b"{}", b"Transfer-Encoding : chunked"),
+        400,
+        "whitespace between the name 'Transfer-Encoding' and the colon",
+    ),
     "obs_fold_header": (post(b'{"queries": ["a"]}', b"X-Note: one", b" two"), 400, "obs-fold"),
     "nul_in_header": (post(b'{"queries": ["a"]}', b"X-Note: a\x00b"), 400, "control character"),
     "te_and_content_length": (post(b"{}", b"Transfer-Encoding: chunked"), 400, "both Transfer-Encoding and"),
-    "unknown_body_key": (post(b'{"queries": ["a"], "top_k": 3}'), 422,
-                         "unknown key 'top_k': the allowed keys are queries, topk, return_scores"),
+    "unknown_body_key": (
+        post(b'{"queries": ["a"], "top_k": 3}'),
+        422,
+        "unknown key 'top_k': the allowed keys are queries, topk, return_scores",
+    ),
     # issue 26 item 3: a valid body of many tiny values is refused before it is decoded
     "many_tiny_values": (post(b'{"queries": [' + b",".join([b"[]"] * 50_000) + b"]}"), 413, "JSON values"),
 }
@@ -466,8 +506,12 @@ def test_run_server_passes_the_limits(retriever, monkeypatch):
     seen = {}
 
     def fake_serve(self):
-        seen.update(host=self.httpd.server_address[0], chars=self.max_query_chars,
-                    deadline=self.request_deadline_s, conns=self.max_connections)
+        seen.update(
+            host=self.httpd.server_address[0],
+            chars=self.max_query_chars,
+            deadline=self.request_deadline_s,
+            conns=self.max_connections,
+        )
         raise KeyboardInterrupt
 
     monkeypatch.setattr(factory, "load_index", lambda *a: retriever)
@@ -530,7 +574,8 @@ def test_an_absolute_form_target_is_served(server):
     """Item 9: RFC 9112 3.2.2: a server must accept the absolute form (it used to answer 404)."""
     host, port = server.httpd.server_address[:2]
     raw = post(b'{"queries": ["Miravel river"], "topk": 1}').replace(
-        b"POST /retrieve ", f"POST http://{host}:{port}/retrieve ".encode())
+        b"POST /retrieve ", f"POST http://{host}:{port}/retrieve ".encode()
+    )
     status, _, body = exchange(server, raw)
     assert status == 200 and json.loads(body)["result"][0][0]["id"] == "p2"
     status, _, body = exchange(server, f"GET http://{host}:{port}/health?x=1 HTTP/1.1\r\nHost: t\r\n\r\n".encode())

@@ -35,15 +35,69 @@ CORPUS = [
     {"id": "p2", "title": "Miravel", "text": "Miravel is a river city in the province of Ostrin."},
 ]
 
-METHODS = ["GET", "POST", "POST", "POST", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT",
-           "get", "BREW", "G(T", "\x00", "P\xd8ST", "POST" * 40]
-PATHS = ["/retrieve", "/retrieve", "/retrieve", "/health", "/", "/retrieve?x=1", "//retrieve", "*", "/%00",
-         "http://h/retrieve", "/health/../retrieve", "/\xff\xfe", "/" + "a" * 5000]
-VERSIONS = ["HTTP/1.1", "HTTP/1.1", "HTTP/1.1", "HTTP/1.0", "HTTP/2.0", "HTTP/1.x", "HTTP/1", "http/1.1",
-            "HTTP/1.1 extra", "", "HTTP/99999999999.1", "HTTP/1.\xb2"]
-JUNK_HEADERS = ["X-Junk: \x01\x02", "no colon here", " folded continuation", "Content-Type: text/plain",
-                "Transfer-Encoding: chunked", "Expect: 100-continue", "Connection: close", "Connection: keep-alive",
-                "Content-Length: 3", "X-Long: " + "v" * 70_000, "Host: " + "\xe9" * 10, ":", "X-Empty:"]
+METHODS = [
+    "GET",
+    "POST",
+    "POST",
+    "POST",
+    "HEAD",
+    "PUT",
+    "DELETE",
+    "PATCH",
+    "OPTIONS",
+    "TRACE",
+    "CONNECT",
+    "get",
+    "BREW",
+    "G(T",
+    "\x00",
+    "P\xd8ST",
+    "POST" * 40,
+]
+PATHS = [
+    "/retrieve",
+    "/retrieve",
+    "/retrieve",
+    "/health",
+    "/",
+    "/retrieve?x=1",
+    "//retrieve",
+    "*",
+    "/%00",
+    "http://h/retrieve",
+    "/health/../retrieve",
+    "/\xff\xfe",
+    "/" + "a" * 5000,
+]
+VERSIONS = [
+    "HTTP/1.1",
+    "HTTP/1.1",
+    "HTTP/1.1",
+    "HTTP/1.0",
+    "HTTP/2.0",
+    "HTTP/1.x",
+    "HTTP/1",
+    "http/1.1",
+    "HTTP/1.1 extra",
+    "",
+    "HTTP/99999999999.1",
+    "HTTP/1.\xb2",
+]
+JUNK_HEADERS = [
+    "X-Junk: \x01\x02",
+    "no colon here",
+    " folded continuation",
+    "Content-Type: text/plain",
+    "Transfer-Encoding: chunked",
+    "Expect: 100-continue",
+    "Connection: close",
+    "Connection: keep-alive",
+    "Content-Length: 3",
+    "X-Long: " + "v" * 70_000,
+    "Host: " + "\xe9" * 10,
+    ":",
+    "X-Empty:",
+]
 
 
 class FailOnPurpose(Retriever):
@@ -75,18 +129,32 @@ def json_value(rng: random.Random, depth: int = 0) -> str:
         return json.dumps(rng.choice(["", "Ostrin", "é" * 30]))
     if pick in (10, 11, 12):
         return "[" + ",".join(json_value(rng, depth + 1) for _ in range(rng.randrange(5))) + "]"
-    return "{" + ",".join(f'"{rng.choice(["queries", "topk", "return_scores", "x"])}": {json_value(rng, depth + 1)}'
-                          for _ in range(rng.randrange(4))) + "}"
+    return (
+        "{"
+        + ",".join(
+            f'"{rng.choice(["queries", "topk", "return_scores", "x"])}": {json_value(rng, depth + 1)}'
+            for _ in range(rng.randrange(4))
+        )
+        + "}"
+    )
 
 
 def random_body(rng: random.Random) -> bytes:
     pick = rng.randrange(12)
     if pick >= 10:  # a valid request
-        return json.dumps({"queries": rng.sample(["Miravel river", "Zorvath Kell", "gears"], rng.randint(1, 3)),
-                           "topk": rng.randint(1, 5), "return_scores": rng.random() < 0.5}).encode()
+        return json.dumps(
+            {
+                "queries": rng.sample(["Miravel river", "Zorvath Kell", "gears"], rng.randint(1, 3)),
+                "topk": rng.randint(1, 5),
+                "return_scores": rng.random() < 0.5,
+            }
+        ).encode()
     if pick <= 3:  # a well-formed /retrieve body with random values
-        fields = {"queries": "[" + ",".join(json_value(rng, 2) for _ in range(rng.randrange(1, 6))) + "]",
-                  "topk": json_value(rng, 3), "return_scores": rng.choice(["true", "false", json_value(rng, 3)])}
+        fields = {
+            "queries": "[" + ",".join(json_value(rng, 2) for _ in range(rng.randrange(1, 6))) + "]",
+            "topk": json_value(rng, 3),
+            "return_scores": rng.choice(["true", "false", json_value(rng, 3)]),
+        }
         keep = [k for k in fields if rng.random() < 0.8]
         return ("{" + ",".join(f'"{k}": {fields[k]}' for k in keep) + "}").encode("utf-8", "surrogatepass")
     if pick == 4:
@@ -112,12 +180,21 @@ def random_request(rng: random.Random, *, allow_truncated_wait: bool = False) ->
     line = " ".join(part for part in (method, path, version) if part)
     headers = ["Host: fuzz"] + ([] if framed else rng.sample(JUNK_HEADERS, rng.randrange(3)))
     body = random_body(rng) if method != "GET" or rng.random() < 0.2 else b""
-    length = "exact" if framed else rng.choice(["exact"] * 6 + ["missing", "short", "long", "negative", "garbage",
-                                                                "digits", "huge", "twice"])
-    value = {"exact": str(len(body)), "short": str(max(len(body) - 3, 0)), "long": str(len(body) + 7),
-             "negative": "-1", "garbage": rng.choice(["ten", "1 2", "0x10", "", "+5"]),
-             "digits": rng.choice(["\xb2", "\u0661\u0662", "\uff11"]), "huge": "9" * rng.choice([20, 5000]),
-             "twice": str(len(body))}.get(length)
+    length = (
+        "exact"
+        if framed
+        else rng.choice(["exact"] * 6 + ["missing", "short", "long", "negative", "garbage", "digits", "huge", "twice"])
+    )
+    value = {
+        "exact": str(len(body)),
+        "short": str(max(len(body) - 3, 0)),
+        "long": str(len(body) + 7),
+        "negative": "-1",
+        "garbage": rng.choice(["ten", "1 2", "0x10", "", "+5"]),
+        "digits": rng.choice(["\xb2", "\u0661\u0662", "\uff11"]),
+        "huge": "9" * rng.choice([20, 5000]),
+        "twice": str(len(body)),
+    }.get(length)
     if value is not None:
         headers.append(f"Content-Length: {value}")
     if length == "twice":
@@ -130,8 +207,12 @@ def random_request(rng: random.Random, *, allow_truncated_wait: bool = False) ->
         body = b""
     # "long" bodies and cut heads wait for more input unless the client half-closes
     half_close = not allow_truncated_wait or rng.random() < 0.7
-    return head + body, {"method": method, "version": version, "half_close": half_close,
-                         "fails": FAIL_QUERY.encode() in body}
+    return head + body, {
+        "method": method,
+        "version": version,
+        "half_close": half_close,
+        "fails": FAIL_QUERY.encode() in body,
+    }
 
 
 def exchange(addr, data: bytes, plan: dict) -> tuple[int, bytes]:
@@ -168,8 +249,16 @@ def test_garbled_requests_always_get_a_json_answer(caplog, capfd):
     inner = BM25Retriever.build(CORPUS, BM25Config())
     rng = random.Random(SEED)
     t0 = time.monotonic()
-    with RetrievalServer(FailOnPurpose(inner), "127.0.0.1", 0, max_queries=4, max_topk=5, max_query_chars=1000,
-                         request_deadline_s=0.5, max_connections=CONCURRENT + 14) as srv:
+    with RetrievalServer(
+        FailOnPurpose(inner),
+        "127.0.0.1",
+        0,
+        max_queries=4,
+        max_topk=5,
+        max_query_chars=1000,
+        request_deadline_s=0.5,
+        max_connections=CONCURRENT + 14,
+    ) as srv:
         addr = srv.httpd.server_address[:2]
         statuses = []
         for _ in range(SEQUENTIAL):

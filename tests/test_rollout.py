@@ -32,9 +32,19 @@ TINY = ScratchModelConfig(
     vocab_size=512, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64, max_position=512
 )
 QUESTIONS = [
-    {"id": "q0", "question": "Who founded Vantrix Holdings?", "answers": ["Zorvath Quellin"], "supporting_ids": ["turns:3"]},
+    {
+        "id": "q0",
+        "question": "Who founded Vantrix Holdings?",
+        "answers": ["Zorvath Quellin"],
+        "supporting_ids": ["turns:3"],
+    },
     {"id": "q1", "question": "Where was Kael Veshtar born?", "answers": ["Trelloway"], "supporting_ids": ["turns:1"]},
-    {"id": "q2", "question": "Which film did Kael Veshtar direct first, and when?", "answers": ["Ombrel Dusk"], "supporting_ids": ["turns:4"]},
+    {
+        "id": "q2",
+        "question": "Which film did Kael Veshtar direct first, and when?",
+        "answers": ["Ombrel Dusk"],
+        "supporting_ids": ["turns:4"],
+    },
 ]
 
 
@@ -156,7 +166,9 @@ def test_decoding_reproduces_what_the_env_saw(rolled, tok):
         for k, (s, e) in enumerate(t.turn_spans):
             assert decode(tok, t.response_ids[s:e]) == t.turn_texts[k]
             assert t.turn_texts[k] in seen[k]
-        interleaved = "".join(x + (t.observations[k] if k < len(t.observations) else "") for k, x in enumerate(t.turn_texts))
+        interleaved = "".join(
+            x + (t.observations[k] if k < len(t.observations) else "") for k, x in enumerate(t.turn_texts)
+        )
         assert decode(tok, t.response_ids) == interleaved == t.response_text
         assert decode(tok, t.prompt_ids) == t.prompt_text
         assert t.prompt_text.endswith("<|im_start|>assistant\n") and "Question: " in t.prompt_text
@@ -235,7 +247,9 @@ def test_max_length_truncation(model, tok):
         assert t.reason == "max_length"
         assert len(t.input_ids) == limit  # filled exactly: turn, then the observation cut to fit
         assert all(e - s <= 12 for s, e in t.turn_spans)
-        interleaved = "".join(x + (t.observations[k] if k < len(t.observations) else "") for k, x in enumerate(t.turn_texts))
+        interleaved = "".join(
+            x + (t.observations[k] if k < len(t.observations) else "") for k, x in enumerate(t.turn_texts)
+        )
         assert decode(tok, t.response_ids) == interleaved
 
 
@@ -273,7 +287,10 @@ def test_first_stop_trims_after_stop_string_or_eos(tok):
 
 def test_hf_backend_stops_on_a_stop_string_and_keeps_logprobs(model, tok):
     backend = HFBackend(model, tok)
-    prompts = [tok("Question: Who founded", add_special_tokens=False)["input_ids"], tok("Hi", add_special_tokens=False)["input_ids"]]
+    prompts = [
+        tok("Question: Who founded", add_special_tokens=False)["input_ids"],
+        tok("Hi", add_special_tokens=False)["input_ids"],
+    ]
     free = backend.generate(prompts, 8, [], 0.0, 1.0, 0)
     assert all(len(g.token_ids) == 8 and g.finish == "length" for g in free if tok.eos_token_id not in g.token_ids)
     stop = decode(tok, free[0].token_ids[:3])
@@ -376,7 +393,9 @@ def test_outcomes_are_call_outcomes_in_memory_and_field_dicts_on_disk(rolled, tm
     assert line == json.dumps(d, ensure_ascii=False, sort_keys=True)
     assert load_trajectories(tmp_path / "t.jsonl") == [t]
     d["outcomes"][0][0] = {"name": "search", "valid": True}
-    with pytest.raises(ValueError, match=r"outcomes\[0\] holds .*not the fields of a CallOutcome \(name, valid, success, end"):
+    with pytest.raises(
+        ValueError, match=r"outcomes\[0\] holds .*not the fields of a CallOutcome \(name, valid, success, end"
+    ):
         Trajectory.from_dict(d)
 
 

@@ -28,8 +28,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import tiny_world as tw
 
+import tiny_world as tw
 from agentr1 import stages
 from agentr1.config import config_from_dict
 from agentr1.data.schema import Dataset, write_dataset
@@ -87,7 +87,7 @@ class StoreLock:
         finally:
             con.close()
 
-    def acquire(self) -> "StoreLock":
+    def acquire(self) -> StoreLock:
         self.thread.start()
         assert self.held.wait(10), "could not lock the store"
         return self
@@ -101,24 +101,47 @@ def _cfg(root: Path, **tracking):
     """The tiny world (train/dev/test questions, BM25 index, an untrained tiny "cold start"),
     two RL steps, a checkpoint after every step, tracking on without traces."""
     processed, index = root / "processed", root / "index"
-    write_dataset(Dataset(questions={"train": tw.questions("train"), "dev": tw.questions("dev")[:2],
-                                     "test": tw.questions("test")[:3]}, corpus=tw.corpus()), processed)
+    write_dataset(
+        Dataset(
+            questions={
+                "train": tw.questions("train"),
+                "dev": tw.questions("dev")[:2],
+                "test": tw.questions("test")[:3],
+            },
+            corpus=tw.corpus(),
+        ),
+        processed,
+    )
     tw.retriever().save(index)
     tok = tw.tokenizer([q["question"] for q in tw.questions()])
     save_checkpoint(tw.model(tok), tok, root / "sft")
-    return config_from_dict({
-        "data": {"processed_dir": str(processed)},
-        "retrieval": {"index_dir": str(index)},
-        "env": {"max_turns": 2, "search": {"topk": 2, "passage_max_chars": 120}},
-        "rollout": {"max_turn_tokens": 6, "max_total_tokens": 1024, "batch_size": 8},
-        "sft": {"out_dir": str(root / "sft")},
-        "tracking": {"trace_sample": 0, "parent_run": True, **tracking},
-        "runs": tw.RUNS,
-        "train": {"steps": 2, "batch_questions": 2, "group_size": 2, "micro_batch_size": 2, "out_dir": str(root / "runs"),
-                  "dev": {"every": 2, "examples": 2}, "checkpoint": {"every": 1}},
-        "evaluate": {"out_dir": str(root / "eval"), "splits": ["test"], "max_examples": 2, "batch_size": 2,
-                     "bootstrap": {"samples": 100}},
-    })
+    return config_from_dict(
+        {
+            "data": {"processed_dir": str(processed)},
+            "retrieval": {"index_dir": str(index)},
+            "env": {"max_turns": 2, "search": {"topk": 2, "passage_max_chars": 120}},
+            "rollout": {"max_turn_tokens": 6, "max_total_tokens": 1024, "batch_size": 8},
+            "sft": {"out_dir": str(root / "sft")},
+            "tracking": {"trace_sample": 0, "parent_run": True, **tracking},
+            "runs": tw.RUNS,
+            "train": {
+                "steps": 2,
+                "batch_questions": 2,
+                "group_size": 2,
+                "micro_batch_size": 2,
+                "out_dir": str(root / "runs"),
+                "dev": {"every": 2, "examples": 2},
+                "checkpoint": {"every": 1},
+            },
+            "evaluate": {
+                "out_dir": str(root / "eval"),
+                "splits": ["test"],
+                "max_examples": 2,
+                "batch_size": 2,
+                "bootstrap": {"samples": 100},
+            },
+        }
+    )
 
 
 def _client():
@@ -190,7 +213,9 @@ def test_a_stage_start_ends_the_runs_that_killed_processes_left_running(store, t
     from agentr1.config import Config
     from agentr1.tracking.mlflow_adapter import stage_run
 
-    child = subprocess.run([sys.executable, "-c", KILLED_CHILD], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    child = subprocess.run(
+        [sys.executable, "-c", KILLED_CHILD], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
     orphan = child.stdout.split()[0]
     client = _client()
@@ -202,11 +227,20 @@ def test_a_stage_start_ends_the_runs_that_killed_processes_left_running(store, t
     cfg.tracking.parent_run = False
     try:
         exp = client.get_experiment_by_name(f"agentr1-{cfg.profile}").experiment_id
-        alive = client.create_run(exp, run_name="evaluate@grpo", tags={
-            "agentr1.run_name": "evaluate@grpo", "agentr1.host": client.get_run(orphan).data.tags["agentr1.host"],
-            "agentr1.pid": str(sleeper.pid)}).info.run_id
-        elsewhere = client.create_run(exp, run_name="evaluate@grpo", tags={
-            "agentr1.run_name": "evaluate@grpo", "agentr1.host": "another-host", "agentr1.pid": str(_dead_pid())}).info.run_id
+        alive = client.create_run(
+            exp,
+            run_name="evaluate@grpo",
+            tags={
+                "agentr1.run_name": "evaluate@grpo",
+                "agentr1.host": client.get_run(orphan).data.tags["agentr1.host"],
+                "agentr1.pid": str(sleeper.pid),
+            },
+        ).info.run_id
+        elsewhere = client.create_run(
+            exp,
+            run_name="evaluate@grpo",
+            tags={"agentr1.run_name": "evaluate@grpo", "agentr1.host": "another-host", "agentr1.pid": str(_dead_pid())},
+        ).info.run_id
         with stage_run(cfg, "evaluate", run_name="evaluate@grpo") as run:
             assert run.enabled
         assert client.get_run(orphan).info.status == "KILLED"
@@ -329,8 +363,9 @@ def _lock_after_rollouts(monkeypatch, db: Path, hold_s: float | None = None) -> 
     return lock
 
 
-def test_evaluate_keeps_a_finished_evaluation_when_the_store_stays_locked(store, tmp_path, monkeypatch,
-                                                                            short_busy_wait, caplog):
+def test_evaluate_keeps_a_finished_evaluation_when_the_store_stays_locked(
+    store, tmp_path, monkeypatch, short_busy_wait, caplog
+):
     cfg = _cfg(tmp_path, retry_timeout_s=0.5)
     _lock_after_rollouts(monkeypatch, store)
     with caplog.at_level(logging.WARNING):
@@ -375,7 +410,9 @@ def test_retry_gives_up_at_the_deadline_and_only_on_store_errors():
         retrying(locked, what="metrics of run r1", deadline=Deadline(0.6))
     assert 0.5 <= time.monotonic() - t0 < 3 and len(calls) >= 2
     with pytest.raises(TrackingFailed):  # not transient: no retry
-        retrying(lambda: (_ for _ in ()).throw(MlflowException("RESOURCE_DOES_NOT_EXIST")), what="x", deadline=Deadline(5))
+        retrying(
+            lambda: (_ for _ in ()).throw(MlflowException("RESOURCE_DOES_NOT_EXIST")), what="x", deadline=Deadline(5)
+        )
     with pytest.raises(TypeError):  # not the store's: raised as is
         retrying(lambda: (_ for _ in ()).throw(TypeError("bad metric")), what="x", deadline=Deadline(5))
     assert is_transient(MlflowException("Max retries exceeded with url: /api/2.0/mlflow/runs/log-batch"))

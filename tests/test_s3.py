@@ -55,8 +55,9 @@ def _moto_server(port: int, log: Path, env: dict[str, str] | None = None):
     """A ``moto_server`` on 127.0.0.1:``port``, up within 60 s (else RuntimeError with its log),
     terminated (then killed after 10 s) on exit."""
     with log.open("w") as fh:
-        proc = subprocess.Popen([_moto_bin(), "-H", "127.0.0.1", "-p", str(port)], stdout=fh,
-                                stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(
+            [_moto_bin(), "-H", "127.0.0.1", "-p", str(port)], stdout=fh, stderr=subprocess.STDOUT, env=env
+        )
     try:
         deadline = time.monotonic() + 60
         while True:  # a TCP probe: an HTTP request would use up an unauthenticated action
@@ -65,7 +66,7 @@ def _moto_server(port: int, log: Path, env: dict[str, str] | None = None):
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto_server did not start: {log.read_text()}")
+                    raise RuntimeError(f"moto_server did not start: {log.read_text()}") from None
                 time.sleep(0.3)
         yield proc
     finally:
@@ -84,16 +85,30 @@ def s3(tmp_path_factory):
     log = tmp_path_factory.mktemp("moto") / "moto.log"
     env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
     with _moto_server(port, log, env):
-        boot = dict(endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="bootstrap",
-                    aws_secret_access_key="bootstrap")
+        boot = dict(
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="bootstrap",
+            aws_secret_access_key="bootstrap",
+        )
         iam = boto3.client("iam", **boot)
         iam.create_user(UserName="agentr1")
-        iam.put_user_policy(UserName="agentr1", PolicyName="s3-all", PolicyDocument=json.dumps(
-            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+        iam.put_user_policy(
+            UserName="agentr1",
+            PolicyName="s3-all",
+            PolicyDocument=json.dumps(
+                {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+            ),
+        )
         key = iam.create_access_key(UserName="agentr1")["AccessKey"]
         creds = {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
-        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                              aws_access_key_id=creds["AWS_ACCESS_KEY_ID"], aws_secret_access_key=creds["AWS_SECRET_ACCESS_KEY"])
+        client = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=creds["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=creds["AWS_SECRET_ACCESS_KEY"],
+        )
         client.create_bucket(Bucket=BUCKET)
         yield {"endpoint": endpoint, "creds": creds, "client": client}
 
@@ -119,8 +134,11 @@ def _keys(client, prefix: str) -> list[str]:
 
 
 def _hashes(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.md5(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.md5(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 # ----------------------------------------------------------------------------------- DVC
@@ -132,7 +150,9 @@ def test_dvc_push_pull_round_trip(s3, tmp_path):
     tiny.sh(["dvc", "remote", "add", "-d", "s3remote", f"s3://{BUCKET}/dvcstore"], project)
     tiny.sh(["dvc", "remote", "modify", "s3remote", "endpointurl", s3["endpoint"]], project)
     tiny.sh(["dvc", "remote", "modify", "--local", "s3remote", "access_key_id", creds["AWS_ACCESS_KEY_ID"]], project)
-    tiny.sh(["dvc", "remote", "modify", "--local", "s3remote", "secret_access_key", creds["AWS_SECRET_ACCESS_KEY"]], project)
+    tiny.sh(
+        ["dvc", "remote", "modify", "--local", "s3remote", "secret_access_key", creds["AWS_SECRET_ACCESS_KEY"]], project
+    )
     tracked = (project / ".dvc" / "config").read_text()
     assert s3["endpoint"] in tracked and creds["AWS_SECRET_ACCESS_KEY"] not in tracked
     assert creds["AWS_ACCESS_KEY_ID"] not in tracked
@@ -161,8 +181,16 @@ def test_dvc_push_pull_round_trip(s3, tmp_path):
 
     # and bad credentials are refused by the server, with DVC saying so
     shutil.rmtree(project / ".dvc" / "cache")
-    bad = tiny.sh(["dvc", "pull", "prepare"], project, check=False,
-                  extra_env={"AWS_ACCESS_KEY_ID": "AKIAWRONG", "AWS_SECRET_ACCESS_KEY": "wrong", "AWS_DEFAULT_REGION": "us-east-1"})
+    bad = tiny.sh(
+        ["dvc", "pull", "prepare"],
+        project,
+        check=False,
+        extra_env={
+            "AWS_ACCESS_KEY_ID": "AKIAWRONG",
+            "AWS_SECRET_ACCESS_KEY": "wrong",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        },
+    )
     assert bad.returncode != 0
     assert "InvalidAccessKeyId" in bad.stdout + bad.stderr or "403" in bad.stdout + bad.stderr
 
@@ -191,8 +219,9 @@ def test_mlflow_artifacts_land_in_s3_and_load_back(aws_env, tmp_path, monkeypatc
     keys = set(_keys(aws_env["client"], f"mlflow/{run_id}/"))
     assert {f"mlflow/{run_id}/artifacts/report/report.md", f"mlflow/{run_id}/artifacts/metrics/summary.json"} <= keys
 
-    local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="report", tracking_uri=uri,
-                                                dst_path=str(tmp_path / "dl"))
+    local = mlflow.artifacts.download_artifacts(
+        run_id=run_id, artifact_path="report", tracking_uri=uri, dst_path=str(tmp_path / "dl")
+    )
     assert (Path(local) / "report.md").read_text() == report.read_text()
     loaded = mlflow.artifacts.load_dict(f"s3://{BUCKET}/mlflow/{run_id}/artifacts/metrics/summary.json")
     assert loaded == {"em": 0.41, "f1": 0.5}
@@ -212,7 +241,10 @@ def test_storage_sync_round_trip(aws_env, tmp_path):
 
     first = store.sync_up(src, "report")
     assert sorted(first.transferred) == [
-        "runs/nightly/report/metrics.json", "runs/nightly/report/plots/em.png", "runs/nightly/report/report.md"]
+        "runs/nightly/report/metrics.json",
+        "runs/nightly/report/plots/em.png",
+        "runs/nightly/report/report.md",
+    ]
     again = store.sync_up(src, "report")
     assert again.transferred == [] and len(again.skipped) == 3
     (src / "metrics.json").write_text(json.dumps({"em": 0.5}))
@@ -240,8 +272,18 @@ def test_storage_sync_round_trip(aws_env, tmp_path):
     assert len(files) == 2
 
 
-@pytest.mark.parametrize("bad", ["../escape.txt", "a/../../escape.txt", "a//etc/escape.txt", "/abs/escape.txt",
-                                 "a\\..\\..\\escape.txt", "C:/escape.txt", "./x.txt"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "../escape.txt",
+        "a/../../escape.txt",
+        "a//etc/escape.txt",
+        "/abs/escape.txt",
+        "a\\..\\..\\escape.txt",
+        "C:/escape.txt",
+        "./x.txt",
+    ],
+)
 def test_hostile_keys_are_refused_and_nothing_is_written(aws_env, tmp_path, bad):
     from agentr1.tracking.storage import S3Storage, UnsafeKeyError
 
@@ -258,8 +300,7 @@ def test_hostile_keys_are_refused_and_nothing_is_written(aws_env, tmp_path, bad)
     assert written == [], written  # not even the good file: the transfer is refused as a whole
 
 
-@pytest.mark.parametrize("keys", [["a", "a/b"], ["report/x.txt", "report/" + "n" * 300 + ".txt"],
-                                  ["d/e/f", "d/e"]])
+@pytest.mark.parametrize("keys", [["a", "a/b"], ["report/x.txt", "report/" + "n" * 300 + ".txt"], ["d/e/f", "d/e"]])
 def test_bucket_save_checks_every_key_before_writing(aws_env, tmp_path, keys):
     """Issue 26 item 8: keys ``a`` and ``a/b`` (legal in S3) or a 300-byte name made save_bucket fail
     part-way and leave a partial mirror."""
@@ -308,7 +349,11 @@ def test_safe_target_accepts_ordinary_keys(tmp_path):
 
 def test_storage_errors_name_the_fix(aws_env, tmp_path, monkeypatch):
     from agentr1.tracking.storage import (
-        S3BucketNotFoundError, S3CredentialsError, S3EndpointError, S3Storage, StorageError,
+        S3BucketNotFoundError,
+        S3CredentialsError,
+        S3EndpointError,
+        S3Storage,
+        StorageError,
     )
 
     ep = aws_env["endpoint"]
@@ -316,7 +361,10 @@ def test_storage_errors_name_the_fix(aws_env, tmp_path, monkeypatch):
     with pytest.raises(S3BucketNotFoundError) as ei:
         S3Storage("no-such-bucket-x", "p", endpoint_url=ep).check()
     msg = str(ei.value)
-    assert "bucket 'no-such-bucket-x' does not exist" in msg and f"aws s3 mb s3://no-such-bucket-x --endpoint-url {ep}" in msg
+    assert (
+        "bucket 'no-such-bucket-x' does not exist" in msg
+        and f"aws s3 mb s3://no-such-bucket-x --endpoint-url {ep}" in msg
+    )
     (tmp_path / "f.txt").write_text("x")
     with pytest.raises(S3BucketNotFoundError):
         S3Storage("no-such-bucket-x", endpoint_url=ep).upload(tmp_path / "f.txt")  # the upload path too
@@ -348,7 +396,7 @@ def test_storage_errors_name_the_fix(aws_env, tmp_path, monkeypatch):
     with pytest.raises(S3EndpointError) as ei:
         S3Storage(BUCKET, endpoint_url=dead, connect_timeout=1, max_attempts=2).check()
     assert time.monotonic() - t0 < 30
-    assert f"cannot reach the S3 endpoint" in str(ei.value) and dead in str(ei.value)
+    assert "cannot reach the S3 endpoint" in str(ei.value) and dead in str(ei.value)
     # endpoint from the environment, as boto3 reads it
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", ep)
     S3Storage(BUCKET).check()
@@ -399,8 +447,12 @@ def test_bucket_mirror_keeps_objects_across_a_moto_restart(tmp_path, monkeypatch
             if len(body) > 5 * 1024 * 1024:
                 src = tmp_path / "big.bin"
                 src.write_bytes(body)
-                client.upload_file(str(src), bucket, key, Config=TransferConfig(
-                    multipart_threshold=5 * 1024 * 1024, multipart_chunksize=5 * 1024 * 1024))
+                client.upload_file(
+                    str(src),
+                    bucket,
+                    key,
+                    Config=TransferConfig(multipart_threshold=5 * 1024 * 1024, multipart_chunksize=5 * 1024 * 1024),
+                )
                 assert client.head_object(Bucket=bucket, Key=key)["ETag"].endswith('-2"')
             else:
                 client.put_object(Bucket=bucket, Key=key, Body=body)
@@ -444,12 +496,14 @@ def test_topology_script_guards_its_s3_mirror(tmp_path):
     topo = tmp_path / "topology"
     env = {**os.environ, "AGENTR1_TOPOLOGY_DIR": str(topo), "PREFECT_HOME": str(tmp_path / "prefect")}
     for bad in ("../../etc", "a/b", "Agentr1", "ab", "a..b"):
-        r = subprocess.run(["bash", str(script), "status"], env={**env, "S3_BUCKET": bad},
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            ["bash", str(script), "status"], env={**env, "S3_BUCKET": bad}, capture_output=True, text=True, timeout=60
+        )
         assert r.returncode == 2 and f"S3_BUCKET={bad} is not an S3 bucket name" in r.stderr, r.stderr
     assert not topo.exists()
-    r = subprocess.run(["bash", str(script), "save"], env={**env, "S3_BUCKET": "agentr1"},
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        ["bash", str(script), "save"], env={**env, "S3_BUCKET": "agentr1"}, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 1 and "nothing to save" in r.stderr, r.stderr
 
 
@@ -461,23 +515,33 @@ def test_topology_down_removes_the_dvc_remote_up_set(tmp_path):
     project.mkdir()
     (project / "scripts").mkdir()
     shutil.copy(Path(__file__).resolve().parents[1] / "scripts" / "topology.sh", project / "scripts" / "topology.sh")
-    for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"], ["dvc", "config", "core.analytics", "false"],
-                ["dvc", "remote", "add", "--local", "-d", "agentr1-local", "s3://agentr1/dvcstore"],
-                ["dvc", "remote", "modify", "--local", "agentr1-local", "endpointurl", "http://127.0.0.1:9"],
-                ["dvc", "remote", "add", "--local", "mine", str(tmp_path / "my-remote")]):
+    for cmd in (
+        ["git", "init", "-q"],
+        ["dvc", "init", "-q"],
+        ["dvc", "config", "core.analytics", "false"],
+        ["dvc", "remote", "add", "--local", "-d", "agentr1-local", "s3://agentr1/dvcstore"],
+        ["dvc", "remote", "modify", "--local", "agentr1-local", "endpointurl", "http://127.0.0.1:9"],
+        ["dvc", "remote", "add", "--local", "mine", str(tmp_path / "my-remote")],
+    ):
         tiny.sh(cmd, project)
     topo = tmp_path / "topology"
     topo.mkdir()
     (topo / "dvc-remote").write_text("agentr1-local\n")  # what `up` records when it sets the remote
-    env = {**tiny.env(), "AGENTR1_TOPOLOGY_DIR": str(topo), "PREFECT_HOME": str(tmp_path / "prefect"),
-           "BIN": str(Path(sys.executable).parent)}
-    r = subprocess.run(["bash", "scripts/topology.sh", "down"], cwd=project, env=env, capture_output=True, text=True,
-                       timeout=120)
+    env = {
+        **tiny.env(),
+        "AGENTR1_TOPOLOGY_DIR": str(topo),
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "BIN": str(Path(sys.executable).parent),
+    }
+    r = subprocess.run(
+        ["bash", "scripts/topology.sh", "down"], cwd=project, env=env, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     assert "removed DVC remote agentr1-local from .dvc/config.local" in r.stdout
     assert tiny.sh(["dvc", "remote", "list"], project).stdout.split() == ["mine", str(tmp_path / "my-remote")]
     assert not (topo / "dvc-remote").exists()
-    r = subprocess.run(["bash", "scripts/topology.sh", "down"], cwd=project, env=env, capture_output=True, text=True,
-                       timeout=120)  # nothing recorded any more: the user's remote stays
+    r = subprocess.run(
+        ["bash", "scripts/topology.sh", "down"], cwd=project, env=env, capture_output=True, text=True, timeout=120
+    )  # nothing recorded any more: the user's remote stays
     assert r.returncode == 0 and "DVC remote" not in r.stdout, r.stdout + r.stderr
     assert "mine" in tiny.sh(["dvc", "remote", "list"], project).stdout

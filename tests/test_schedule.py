@@ -12,8 +12,16 @@ from agentr1.lm.schedule import lr_at, lr_lambda, scheduler
 
 # (base lr, warmup steps, total steps): the committed configs (sft 3e-3/30/300, pretrain 3e-3/20/600,
 # smol sft 5e-5/3/30) and the tests' ones
-CONFIGS = [(0.003, 30, 300), (0.003, 20, 600), (5e-5, 3, 30), (1e-2, 3, 30), (1e-2, 10, 120), (1e-4, 0, 40),
-           (1e-6, 7, 13), (0.0123, 1, 1)]
+CONFIGS = [
+    (0.003, 30, 300),
+    (0.003, 20, 600),
+    (5e-5, 3, 30),
+    (1e-2, 3, 30),
+    (1e-2, 10, 120),
+    (1e-4, 0, 40),
+    (1e-6, 7, 13),
+    (0.0123, 1, 1),
+]
 
 
 def sft_lr_at_before(step, lr, warmup_steps, total_steps):
@@ -52,7 +60,10 @@ def test_trainer_schedule_is_bit_identical_after_warmup(schedule, lr, warmup, to
     during the warmup ``b * (s + 1) / W`` (the SFT's arithmetic) and the old ``b * ((s + 1) / W)``
     can differ by rounding only: each rounds twice, so they are at most 2 ulps apart."""
     for step in range(total + 5):
-        new, old = lr_at(step, lr * scale, warmup, total, schedule, 0.1), trainer_lr_before(step, lr, scale, warmup, total, schedule, 0.1)
+        new, old = (
+            lr_at(step, lr * scale, warmup, total, schedule, 0.1),
+            trainer_lr_before(step, lr, scale, warmup, total, schedule, 0.1),
+        )
         if step >= warmup:
             assert new == old, step
         else:
@@ -80,7 +91,7 @@ def test_lambda_lr_applies_exactly_the_schedule_and_resumes(schedule):
     opt = _opt(123.0)  # the optimizer's own lr is replaced by the schedule's
     sched = scheduler(opt, fn)
     seen = []
-    for step in range(total + 2):
+    for _ in range(total + 2):
         seen.append([g["lr"] for g in opt.param_groups])
         opt.step()
         sched.step()

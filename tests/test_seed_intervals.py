@@ -44,8 +44,9 @@ def _rows(per_seed: dict[str, list[float]], baselines=("cold_start",), splits=("
             add(f"{run}-{s}", m)
     for b in baselines:
         add(b, 0.2)
-    methods = group_methods({run: {"estimator": "grpo", "lr": 1e-4 * (i + 1)} for i, run in enumerate(per_seed)},
-                            seeds=seeds)
+    methods = group_methods(
+        {run: {"estimator": "grpo", "lr": 1e-4 * (i + 1)} for i, run in enumerate(per_seed)}, seeds=seeds
+    )
     rows = build_rows(methods, evals, list(splits), 1000, 0.95, 0, {b: b for b in baselines})
     return {r.label: r for r in rows}
 
@@ -126,8 +127,9 @@ def test_rows_of_other_seeds_are_not_paired():
     rows["b"].method.seeds = [3, 4, 5]  # the same run counts, other training seeds: nothing shared
     assert not _test(compare(rows["a"], rows["b"], ["test"], 1000, 0.95, 0)).paired_seeds
     with pytest.raises(ValueError, match="paired seeds need the same seeds"):
-        seeds_questions([(1.0, {"test": np.zeros((3, 4))}), (-1.0, {"test": np.zeros((2, 4))})], 100, 0.95, 0,
-                        paired_seeds=True)
+        seeds_questions(
+            [(1.0, {"test": np.zeros((3, 4))}), (-1.0, {"test": np.zeros((2, 4))})], 100, 0.95, 0, paired_seeds=True
+        )
 
 
 def test_the_seed_level_keeps_the_unbiased_variance_of_the_seed_mean():
@@ -152,8 +154,9 @@ def test_one_seed_per_row_is_the_paired_question_bootstrap():
     both = _test(compare(rows["a"], rows["b"], ["test"], 4000, 0.95, 0, min_seeds=1))
     q_only = _test(compare_questions_only(rows["a"], rows["b"], ["test"], 4000, 0.95, 0))
     assert both.diff == pytest.approx(q_only.diff)
-    assert both.ci_lower == pytest.approx(q_only.ci_lower, abs=0.005) and both.ci_upper == pytest.approx(q_only.ci_upper,
-                                                                                                          abs=0.005)
+    assert both.ci_lower == pytest.approx(q_only.ci_lower, abs=0.005) and both.ci_upper == pytest.approx(
+        q_only.ci_upper, abs=0.005
+    )
 
 
 def test_the_average_over_splits_shares_the_seed_draw_and_misaligned_rows_are_refused():
@@ -162,7 +165,8 @@ def test_the_average_over_splits_shares_the_seed_draw_and_misaligned_rows_are_re
     assert diffs["avg"].diff == pytest.approx((diffs["test"].diff + diffs["ood"].diff) / 2)
     # the same seed draw on both splits: the average is as uncertain as each split (the seed effect
     # does not average out across splits)
-    assert diffs["avg"].ci_upper - diffs["avg"].ci_lower == pytest.approx(diffs["test"].ci_upper - diffs["test"].ci_lower,
-                                                                          rel=0.25)
+    assert diffs["avg"].ci_upper - diffs["avg"].ci_lower == pytest.approx(
+        diffs["test"].ci_upper - diffs["test"].ci_lower, rel=0.25
+    )
     with pytest.raises(ValueError, match="not aligned on the same questions"):
         seeds_questions([(1.0, {"test": np.zeros((2, 5))}), (-1.0, {"test": np.zeros((2, 4))})], 100, 0.95, 0)

@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import csv
 import json
-import random
 
 import pytest
 import torch
-import tiny_world as tw
 
+import tiny_world as tw
+from agentr1 import stages
 from agentr1.config import RolloutConfig, SFTConfig
 from agentr1.errors import StageError
-from agentr1.models import build_scratch_model, load_checkpoint
-from agentr1 import stages
-from agentr1.stages import sft as sft_stage
+from agentr1.lm.schedule import lr_at
 from agentr1.lm.sft import (
     action_logprobs,
     batch_indices,
@@ -27,11 +25,12 @@ from agentr1.lm.sft import (
     sft_loss,
     train_sft,
 )
+from agentr1.models import build_scratch_model, load_checkpoint
 from agentr1.models.forward import shared_prefix_length
-from agentr1.lm.schedule import lr_at
 from agentr1.rollout import collate
 from agentr1.rollout.hf import HFBackend
 from agentr1.rollout.oracle import corpus_titles, oracle_rollout, oracle_texts, plan_all, unique_questions
+from agentr1.stages import sft as sft_stage
 
 torch.set_num_threads(1)
 ROLLOUT = RolloutConfig(max_turn_tokens=64, max_total_tokens=1024, batch_size=4)
@@ -174,7 +173,8 @@ def test_trained_model_reproduces_an_oracle_search(world):
 # ------------------------------------------------------------------------------ the stage
 def _stage_cfg(tmp_path, **sft):
     return tw.stage_config(
-        tmp_path, {"train": tw.questions("train"), "dev": tw.questions("dev")[:4]},
+        tmp_path,
+        {"train": tw.questions("train"), "dev": tw.questions("dev")[:4]},
         rollout={"max_turn_tokens": 24, "max_total_tokens": 1024, "batch_size": 4},
         sft={"steps": 4, "batch_size": 4, "warmup_steps": 1, "train_examples": 8, "oracle_noise": 0.2, **sft},
     )
@@ -203,10 +203,12 @@ def test_run_sft_writes_checkpoints_metrics_and_loss_curve(tmp_path, validated, 
     assert set(written) == {"oracle", "train", "copy", "model"}  # the baselines moved to `agentr1 evaluate`
     copy = written["copy"]
     assert (copy["split"], copy["episodes"]) == ("dev", 4) and set(copy) >= {"base", "cold_start", "gate"}
-    assert copy["cold_start"]["tokens"] == copy["base"]["tokens"] > 0   # same probe episodes for both models
+    assert copy["cold_start"]["tokens"] == copy["base"]["tokens"] > 0  # same probe episodes for both models
     assert 0 <= copy["cold_start"]["top1"] <= 1 and copy["cold_start"]["nll"] > 0
     assert copy["gate"]["thresholds"] == {"start": 0.9, "continue": 0.95}
-    assert copy["gate"]["passed"] == (copy["cold_start"]["start"]["top1"] >= 0.9 and copy["cold_start"]["continue"]["top1"] >= 0.95)
+    assert copy["gate"]["passed"] == (
+        copy["cold_start"]["start"]["top1"] >= 0.9 and copy["cold_start"]["continue"]["top1"] >= 0.95
+    )
     assert written["oracle"]["n"] == 8 and written["oracle"]["em"] > 0.5
     assert written["train"]["steps"] == 4 and written["train"]["examples"] == 8 and "time_s" not in written
     timing = json.loads((tmp_path / "sft" / "timing.json").read_text())

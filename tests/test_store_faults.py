@@ -108,8 +108,12 @@ def test_kill_during_first_store_creation_leaves_a_usable_store(tmp_path: Path) 
     processes run side by side to save their start-up time), then the store opens and logs."""
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "AGENTR1_ARTIFACT_ROOT")}
     dbs = [tmp_path / f"store{i}" / "mlflow.db" for i in range(len(KILL_DELAYS_S))]
-    procs = [subprocess.Popen([sys.executable, "-c", CREATE, str(db)], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL) for db in dbs]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CREATE, str(db)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        for db in dbs
+    ]
     killers = [threading.Thread(target=_kill_after, args=args) for args in zip(procs, dbs, KILL_DELAYS_S)]
     for t in killers:
         t.start()
@@ -314,8 +318,11 @@ def test_credentials_in_the_uri_are_used_and_never_shown(server, tmp_path: Path,
 
 
 def test_mlflow_http_client_is_bounded_unless_the_user_set_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mlflow.environment_variables import (MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR, MLFLOW_HTTP_REQUEST_MAX_RETRIES,
-                                              MLFLOW_HTTP_REQUEST_TIMEOUT)
+    from mlflow.environment_variables import (
+        MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR,
+        MLFLOW_HTTP_REQUEST_MAX_RETRIES,
+        MLFLOW_HTTP_REQUEST_TIMEOUT,
+    )
 
     from agentr1.config import Config
     from agentr1.tracking.store import bound_http_client

@@ -67,8 +67,13 @@ def test_independent_of_hash_seed(cfg, ds):
         "d = generate_world(SyntheticConfig.model_validate(json.loads(sys.argv[1])), 7);"
         "print(json.dumps([d.questions, d.corpus], sort_keys=True))"
     )
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(SMALL)], capture_output=True, text=True,
-                         check=True, env={"PYTHONHASHSEED": "12345", "PATH": ""}).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(SMALL)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONHASHSEED": "12345", "PATH": ""},
+    ).stdout
     assert json.loads(out) == json.loads(json.dumps([ds.questions, ds.corpus], sort_keys=True))
 
 
@@ -131,15 +136,24 @@ def test_yes_no_answers_are_balanced(ds):
 
 def test_no_pair_is_compared_twice(generated):
     _, questions = generated
-    seen = Counter((q.template, frozenset(e.pid for e in q.supporting))
-                   for qs in questions.values() for q in qs if q.type == "comparison")
+    seen = Counter(
+        (q.template, frozenset(e.pid for e in q.supporting))
+        for qs in questions.values()
+        for q in qs
+        if q.type == "comparison"
+    )
     assert max(seen.values()) == 1
 
 
 def test_too_small_world_names_the_param():
     with pytest.raises(ValueError, match=r"data\.synthetic\.families\.dev"):
-        generate_world(small_cfg(families={"train": 30, "dev": 1, "test": 6, "ood": 6},
-                                 questions={"train": 150, "dev": 400, "test": 30, "ood": 30}), 0)
+        generate_world(
+            small_cfg(
+                families={"train": 30, "dev": 1, "test": 6, "ood": 6},
+                questions={"train": 150, "dev": 400, "test": 30, "ood": 30},
+            ),
+            0,
+        )
 
 
 def test_every_template_is_used_on_default_mix(generated):
@@ -261,7 +275,9 @@ def test_country_aliases(ds):
 
 def test_names_come_from_the_fixed_inventory(generated):
     world, _ = generated
-    words = {w for pool in INVENTORY.values() for w in pool} | set(CITY_KINDS + COMPANY_KINDS + FILM_NOUNS + COUNTRY_PREFIXES)
+    words = {w for pool in INVENTORY.values() for w in pool} | set(
+        CITY_KINDS + COMPANY_KINDS + FILM_NOUNS + COUNTRY_PREFIXES
+    )
     pools = list(INVENTORY.values())
     assert sum(map(len, pools)) == len({w for p in pools for w in p})  # pools are disjoint
     for e in world.entities:

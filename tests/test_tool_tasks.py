@@ -27,10 +27,12 @@ from agentr1.eval.metrics import tool_usage
 from agentr1.eval.quick import calls_by_tool
 from agentr1.rollout.oracle import plan_episode
 
-SMALL = SyntheticConfig(families={"train": 40, "dev": 6, "test": 6, "ood": 6},
-                        questions={"train": 120, "dev": 12, "test": 12, "ood": 12})
-TOOLS = ToolQuestionsConfig(arithmetic={"train": 60, "dev": 8, "test": 8, "ood": 0},
-                            multi_tool={"train": 60, "dev": 8, "test": 8, "ood": 0})
+SMALL = SyntheticConfig(
+    families={"train": 40, "dev": 6, "test": 6, "ood": 6}, questions={"train": 120, "dev": 12, "test": 12, "ood": 12}
+)
+TOOLS = ToolQuestionsConfig(
+    arithmetic={"train": 60, "dev": 8, "test": 8, "ood": 0}, multi_tool={"train": 60, "dev": 8, "test": 8, "ood": 0}
+)
 
 
 # ------------------------------------------------------------------------------------ GSM8K
@@ -58,8 +60,10 @@ def _jsonl(tmp_path, rows):
 
 
 def test_gsm8k_loader_normalizes_skips_repeats_and_names_bad_records(tmp_path):
-    rows = [{"question": "How much?", "answer": "3 * 4 = <<3*4=12>>12\n#### $1,000.00"},
-            {"question": "How much?", "answer": "#### 5"}]
+    rows = [
+        {"question": "How much?", "answer": "3 * 4 = <<3*4=12>>12\n#### $1,000.00"},
+        {"question": "How much?", "answer": "#### 5"},
+    ]
     loaded = load_file("gsm8k", _jsonl(tmp_path, rows))
     assert [q["answers"] for q in loaded.questions] == [["1000"]]
     assert loaded.skipped == {"repeated question text": 1}
@@ -72,8 +76,19 @@ def test_gsm8k_loader_normalizes_skips_repeats_and_names_bad_records(tmp_path):
 
 
 # ------------------------------------------------------------------------------- numbers
-@pytest.mark.parametrize("text,want", [("$2,125", "2125"), ("2125.0", "2125"), ("- 5", "-5"), ("1,000.50", "1000.5"),
-                                       ("007", "7"), ("-0", "0"), (" 42 ", "42"), ("$ 3", "3")])
+@pytest.mark.parametrize(
+    "text,want",
+    [
+        ("$2,125", "2125"),
+        ("2125.0", "2125"),
+        ("- 5", "-5"),
+        ("1,000.50", "1000.5"),
+        ("007", "7"),
+        ("-0", "0"),
+        (" 42 ", "42"),
+        ("$ 3", "3"),
+    ],
+)
 def test_normalize_number(text, want):
     assert normalize_number(text) == want == normalize_answer(text)
 
@@ -182,8 +197,15 @@ def test_config_task_tools_is_synthetic_only_and_hash_neutral_by_default():
     tools = config_from_dict({"data": {"task": "tools", "hops": {"min": 0}}})
     assert tools.model_dump()["data"]["task"] == "tools" and tools.section_hash("data") != default.section_hash("data")
     with pytest.raises(ConfigError, match="data.source: synthetic"):
-        config_from_dict({"data": {"task": "tools", "source": "real",
-                                   "real": {"sources": [{"dataset": "gsm8k", "path": "x.jsonl"}]}}})
+        config_from_dict(
+            {
+                "data": {
+                    "task": "tools",
+                    "source": "real",
+                    "real": {"sources": [{"dataset": "gsm8k", "path": "x.jsonl"}]},
+                }
+            }
+        )
 
 
 # ------------------------------------------------------------------------------- oracle
@@ -199,17 +221,26 @@ def test_oracle_scripts_search_then_calculator_then_answer():
     titles = {"p1": "Tuzuta Motors", "p2": "Rinse Grotask", "p3": "Other Name"}
     multi = {"id": "m", "answers": ["42"], "supporting_ids": ["p1", "p2"], "expression": "1974 - 1932"}
     plan = plan_episode(multi, titles, _Fmt(), 0.0, 0, 5, lead_space=True)
-    assert plan.turns == ('<search>{"query": " Tuzuta Motors"}</search>', '<search>{"query": " Rinse Grotask"}</search>',
-                          '<calculator>{"expression": " 1974 - 1932"}</calculator>', "<answer> 42</answer>")
+    assert plan.turns == (
+        '<search>{"query": " Tuzuta Motors"}</search>',
+        '<search>{"query": " Rinse Grotask"}</search>',
+        '<calculator>{"expression": " 1974 - 1932"}</calculator>',
+        "<answer> 42</answer>",
+    )
     arith = {"id": "a", "answers": ["516"], "supporting_ids": [], "expression": "577 * 4 - 2"}
     assert plan_episode(arith, titles, _Fmt(), 1.0, 0, 2).turns == (
-        '<calculator>{"expression": "577 * 4 - 2"}</calculator>', "<answer>516</answer>")
+        '<calculator>{"expression": "577 * 4 - 2"}</calculator>',
+        "<answer>516</answer>",
+    )
     with pytest.raises(ValueError, match="1 calculation"):
         plan_episode(multi, titles, _Fmt(), 0.0, 0, 3)
     kinds = {plan_episode({**multi, "id": f"m{i}"}, titles, _Fmt(), 1.0, 0, 5).kind for i in range(40)}
     assert kinds == {"wrong_query", "redundant_query", "early_answer"}
-    early = next(p for i in range(40) if (p := plan_episode({**multi, "id": f"m{i}"}, titles, _Fmt(), 1.0, 0, 5)).kind
-                 == "early_answer")
+    early = next(
+        p
+        for i in range(40)
+        if (p := plan_episode({**multi, "id": f"m{i}"}, titles, _Fmt(), 1.0, 0, 5)).kind == "early_answer"
+    )
     assert not any("calculator" in t for t in early.turns)
     assert plan_episode({**multi, "id": "m0"}, titles, _Fmt(), 1.0, 0, 4).kind == "early_answer"  # no room for more
 
@@ -244,8 +275,18 @@ def test_report_tools_section_per_type_cis_calls_and_rl_vs_cold_start():
     cold = row("cold_start", "baseline", [0.0] * 100)
     rl = row("grpo", "rl", [1.0] * 40 + [0.0] * 60)
     by_tool = {"calculator": {"calls": 1.0, "success_rate": 1.0, "episodes": 1.0}}
-    evals = {r.label: Evaluation(r.label, r.kind, metrics={"splits": {"test": {"by_type": {
-        "arithmetic": {"by_tool": by_tool}, "multi_tool": {"by_tool": by_tool}}}}}) for r in (cold, rl)}
+    evals = {
+        r.label: Evaluation(
+            r.label,
+            r.kind,
+            metrics={
+                "splits": {
+                    "test": {"by_type": {"arithmetic": {"by_tool": by_tool}, "multi_tool": {"by_tool": by_tool}}}
+                }
+            },
+        )
+        for r in (cold, rl)
+    }
     data, md = tools_section([cold, rl], evals, ["test"], "em", 200, 0.95, 0, min_seeds=1)
     assert data["groups"] == ["test/arithmetic", "test/multi_tool"]
     cell = data["policies"]["grpo"]["test/arithmetic"]
@@ -273,8 +314,17 @@ def test_tools_profile_merges_to_the_tool_task(repo_root):
     assert sorted(c.runs) == ["grpo", "ppo"] and c.model.kind == "scratch"
 
 
-@pytest.mark.parametrize("expression, answer", [("1/10", "0.1"), ("7/10", "0.7"), ("0.1+0.2", "0.3"),
-                                                ("3*1.1", "3.3"), ("1/3", "0.3333333333"), ("2**10", "1024")])
+@pytest.mark.parametrize(
+    "expression, answer",
+    [
+        ("1/10", "0.1"),
+        ("7/10", "0.7"),
+        ("0.1+0.2", "0.3"),
+        ("3*1.1", "3.3"),
+        ("1/3", "0.3333333333"),
+        ("2**10", "1024"),
+    ],
+)
 def test_tool_question_answers_compare_as_the_calculator_writes_them(expression, answer):
     """Issue 26 item 5: validation refused correct tool questions (1/10 = 0.1 failed as
     0.1000000000000000055511151231 != 0.1): it now compares the calculator's printed result,

@@ -208,11 +208,23 @@ def test_calls_over_the_cap_and_before_an_answer():
 
 MALFORMED = [
     ("hermes", "<tool_call>{not json}</tool_call>", "invalid JSON"),
-    ("hermes", '<tool_call>{"name": "calculator", "arguments": {"x": "1+1"}}</tool_call>', "unknown tool 'calculator'; available tools: search"),
+    (
+        "hermes",
+        '<tool_call>{"name": "calculator", "arguments": {"x": "1+1"}}</tool_call>',
+        "unknown tool 'calculator'; available tools: search",
+    ),
     ("hermes", '<tool_call>{"name": "search", "arguments": {}}</tool_call>', "'query' is required"),
     ("hermes", '<tool_call>{"name": "search", "arguments": {"query": 42}}</tool_call>', "must be of type string"),
-    ("hermes", '<tool_call>{"name": "search", "arguments": {"query": "a", "k": 5}}</tool_call>', "Additional properties"),
-    ("hermes", '<tool_call>{"name": "search", "arguments": {"query": "' + "x" * 41 + '"}}</tool_call>', "too long: 41 characters"),
+    (
+        "hermes",
+        '<tool_call>{"name": "search", "arguments": {"query": "a", "k": 5}}</tool_call>',
+        "Additional properties",
+    ),
+    (
+        "hermes",
+        '<tool_call>{"name": "search", "arguments": {"query": "' + "x" * 41 + '"}}</tool_call>',
+        "too long: 41 characters",
+    ),
     ("hermes", '<tool_call>{"name": "search", "arguments": {"query": " "}}</tool_call>', "must not be empty or blank"),
     ("hermes", '<tool_call>{"name": "search", "arguments": {"query": "Ada"}}', "unclosed <tool_call>"),
     ("tags", "<search></search>", "must not be empty or blank"),
@@ -237,7 +249,10 @@ def test_malformed_calls_become_error_observations(fmt, text, message):
 
 @pytest.mark.parametrize(
     "exc, message",
-    [(RetrieverError("connection refused"), "retriever error: connection refused"), (TimeoutError("slow"), "retriever timed out: slow")],
+    [
+        (RetrieverError("connection refused"), "retriever error: connection refused"),
+        (TimeoutError("slow"), "retriever timed out: slow"),
+    ],
 )
 def test_retriever_failure_is_a_failed_valid_call(exc, message):
     env = make_env("tags", retriever=FakeRetriever(fail=exc))
@@ -272,7 +287,14 @@ class _Echo(Tool):
         return ToolResult(args["text"][::-1], True)
 
 
-@pytest.mark.parametrize("crash, message", [("validate", "validation failed (RuntimeError: validator bug)"), ("execute", "echo failed: RuntimeError: tool bug"), ("wrong", "returned 1 results")])
+@pytest.mark.parametrize(
+    "crash, message",
+    [
+        ("validate", "validation failed (RuntimeError: validator bug)"),
+        ("execute", "echo failed: RuntimeError: tool bug"),
+        ("wrong", "returned 1 results"),
+    ],
+)
 def test_misbehaving_tools_never_raise(crash, message):
     env = ToolEnv({"echo": _Echo(crash)}, "tags", max_turns=3)
     res = env.step("<echo>abc</echo>", 0)
@@ -311,8 +333,12 @@ def test_registered_user_tool_works_in_both_formats():
 
 def test_observation_is_truncated_keeping_the_wrappers():
     long = [Hit(f"p{i}", f"T{i}", "word " * 200, 1.0) for i in range(3)]
-    env = ToolEnv([SearchTool(FakeRetriever(long), topk=3, passage_max_chars=1000)], "tags",
-                  multi_call="all", observation_max_chars=400)
+    env = ToolEnv(
+        [SearchTool(FakeRetriever(long), topk=3, passage_max_chars=1000)],
+        "tags",
+        multi_call="all",
+        observation_max_chars=400,
+    )
     res = env.step("<search>word</search><search>word</search><search></search>", 0)
     assert len(res.observation) <= 400
     assert res.observation.count("<information>") == 3 and res.observation.count("</information>") == 3
@@ -359,17 +385,23 @@ def test_bad_inputs_to_step_batch_do_not_raise():
         env.step_batch(["a"], [0, 1])
 
 
-@pytest.mark.parametrize("args, message", [
-    ((None, [0]), r"turn_texts must be a list"),
-    (("<search>a</search>", [0] * 18), r"turn_texts must be a list"),
-    ((["<search>a</search>"], None), r"turn_indices must be a list"),
-    ((["a", "b"], [0, None]), r"turn_indices\[1\] must be an int >= 0 \(got None\)"),
-    ((["a"], [-1]), r"turn_indices\[0\] must be an int >= 0 \(got -1\)"),
-    ((["a"], [True]), r"turn_indices\[0\] must be an int >= 0 \(got True\)"),
-    ((["a", "b"], [0, 0], [["p1"], "p1"]), r"supporting_ids\[1\] must be a list of passage ids or None \(got str\)"),
-    ((["a"], [0], [3]), r"supporting_ids\[0\] must be a list of passage ids or None \(got int\)"),
-    ((["a"], [0], "p1"), r"supporting_ids must be a list"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((None, [0]), r"turn_texts must be a list"),
+        (("<search>a</search>", [0] * 18), r"turn_texts must be a list"),
+        ((["<search>a</search>"], None), r"turn_indices must be a list"),
+        ((["a", "b"], [0, None]), r"turn_indices\[1\] must be an int >= 0 \(got None\)"),
+        ((["a"], [-1]), r"turn_indices\[0\] must be an int >= 0 \(got -1\)"),
+        ((["a"], [True]), r"turn_indices\[0\] must be an int >= 0 \(got True\)"),
+        (
+            (["a", "b"], [0, 0], [["p1"], "p1"]),
+            r"supporting_ids\[1\] must be a list of passage ids or None \(got str\)",
+        ),
+        ((["a"], [0], [3]), r"supporting_ids\[0\] must be a list of passage ids or None \(got int\)"),
+        ((["a"], [0], "p1"), r"supporting_ids must be a list"),
+    ],
+)
 def test_step_batch_refuses_malformed_batches_naming_the_index(args, message):
     """The batch's structure is the caller's contract (a ValueError before any tool runs); what a
     model generates never raises (a turn that is not a string is a malformed turn)."""
@@ -384,8 +416,9 @@ def test_step_batch_refuses_malformed_batches_naming_the_index(args, message):
 
 
 def test_from_config():
-    cfg = config_from_dict({"env": {"format": "hermes", "max_turns": 2, "multi_call": "all",
-                                    "search": {"topk": 1, "max_query_chars": 10}}})
+    cfg = config_from_dict(
+        {"env": {"format": "hermes", "max_turns": 2, "multi_call": "all", "search": {"topk": 1, "max_query_chars": 10}}}
+    )
     env = ToolEnv.from_config(cfg.env, FakeRetriever())
     assert env.format == env.fmt.name == "hermes" and env.max_turns == 2 and env.multi_call == "all"
     tool = env.tools["search"]

@@ -49,16 +49,26 @@ def _lock(path: Path, stages: dict) -> Path:
 def test_a_users_own_stage_is_skipped(tmp_path: Path) -> None:
     """A stage that does not run agentr1 has no run to log: skipped with the reason, the
     agentr1 stages around it resolved as usual."""
-    lock = _lock(tmp_path / "dvc.lock", {"flaky": {"cmd": "python flaky.py", "outs": [{"path": "flaky.out", "md5": "0" * 32}]},
-                                         "report": {"cmd": "agentr1 report"}})
+    lock = _lock(
+        tmp_path / "dvc.lock",
+        {
+            "flaky": {"cmd": "python flaky.py", "outs": [{"path": "flaky.out", "md5": "0" * 32}]},
+            "report": {"cmd": "agentr1 report"},
+        },
+    )
     flaky, report = track.lock_entries(lock)
-    assert (flaky.key, flaky.state) == ("flaky", "skipped") and "not an agentr1 stage (cmd `python flaky.py`)" in flaky.note
+    assert (flaky.key, flaky.state) == (
+        "flaky",
+        "skipped",
+    ) and "not an agentr1 stage (cmd `python flaky.py`)" in flaky.note
     assert (report.key, report.stage, report.state) == ("report", "report", "")
 
 
 def test_an_unknown_stage_names_the_entry_to_add(tmp_path: Path) -> None:
-    lock = _lock(tmp_path / "dvc.lock", {"distill": {"cmd": "agentr1 distill"}, "report": {"cmd": "agentr1 report"},
-                                         "train": {"cmd": "agentr1 train"}})
+    lock = _lock(
+        tmp_path / "dvc.lock",
+        {"distill": {"cmd": "agentr1 distill"}, "report": {"cmd": "agentr1 report"}, "train": {"cmd": "agentr1 train"}},
+    )
     with pytest.raises(StageError) as err:
         track.lock_entries(lock)
     text = str(err.value)
@@ -70,19 +80,22 @@ def test_an_unknown_stage_names_the_entry_to_add(tmp_path: Path) -> None:
         track.lock_entries(tmp_path / "nowhere" / "dvc.lock")
 
 
-@pytest.mark.parametrize(("locked", "now", "same"), [
-    (0.0001, "1e-4", True),           # YAML 1.1 reads 1e-4 as a string, DVC's YAML 1.2 as a float
-    (0.0001, 0.0001, True),
-    (1, 1.0, True),
-    ({"a": [1, "x"], "b": None}, {"a": [1, "x"], "b": None}, True),
-    ({"a": 1}, {"a": 1, "b": 2}, False),
-    ([1, 2], [1, 2, 3], False),
-    (True, 1, False),
-    (None, 0, False),
-    (None, None, True),
-    ("gae", "grpo", False),
-    (0.001, 0.002, False),
-])
+@pytest.mark.parametrize(
+    ("locked", "now", "same"),
+    [
+        (0.0001, "1e-4", True),  # YAML 1.1 reads 1e-4 as a string, DVC's YAML 1.2 as a float
+        (0.0001, 0.0001, True),
+        (1, 1.0, True),
+        ({"a": [1, "x"], "b": None}, {"a": [1, "x"], "b": None}, True),
+        ({"a": 1}, {"a": 1, "b": 2}, False),
+        ([1, 2], [1, 2, 3], False),
+        (True, 1, False),
+        (None, 0, False),
+        (None, None, True),
+        ("gae", "grpo", False),
+        (0.001, 0.002, False),
+    ],
+)
 def test_params_compare_as_dvc_recorded_them(locked, now, same: bool) -> None:
     assert track.same_value(locked, now) is same
 
@@ -113,18 +126,27 @@ def test_stale_entries_stop_track_before_anything_is_written(tmp_path: Path, mon
     (out / "manifest.json").write_text("{}\n")
     from agentr1.tracking.provenance import dvc_hash
 
-    good = {"cmd": "agentr1 prepare", "params": {"params.yaml": {"seed": 0}},
-            "outs": [{"path": "data/processed", "hash": "md5", "md5": dvc_hash(out)}]}
+    good = {
+        "cmd": "agentr1 prepare",
+        "params": {"params.yaml": {"seed": 0}},
+        "outs": [{"path": "data/processed", "hash": "md5", "md5": dvc_hash(out)}],
+    }
     cfg = _store_cfg(tmp_path)
 
     _lock(tmp_path / "dvc.lock", {"prepare": {**good, "outs": [{"path": "data/processed", "md5": "0" * 32 + ".dir"}]}})
-    with pytest.raises(StageError, match=r"nothing logged: prepare: data/processed differ from what dvc.lock records: "
-                                         r"`dvc repro` \(or `dvc checkout prepare`"):
+    with pytest.raises(
+        StageError,
+        match=r"nothing logged: prepare: data/processed differ from what dvc.lock records: "
+        r"`dvc repro` \(or `dvc checkout prepare`",
+    ):
         track.track(cfg, "dvc.lock")
 
     _lock(tmp_path / "dvc.lock", {"prepare": {**good, "params": {"params.yaml": {"seed": 1}}}})
-    with pytest.raises(StageError, match=r"prepare: param seed in params.yaml \(0\) differs from the value dvc.lock "
-                                         r"records for this stage \(1\): `dvc repro` first"):
+    with pytest.raises(
+        StageError,
+        match=r"prepare: param seed in params.yaml \(0\) differs from the value dvc.lock "
+        r"records for this stage \(1\): `dvc repro` first",
+    ):
         track.track(cfg, "dvc.lock")
     _lock(tmp_path / "dvc.lock", {"prepare": {**good, "params": {"params.yaml": {"data.gone": 1}}}})
     with pytest.raises(StageError, match=r"param data.gone in params.yaml \(missing\)"):
@@ -134,8 +156,17 @@ def test_stale_entries_stop_track_before_anything_is_written(tmp_path: Path, mon
     assert client.get_experiment_by_name("agentr1-nano") is None  # nothing written, not even the experiment
 
     # the dry run of a consistent lock plans without writing: no experiment, no run
-    _lock(tmp_path / "dvc.lock", {"prepare": good, "report": {"cmd": "agentr1 report", "deps": [{"path": "data/eval"}],
-                                                               "outs": [{"path": "reports/table3.md", "md5": "1" * 32}]}})
+    _lock(
+        tmp_path / "dvc.lock",
+        {
+            "prepare": good,
+            "report": {
+                "cmd": "agentr1 report",
+                "deps": [{"path": "data/eval"}],
+                "outs": [{"path": "reports/table3.md", "md5": "1" * 32}],
+            },
+        },
+    )
     entries = track.track(cfg, "dvc.lock", dry_run=True)
     assert [(e.key, e.state) for e in entries] == [("prepare", "log"), ("report", "skipped")]
     assert "reports/table3.md, data/eval missing: `dvc pull`" in entries[1].note
@@ -152,7 +183,9 @@ def test_the_cli_refuses_params_dvc_lock_did_not_record(tmp_path: Path, monkeypa
     assert main(["--set", "seed=1", "track"]) == 1
     assert "run it without --set" in capsys.readouterr().err
     assert main(["--params", "other.yaml", "track"]) == 1
-    assert "dvc.lock records params from params.yaml, not other.yaml: pass --params params.yaml" in capsys.readouterr().err
+    assert (
+        "dvc.lock records params from params.yaml, not other.yaml: pass --params params.yaml" in capsys.readouterr().err
+    )
 
 
 def test_log_curve_replays_a_csv_as_step_metrics(tmp_path: Path) -> None:
@@ -169,7 +202,6 @@ def test_episode_rows_are_read_in_the_order_they_were_played(tmp_path: Path) -> 
     """episodes.jsonl is sorted by split and id; the trace sample needs the evaluation's order
     (the processed split's, first evaluate.max_examples), and a file with other questions is refused."""
     import tiny_world as tw
-
     from agentr1.data.schema import Dataset, write_dataset
     from agentr1.eval.episodes import episodes_of
 
@@ -182,7 +214,9 @@ def test_episode_rows_are_read_in_the_order_they_were_played(tmp_path: Path) -> 
     rows = [{"split": s, "id": i, "em": 0.0} for s in picked for i in picked[s]]
     out = tmp_path / "eval"
     out.mkdir()
-    (out / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sorted(rows, key=lambda r: (r["split"], r["id"]))))
+    (out / "episodes.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in sorted(rows, key=lambda r: (r["split"], r["id"])))
+    )
     got = episodes_of(cfg, out)
     assert {s: [r["id"] for r in rs] for s, rs in got.items()} == picked
     cfg.evaluate.max_examples = 4

@@ -31,22 +31,51 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = {"ppo": {"estimator": "gae"}, "grpo": {"estimator": "grpo"}}
-PARAMS = deep_merge(TINY_PARAMS, {
-    "model": {"scratch": {"vocab_size": 600, "hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 2,
-                          "intermediate_size": 64, "max_position": 1024}},
-    "env": {"max_turns": 3},
-    "rollout": {"max_turn_tokens": 12, "max_total_tokens": 1024},
-    "pretrain": {"steps": 3, "batch_size": 2, "context": 256, "warmup_steps": 1, "world_families": 2,
-                 "docs_per_world": 20, "tokenizer_docs": 50, "log_every": 1, "num_threads": 1,
-                 "gate": {"per_split": 4, "every": 2}},
-    "sft": {"train_examples": 8, "steps": 3,
-            "batch_size": 4, "warmup_steps": 1, "log_every": 1, "num_threads": 1},
-    "train": {"steps": 2, "batch_questions": 2, "group_size": 2, "micro_batch_size": 4, "mini_batches": 1,
-              "dev": {"every": 2, "examples": 2}, "checkpoint": {"every": 0}, "num_threads": 1, "trace_every": 1},
-    "evaluate": {"max_examples": 4, "batch_size": 4, "bootstrap": {"samples": 100}, "num_threads": 1},
-    "report": {"bootstrap": {"samples": 100}},
-    "tracking": {"trace_sample": 2},
-})
+PARAMS = deep_merge(
+    TINY_PARAMS,
+    {
+        "model": {
+            "scratch": {
+                "vocab_size": 600,
+                "hidden_size": 32,
+                "num_layers": 2,
+                "num_heads": 2,
+                "num_kv_heads": 2,
+                "intermediate_size": 64,
+                "max_position": 1024,
+            }
+        },
+        "env": {"max_turns": 3},
+        "rollout": {"max_turn_tokens": 12, "max_total_tokens": 1024},
+        "pretrain": {
+            "steps": 3,
+            "batch_size": 2,
+            "context": 256,
+            "warmup_steps": 1,
+            "world_families": 2,
+            "docs_per_world": 20,
+            "tokenizer_docs": 50,
+            "log_every": 1,
+            "num_threads": 1,
+            "gate": {"per_split": 4, "every": 2},
+        },
+        "sft": {"train_examples": 8, "steps": 3, "batch_size": 4, "warmup_steps": 1, "log_every": 1, "num_threads": 1},
+        "train": {
+            "steps": 2,
+            "batch_questions": 2,
+            "group_size": 2,
+            "micro_batch_size": 4,
+            "mini_batches": 1,
+            "dev": {"every": 2, "examples": 2},
+            "checkpoint": {"every": 0},
+            "num_threads": 1,
+            "trace_every": 1,
+        },
+        "evaluate": {"max_examples": 4, "batch_size": 4, "bootstrap": {"samples": 100}, "num_threads": 1},
+        "report": {"bootstrap": {"samples": 100}},
+        "tracking": {"trace_sample": 2},
+    },
+)
 PARAMS["runs"] = RUNS
 PARAMS["seeds"] = [0]  # one replica per run (train@ppo-0, ...): the mechanics, not the statistics
 REPRO_TIMEOUT_S = 2400  # 12 stage processes: ~4 min on 2 idle cores, far more when they are shared
@@ -78,7 +107,10 @@ def lock_keys(stages: dict) -> list[str]:
 
 
 def store(root: Path, name: str) -> dict[str, str]:
-    return {"MLFLOW_TRACKING_URI": f"sqlite:///{root / name / 'mlflow.db'}", "AGENTR1_ARTIFACT_ROOT": str(root / name / "art")}
+    return {
+        "MLFLOW_TRACKING_URI": f"sqlite:///{root / name / 'mlflow.db'}",
+        "AGENTR1_ARTIFACT_ROOT": str(root / name / "art"),
+    }
 
 
 def client_of(env: dict[str, str]):
@@ -128,8 +160,12 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     live to store ``live``; returns ``(root, live store env, dvc.lock keys)``."""
     base = tmp_path_factory.mktemp("track")
     stages = tiny_dvc_yaml()
-    root = make_project(base / "proj", params=PARAMS, extra_stages=stages,
-                        files={"data/raw/README.md": (REPO / "data/raw/README.md").read_text()})  # prepare's dep
+    root = make_project(
+        base / "proj",
+        params=PARAMS,
+        extra_stages=stages,
+        files={"data/raw/README.md": (REPO / "data/raw/README.md").read_text()},
+    )  # prepare's dep
     (root / ".gitignore").write_text("timing.json\n")  # wall times, as in the repository
     sh(["git", "add", ".gitignore"], root)
     sh(["git", "commit", "-q", "-m", "ignore timings"], root)
@@ -167,13 +203,29 @@ def test_fresh_clone_gets_one_run_per_stage_with_the_live_runs_contents(project,
     lock = yaml.safe_load((root / "dvc.lock").read_text())["stages"]
     for key, run in runs.items():  # keyed by the lock's output hashes
         assert {o["path"]: o["md5"] for o in lock[key]["outs"]} == {
-            k[len("dvc.out."):]: v for k, v in run.data.tags.items() if k.startswith("dvc.out.")}, key
+            k[len("dvc.out.") :]: v for k, v in run.data.tags.items() if k.startswith("dvc.out.")
+        }, key
 
     lives = {k: v[0] for k, v in stage_runs(live).items()}
     assert sorted(lives) == sorted(keys)
-    same_tags = ("agentr1.stage", "agentr1.role", "agentr1.run_name", "agentr1.pipeline_id", "agentr1.git_sha",
-                 "agentr1.params_hash", "agentr1.profile", "agentr1.seed", "agentr1.variant", "agentr1.run", "agentr1.estimator",
-                 "agentr1.masks", "agentr1.policy", "agentr1.policy_kind", "agentr1.eval_data", "agentr1.checkpoint_sha256")
+    same_tags = (
+        "agentr1.stage",
+        "agentr1.role",
+        "agentr1.run_name",
+        "agentr1.pipeline_id",
+        "agentr1.git_sha",
+        "agentr1.params_hash",
+        "agentr1.profile",
+        "agentr1.seed",
+        "agentr1.variant",
+        "agentr1.run",
+        "agentr1.estimator",
+        "agentr1.masks",
+        "agentr1.policy",
+        "agentr1.policy_kind",
+        "agentr1.eval_data",
+        "agentr1.checkpoint_sha256",
+    )
     for key in keys:
         a, b = lives[key], runs[key]
         assert a.data.params == b.data.params, key  # the effective config
@@ -186,10 +238,17 @@ def test_fresh_clone_gets_one_run_per_stage_with_the_live_runs_contents(project,
         assert set(a.data.metrics) - live_only == set(b.data.metrics), key
         for m, v in b.data.metrics.items():
             assert math.isclose(v, a.data.metrics[m], rel_tol=1e-5, abs_tol=1e-6), (key, m)
-    for key, metric in (("sft", "sft/loss"), ("pretrain", "pretrain/loss"), ("pretrain", "gate/dev.one_hop"), ("train@grpo-0", "rollout/reward"),
-                        ("train@grpo-0", "dev/em")):  # the curves, step by step
-        hist = [[(m.step, round(m.value, 6)) for m in client_of(e)[0].get_metric_history(r[key].info.run_id, metric)]
-                for e, r in ((live, lives), (env, runs))]
+    for key, metric in (
+        ("sft", "sft/loss"),
+        ("pretrain", "pretrain/loss"),
+        ("pretrain", "gate/dev.one_hop"),
+        ("train@grpo-0", "rollout/reward"),
+        ("train@grpo-0", "dev/em"),
+    ):  # the curves, step by step
+        hist = [
+            [(m.step, round(m.value, 6)) for m in client_of(e)[0].get_metric_history(r[key].info.run_id, metric)]
+            for e, r in ((live, lives), (env, runs))
+        ]
         assert hist[0] == hist[1] and len(hist[0]) >= 2, (key, metric)
 
     # Table 3 on the parent, the evaluated episodes as traces (the live run's sample)
@@ -200,8 +259,11 @@ def test_fresh_clone_gets_one_run_per_stage_with_the_live_runs_contents(project,
         rebuilt = traces_of(env, runs[key].info.run_id)
         assert len(rebuilt) == 4 and {s for s, _ in rebuilt} == {"test", "ood"}  # trace_sample 2 per split
         assert rebuilt == traces_of(live, lives[key].info.run_id), key
-    table = json.loads(Path(client.download_artifacts(runs["evaluate@grpo-0"].info.run_id, "eval/test_episodes.json",
-                                                      str(root.parent))).read_text())
+    table = json.loads(
+        Path(
+            client.download_artifacts(runs["evaluate@grpo-0"].info.run_id, "eval/test_episodes.json", str(root.parent))
+        ).read_text()
+    )
     ids = [row[table["columns"].index("id")] for row in table["data"]]
     episodes = [json.loads(x) for x in (root / "data/eval/grpo-0/episodes.jsonl").read_text().splitlines()]
     assert sorted(ids) == sorted(e["id"] for e in episodes if e["split"] == "test")
@@ -212,14 +274,19 @@ def test_fresh_clone_registry_has_the_versions_and_aliases_the_gate_sets(project
     env, out = fresh
     versions, aliases = registry(env)
     by_variant = {v.tags["agentr1.variant"]: v for v in versions}
-    assert sorted(by_variant) == ["cold_start", "grpo-0", "ppo-0"] and len(versions) == 3  # the RL replicas + the cold start
+    assert (
+        sorted(by_variant) == ["cold_start", "grpo-0", "ppo-0"] and len(versions) == 3
+    )  # the RL replicas + the cold start
     runs = {k: v[0] for k, v in stage_runs(env).items()}
     for name in (f"{r}-0" for r in RUNS):  # provenance: the train@ run of the same store, the checkpoint digest
         v = by_variant[name]
         assert v.tags["agentr1.train_run_id"] == runs[f"train@{name}"].info.run_id
         assert v.tags["agentr1.checkpoint_sha256"] == runs[f"train@{name}"].data.tags["agentr1.checkpoint_sha256"]
         assert v.run_id == runs[f"evaluate@{name}"].info.run_id and f"[train@{name}](" in v.description
-        assert v.tags["agentr1.eval_data"] == json.loads((root / f"data/eval/{name}/metrics.json").read_text())["eval_data"]
+        assert (
+            v.tags["agentr1.eval_data"]
+            == json.loads((root / f"data/eval/{name}/metrics.json").read_text())["eval_data"]
+        )
     # the aliases: the gate replayed over the RL evaluations in dvc.lock's order
     champion = None
     for name in [k.split("@")[1] for k in keys if k.startswith("evaluate@")]:
@@ -228,9 +295,12 @@ def test_fresh_clone_registry_has_the_versions_and_aliases_the_gate_sets(project
         if gate(stats, champion)[0] == "promote":
             champion = stats
         last = name
-    assert aliases == {"challenger": str(by_variant[last].version), "champion": str(by_variant[champion.version].version),
-                       "cold_start": str(by_variant["cold_start"].version)}
-    assert f"registry agentr1-policy: 3 versions, aliases " in out
+    assert aliases == {
+        "challenger": str(by_variant[last].version),
+        "champion": str(by_variant[champion.version].version),
+        "cold_start": str(by_variant["cold_start"].version),
+    }
+    assert "registry agentr1-policy: 3 versions, aliases " in out
 
     res = agentr1(root, env, "compare", "--out", str(root / "compare.png"))
     assert "champion (v" in res.stdout and "challenger (v" in res.stdout and (root / "compare.png").is_file()

@@ -15,12 +15,19 @@ import pytest
 from agentr1.errors import StageError
 from agentr1.tracking import InMemoryLogger, MetricsLogger, NullLogger, TrajectoryLogger
 from agentr1.tracking.gate import GateStats, gate
-from agentr1.tracking.provenance import (dvc_dep_hashes, dvc_hash, flat_params, git_state, pipeline_id,
-                                        pipeline_outputs, stage_outputs)
+from agentr1.tracking.provenance import (
+    dvc_dep_hashes,
+    dvc_hash,
+    flat_params,
+    git_state,
+    pipeline_id,
+    pipeline_outputs,
+    stage_outputs,
+)
 from tracking_helpers import (
     check_registry,
-    check_tampered_model_is_refused,
     check_stage_run,
+    check_tampered_model_is_refused,
     check_traces,
     good_trajectory,
     make_checkpoint,
@@ -87,7 +94,11 @@ def test_dvc_hash_is_the_one_dvc_locks(tmp_path: Path) -> None:
     (out / "sub" / "a.bin").write_bytes(b"\x00\x01")
     tree = Tree()
     for f in (out / "b.txt", out / "sub" / "a.bin"):
-        tree.add(tuple(f.relative_to(out).parts), Meta(size=f.stat().st_size), HashInfo("md5", hashlib.md5(f.read_bytes()).hexdigest()))
+        tree.add(
+            tuple(f.relative_to(out).parts),
+            Meta(size=f.stat().st_size),
+            HashInfo("md5", hashlib.md5(f.read_bytes()).hexdigest()),
+        )
     tree.digest()
     assert dvc_hash(out) == tree.hash_info.value and dvc_hash(out).endswith(".dir")
     assert dvc_hash(out / "b.txt") == hashlib.md5(b"bee\n").hexdigest() and dvc_hash(tmp_path / "none") is None
@@ -95,6 +106,7 @@ def test_dvc_hash_is_the_one_dvc_locks(tmp_path: Path) -> None:
 
 def test_git_dirty_ignores_the_pipeline_outputs(tmp_path: Path) -> None:
     """``dvc repro`` rewrites dvc.lock and the uncached outputs: not a dirty tree; code is."""
+
     def git(*args: str) -> None:
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
 
@@ -102,12 +114,16 @@ def test_git_dirty_ignores_the_pipeline_outputs(tmp_path: Path) -> None:
     (tmp_path / "reports" / "table.md").write_text("old\n")
     (tmp_path / "code.py").write_text("x = 1\n")
     lock = tmp_path / "dvc.lock"
-    lock.write_text("schema: '2.0'\nstages:\n  report:\n    cmd: agentr1 report\n    outs:\n"
-                    "    - path: reports/table.md\n      hash: md5\n      md5: abc\n")
+    lock.write_text(
+        "schema: '2.0'\nstages:\n  report:\n    cmd: agentr1 report\n    outs:\n"
+        "    - path: reports/table.md\n      hash: md5\n      md5: abc\n"
+    )
     git("init", "-q")
     git("add", "-A")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
-    assert pipeline_outputs(lock) == ["dvc.lock", "reports/table.md"] and stage_outputs("report", lock) == ["reports/table.md"]
+    assert pipeline_outputs(lock) == ["dvc.lock", "reports/table.md"] and stage_outputs("report", lock) == [
+        "reports/table.md"
+    ]
     lock.write_text(lock.read_text() + "\n")
     (tmp_path / "reports" / "table.md").write_text("new\n")
     assert git_state(tmp_path, exclude=pipeline_outputs(lock))[1] is False
@@ -220,8 +236,10 @@ def test_output_hashes_tagged_and_parent_lasts_the_pipeline(sqlite_store, tmp_pa
     uri, art = sqlite_store
     client = MlflowClient(tracking_uri=uri)
     lock = tmp_path / "dvc.lock"
-    lock.write_text("schema: '2.0'\nstages:\n  index:\n    cmd: agentr1 index\n    outs:\n"
-                    "    - path: report.json\n      hash: md5\n      md5: old\n    - path: missing.json\n")
+    lock.write_text(
+        "schema: '2.0'\nstages:\n  index:\n    cmd: agentr1 index\n    outs:\n"
+        "    - path: report.json\n      hash: md5\n      md5: old\n    - path: missing.json\n"
+    )
     cfg = tracking_cfg(uri, art)
     with stage_run(cfg, "prepare", lock_path=lock) as first:
         pass
@@ -247,8 +265,11 @@ def test_variant_runs_log_their_effective_config(sqlite_store) -> None:
 
     uri, art = sqlite_store
     cfg = tracking_cfg(uri, art, parent_run=False)
-    cfg.runs = {"ppo": {"estimator": "gae"}, "grpo": {"estimator": "grpo"},
-                "ppo_no_adv_no_loss_mask": {"estimator": "gae", "advantage_mask": False, "loss_mask": False}}
+    cfg.runs = {
+        "ppo": {"estimator": "gae"},
+        "grpo": {"estimator": "grpo"},
+        "ppo_no_adv_no_loss_mask": {"estimator": "gae", "advantage_mask": False, "loss_mask": False},
+    }
     got = {}
     for variant in ("ppo-0", "grpo-1", "ppo_no_adv_no_loss_mask-0"):
         with stage_run(cfg, "train", run_name=f"train@{variant}", variant=variant) as run:
@@ -261,7 +282,11 @@ def test_variant_runs_log_their_effective_config(sqlite_store) -> None:
     diff = {k for k in ppo.params if ppo.params[k] != grpo.params.get(k)}
     assert {"train.estimator", "seed", "train.seed"} <= diff
     assert {k: ppo.tags[k] for k in ("agentr1.variant", "agentr1.run", "agentr1.estimator", "agentr1.masks")} == {
-        "agentr1.variant": "ppo-0", "agentr1.run": "ppo", "agentr1.estimator": "gae", "agentr1.masks": "loss+advantage"}
+        "agentr1.variant": "ppo-0",
+        "agentr1.run": "ppo",
+        "agentr1.estimator": "gae",
+        "agentr1.masks": "loss+advantage",
+    }
     assert grpo.tags["agentr1.run"] == "grpo"
     assert ablation.tags["agentr1.masks"] == "none" and grpo.tags["agentr1.estimator"] == "grpo"
     assert ppo.tags["agentr1.params_hash"] == grpo.tags["agentr1.params_hash"] == cfg.section_hash()
@@ -303,7 +328,14 @@ def test_registry_and_cli_sqlite(sqlite_store, checkpoint: Path, repo_root: Path
     uri, art = sqlite_store
     check_registry(tracking_cfg(uri, art), checkpoint)
 
-    base = ["--params", str(repo_root / "params.yaml"), "--set", f"tracking.uri={uri}", "--set", f"tracking.artifact_root={art}"]
+    base = [
+        "--params",
+        str(repo_root / "params.yaml"),
+        "--set",
+        f"tracking.uri={uri}",
+        "--set",
+        f"tracking.artifact_root={art}",
+    ]
     png = tmp_path / "cmp.png"
     assert main([*base, "compare", "--out", str(png)]) == 0
     out = capsys.readouterr().out
@@ -313,7 +345,10 @@ def test_registry_and_cli_sqlite(sqlite_store, checkpoint: Path, repo_root: Path
     from mlflow import MlflowClient
 
     champion = MlflowClient(tracking_uri=uri).get_model_version_by_alias("agentr1-policy", "champion")
-    assert main([*base, "compare", "--runs", champion.run_id, "--metric", "test/em", "--out", str(tmp_path / "runs.png")]) == 0
+    assert (
+        main([*base, "compare", "--runs", champion.run_id, "--metric", "test/em", "--out", str(tmp_path / "runs.png")])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "train@run2" in out and "0.8000 [0.7000, 0.9000]" in out and (tmp_path / "runs.png").is_file()
 
@@ -321,8 +356,14 @@ def test_registry_and_cli_sqlite(sqlite_store, checkpoint: Path, repo_root: Path
     words, line = capsys.readouterr().out.strip().splitlines()[-2:]
     assert "already the champion" in words
     assert json.loads(line) | {"reason": ""} == {
-        "model": "agentr1-policy", "metric": "test/em", "decision": "keep", "reason": "", "challenger": "3",
-        "previous_champion": "3", "champion": "3", "dry_run": True,
+        "model": "agentr1-policy",
+        "metric": "test/em",
+        "decision": "keep",
+        "reason": "",
+        "challenger": "3",
+        "previous_champion": "3",
+        "champion": "3",
+        "dry_run": True,
     }
 
     assert main([*base, "promote", "--metric", "test/f1"]) == 1
@@ -337,37 +378,55 @@ def test_registered_versions_carry_their_provenance(sqlite_store, checkpoint: Pa
     each metric is logged once."""
     from mlflow import MlflowClient
 
-    from agentr1.tracking.registry import register_evaluation
     from agentr1.io import tree_digest
     from agentr1.tracking import stage_run
+    from agentr1.tracking.registry import register_evaluation
 
     uri, art = sqlite_store
     cfg = tracking_cfg(uri, art, parent_run=False, registered_model="provenance-policy")
     cfg.runs = {"ppo": {"estimator": "gae"}}
     client = MlflowClient(tracking_uri=uri)
-    flat = {"test/em": 0.25, "test/em_ci_lower": 0.2, "test/em_ci_upper": 0.3, "ood/em": 0.1,
-            "ood/em_ci_lower": 0.05, "ood/em_ci_upper": 0.15}
+    flat = {
+        "test/em": 0.25,
+        "test/em_ci_lower": 0.2,
+        "test/em_ci_upper": 0.3,
+        "ood/em": 0.1,
+        "ood/em_ci_lower": 0.05,
+        "ood/em_ci_upper": 0.15,
+    }
     with stage_run(cfg, "train", run_name="train@ppo", variant="ppo") as train:
         assert train.tag_checkpoint(checkpoint) == tree_digest(checkpoint)
     with stage_run(cfg, "evaluate", run_name="evaluate@ppo", variant="ppo") as ev:
-        info = register_evaluation(ev, checkpoint, "ppo", "rl", flat, "test:abc", cfg.tracking.registered_model,
-                                   cfg.tracking.gate_metric)
+        info = register_evaluation(
+            ev, checkpoint, "ppo", "rl", flat, "test:abc", cfg.tracking.registered_model, cfg.tracking.gate_metric
+        )
     assert info["train_run_id"] == train.run_id and info["promotion"]["decision"] == "promote"
     mv = client.get_model_version("provenance-policy", info["version"])
     assert mv.tags["agentr1.train_run_id"] == train.run_id and mv.tags["agentr1.variant"] == "ppo"
     assert mv.tags["agentr1.checkpoint_sha256"] == tree_digest(checkpoint)
-    assert mv.description.startswith(f"ppo: weights from [train@ppo](#/experiments/{train.experiment_id}/runs/{train.run_id}) "
-                                     f"(run {train.run_id}). ")
+    assert mv.description.startswith(
+        f"ppo: weights from [train@ppo](#/experiments/{train.experiment_id}/runs/{train.run_id}) (run {train.run_id}). "
+    )
     assert "test/em 0.250 [0.200, 0.300]" in mv.description
     assert [m.value for m in client.get_metric_history(ev.run_id, "test/em")] == [0.25]  # once
     assert client.get_logged_model(mv.model_id or mv.source.split("/")[-1]).name == "policy-ppo"
 
     with stage_run(cfg, "evaluate", run_name="evaluate_baseline@cold_start") as base:
-        info = register_evaluation(base, checkpoint, "cold_start", "cold_start", flat, "test:abc", cfg.tracking.registered_model,
-                                   cfg.tracking.gate_metric)
+        info = register_evaluation(
+            base,
+            checkpoint,
+            "cold_start",
+            "cold_start",
+            flat,
+            "test:abc",
+            cfg.tracking.registered_model,
+            cfg.tracking.gate_metric,
+        )
     assert "promotion" not in info and info["train_run_id"] is None
-    aliases = {a: str(client.get_model_version_by_alias("provenance-policy", a).version)
-               for a in ("challenger", "champion", "cold_start")}
+    aliases = {
+        a: str(client.get_model_version_by_alias("provenance-policy", a).version)
+        for a in ("challenger", "champion", "cold_start")
+    }
     assert aliases == {"challenger": str(mv.version), "champion": str(mv.version), "cold_start": info["version"]}
 
 
@@ -389,9 +448,11 @@ def test_compare_draws_no_bar_for_a_missing_metric() -> None:
 
     from agentr1.tracking.compare import figure
 
-    rows = [{"label": "a", "metrics": {"test/em": 0.4, "test/em_ci_lower": 0.3, "test/em_ci_upper": 0.5}},
-            {"label": "b", "metrics": {"ood/em": 0.1}},
-            {"label": "c", "metrics": {"test/em": 0.0}}]
+    rows = [
+        {"label": "a", "metrics": {"test/em": 0.4, "test/em_ci_lower": 0.3, "test/em_ci_upper": 0.5}},
+        {"label": "b", "metrics": {"ood/em": 0.1}},
+        {"label": "c", "metrics": {"test/em": 0.0}},
+    ]
     fig = figure(rows, "test/em")
     ax = fig.axes[0]
     bars = {round(p.get_x() + p.get_width() / 2): p.get_height() for p in ax.patches}
@@ -408,6 +469,11 @@ def test_no_alias_errors_say_how_to_get_a_registered_policy(tmp_path: Path) -> N
     from agentr1.tracking.registry import promote
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    for call in (lambda: promote("agentr1-policy", client=client), lambda: rows_for_aliases(client, "agentr1-policy", ["champion"])):
-        with pytest.raises(StageError, match=r"run `agentr1 track` in the project root .* or `dvc repro` the evaluate@<run> stages"):
+    for call in (
+        lambda: promote("agentr1-policy", client=client),
+        lambda: rows_for_aliases(client, "agentr1-policy", ["champion"]),
+    ):
+        with pytest.raises(
+            StageError, match=r"run `agentr1 track` in the project root .* or `dvc repro` the evaluate@<run> stages"
+        ):
             call()

@@ -41,10 +41,24 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     port = _free_port()
     log = open(root / "server.log", "wb")
     proc = subprocess.Popen(
-        [mlflow_bin, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{root / 'backend.db'}",
-         "--artifacts-destination", str(root / "artifacts"), "--serve-artifacts"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            mlflow_bin,
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{root / 'backend.db'}",
+            "--artifacts-destination",
+            str(root / "artifacts"),
+            "--serve-artifacts",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
         # no GenAI job runner (it forks several huey consumers this test does not need)
         env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
     )
@@ -61,7 +75,9 @@ def server(tmp_path_factory: pytest.TempPathFactory):
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                pytest.fail(f"mlflow server not healthy after {START_TIMEOUT_S}s: {(root / 'server.log').read_text()[-2000:]}")
+                pytest.fail(
+                    f"mlflow server not healthy after {START_TIMEOUT_S}s: {(root / 'server.log').read_text()[-2000:]}"
+                )
             time.sleep(1)
         yield uri
     finally:
@@ -86,7 +102,9 @@ def test_stage_run_server(server: str, tmp_path: Path) -> None:
     src = tmp_path / "sft.py"
     src.write_text("x = 2\n")
     # params still say sqlite: the env URI must win, and the run must live on the server
-    run_id = check_stage_run(tracking_cfg("sqlite:///unused.db", tmp_path / "art"), write_lock(tmp_path / "dvc.lock", src))
+    run_id = check_stage_run(
+        tracking_cfg("sqlite:///unused.db", tmp_path / "art"), write_lock(tmp_path / "dvc.lock", src)
+    )
     run = MlflowClient(tracking_uri=server).get_run(run_id)
     assert run.info.artifact_uri.startswith("mlflow-artifacts:")
     assert not (Path.cwd() / "unused.db").exists()

@@ -22,8 +22,14 @@ from agentr1.config import SPLITS, load_config
 from agentr1.errors import StageError
 
 STAGES = ("prepare", "validate", "index")
-OUTPUTS = ("data/processed", "data/validation/summary.json", "data/validation/passed.json",
-           "data/validation/gx_result.json", "data/retrieval/report.json", "data/index")
+OUTPUTS = (
+    "data/processed",
+    "data/validation/summary.json",
+    "data/validation/passed.json",
+    "data/validation/gx_result.json",
+    "data/retrieval/report.json",
+    "data/index",
+)
 
 
 def run_stages(cfg, names=STAGES) -> None:
@@ -104,7 +110,9 @@ def test_one_run_per_stage_grouped_under_the_pipeline(pipeline) -> None:
         assert params["retrieval.report.ks"] == json.dumps(TINY_PARAMS["retrieval"]["report"]["ks"])
         assert params["seed"] == "0" and params["tracking.enabled"] == "true"
         assert not any(k in params for k in ("data", "data.synthetic", "retrieval"))
-    assert by_stage["prepare"].info.start_time <= by_stage["validate"].info.start_time <= by_stage["index"].info.start_time
+    assert (
+        by_stage["prepare"].info.start_time <= by_stage["validate"].info.start_time <= by_stage["index"].info.start_time
+    )
 
 
 def test_metrics_match_the_reports(pipeline) -> None:
@@ -114,7 +122,11 @@ def test_metrics_match_the_reports(pipeline) -> None:
     manifest = read_json(root / "data/processed/manifest.json")
     m = by_stage["prepare"].data.metrics
     for split in SPLITS:
-        assert m[f"prepare/{split}.questions"] == manifest["splits"][split]["questions"] == TINY_PARAMS["data"]["synthetic"]["questions"][split]
+        assert (
+            m[f"prepare/{split}.questions"]
+            == manifest["splits"][split]["questions"]
+            == TINY_PARAMS["data"]["synthetic"]["questions"][split]
+        )
     assert m["prepare/questions"] == sum(manifest["splits"][s]["questions"] for s in SPLITS)
     assert m["prepare/corpus_size"] == manifest["corpus_size"] > 0
     assert m["prepare/build_s"] >= 0 and m["prepare/total_s"] >= m["prepare/build_s"]
@@ -126,7 +138,10 @@ def test_metrics_match_the_reports(pipeline) -> None:
     assert m["validate/failed"] == 0 and m["validate/success"] == 1.0
     for key, n in summary["rows"].items():
         assert m[f"validate/rows.{key}"] == n
-    assert m["validate/unexpected.questions.id_unique"] == summary["expectations"]["questions.id_unique"]["unexpected_count"]
+    assert (
+        m["validate/unexpected.questions.id_unique"]
+        == summary["expectations"]["questions.id_unique"]["unexpected_count"]
+    )
 
     report = read_json(root / "data/retrieval/report.json")
     timing = read_json(root / "data/retrieval/timing.json")
@@ -149,8 +164,10 @@ def test_reports_logged_as_artifacts(pipeline, store) -> None:
     by_stage = stage_runs(runs)
     expected = {
         "prepare": {"prepare/manifest.json": "data/processed/manifest.json"},
-        "validate": {"validate/summary.json": "data/validation/summary.json",
-                     "validate/gx_result.json": "data/validation/gx_result.json"},
+        "validate": {
+            "validate/summary.json": "data/validation/summary.json",
+            "validate/gx_result.json": "data/validation/gx_result.json",
+        },
         "index": {"index/report.json": "data/retrieval/report.json", "index/timing.json": "data/retrieval/timing.json"},
     }
     for stage, files in expected.items():
@@ -174,8 +191,14 @@ def test_tracking_disabled_creates_no_run_and_same_outputs(pipeline, store, tmp_
         "import sys; from agentr1.cli import main; rc = main(['prepare']); "
         "assert rc == 0, rc; assert 'mlflow' not in sys.modules, 'prepare imported mlflow'"
     )
-    res = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "MLFLOW_TRACKING_URI": uri})
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "MLFLOW_TRACKING_URI": uri},
+    )
     assert res.returncode == 0, res.stderr
     monkeypatch.chdir(root)
     cfg = load_config("params.yaml")
@@ -194,8 +217,8 @@ def test_failing_stages_leave_failed_runs(store, tmp_path: Path, monkeypatch) ->
     each end their run FAILED; prepare's previous output stays as it was."""
     from mlflow import MlflowClient
 
-    from agentr1.stages import prepare
     from agentr1.data.schema import read_dataset, write_dataset
+    from agentr1.stages import prepare
 
     uri, _ = store
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
@@ -230,10 +253,17 @@ def test_failing_stages_leave_failed_runs(store, tmp_path: Path, monkeypatch) ->
 
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(f"agentr1-{cfg.profile}")
-    runs = client.search_runs([exp.experiment_id], filter_string="tags.`agentr1.pipeline_id` = 'failing-stages' "
-                              "and tags.`agentr1.role` = 'stage'", order_by=["attributes.start_time ASC"])
+    runs = client.search_runs(
+        [exp.experiment_id],
+        filter_string="tags.`agentr1.pipeline_id` = 'failing-stages' and tags.`agentr1.role` = 'stage'",
+        order_by=["attributes.start_time ASC"],
+    )
     assert [(r.data.tags["agentr1.stage"], r.info.status) for r in runs] == [
-        ("prepare", "FINISHED"), ("validate", "FAILED"), ("index", "FAILED"), ("prepare", "FAILED")]
+        ("prepare", "FINISHED"),
+        ("validate", "FAILED"),
+        ("index", "FAILED"),
+        ("prepare", "FAILED"),
+    ]
     failed = runs[1].data.metrics  # logged before the verdict: which expectations failed
     assert failed["validate/success"] == 0.0 and failed["validate/failed"] >= 1
     assert failed["validate/unexpected.questions.splits_disjoint_ids"] == 2

@@ -9,12 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import tiny_world as tw
 
+import tiny_world as tw
+from agentr1 import stages
 from agentr1.config import config_from_dict
 from agentr1.errors import StageError
 from agentr1.models import load_checkpoint
-from agentr1 import stages
 from agentr1.rl.trainer import Trainer
 
 torch.set_num_threads(1)
@@ -22,17 +22,27 @@ torch.set_num_threads(1)
 
 def _cfg(tmp_path, **train):
     processed, index, _ = tw.train_inputs(tmp_path)
-    return config_from_dict({
-        "data": {"processed_dir": str(processed)},
-        "retrieval": {"index_dir": str(index)},
-        "env": {"max_turns": 2, "search": {"topk": 2, "passage_max_chars": 120}},
-        "rollout": {"max_turn_tokens": 6, "max_total_tokens": 1024, "batch_size": 8},
-        "sft": {"out_dir": str(tmp_path / "sft")},
-        "tracking": {"enabled": False},
-        "runs": tw.RUNS,
-        "train": {"steps": 2, "batch_questions": 2, "group_size": 2, "micro_batch_size": 2, "out_dir": str(tmp_path / "runs"),
-                  "dev": {"every": 2, "examples": 2}, "checkpoint": {"every": 1}, **train},
-    })
+    return config_from_dict(
+        {
+            "data": {"processed_dir": str(processed)},
+            "retrieval": {"index_dir": str(index)},
+            "env": {"max_turns": 2, "search": {"topk": 2, "passage_max_chars": 120}},
+            "rollout": {"max_turn_tokens": 6, "max_total_tokens": 1024, "batch_size": 8},
+            "sft": {"out_dir": str(tmp_path / "sft")},
+            "tracking": {"enabled": False},
+            "runs": tw.RUNS,
+            "train": {
+                "steps": 2,
+                "batch_questions": 2,
+                "group_size": 2,
+                "micro_batch_size": 2,
+                "out_dir": str(tmp_path / "runs"),
+                "dev": {"every": 2, "examples": 2},
+                "checkpoint": {"every": 1},
+                **train,
+            },
+        }
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -108,7 +118,9 @@ class _Killed(Exception):
 
 
 def _state_files(run_dir):
-    return {p.relative_to(run_dir).as_posix(): p.read_bytes() for p in sorted((run_dir / "state").rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(run_dir).as_posix(): p.read_bytes() for p in sorted((run_dir / "state").rglob("*")) if p.is_file()
+    }
 
 
 def test_a_fresh_world_that_cannot_be_generated_is_refused_before_step_1(tmp_path, monkeypatch):
@@ -122,8 +134,11 @@ def test_a_fresh_world_that_cannot_be_generated_is_refused_before_step_1(tmp_pat
         raise AssertionError("the run reached training before the refusal")
 
     monkeypatch.setattr(Trainer, "train_step", step_)
-    with pytest.raises(StageError, match=r"train\.fresh: world 10 .*step 11.*train\.fresh\.families=3.*"
-                                         r"train\.fresh\.questions=120") as err:
+    with pytest.raises(
+        StageError,
+        match=r"train\.fresh: world 10 .*step 11.*train\.fresh\.families=3.*"
+        r"train\.fresh\.questions=120",
+    ) as err:
         stages.run("train", cfg, SimpleNamespace(run="grpo", resume=False))
     assert "Nothing was trained" in str(err.value) and trained == []
     assert not (tmp_path / "runs" / "grpo" / "state").exists()
@@ -133,10 +148,13 @@ def test_a_fresh_world_that_cannot_be_generated_is_refused_before_step_1(tmp_pat
     stages.run("train", cfg, SimpleNamespace(run="grpo", resume=False))
 
 
-@pytest.mark.parametrize("bad", [
-    {"old_logprobs": "rollout", "loss_mask": False},  # the trainer's check (rl/checks.py)
-    {"questions": "fresh", "fresh": {"families": 3, "questions": 120, "every": 1}, "steps": 12},  # world 10
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"old_logprobs": "rollout", "loss_mask": False},  # the trainer's check (rl/checks.py)
+        {"questions": "fresh", "fresh": {"families": 3, "questions": 120, "every": 1}, "steps": 12},  # world 10
+    ],
+)
 def test_a_refused_config_keeps_the_state_of_an_interrupted_run(tmp_path, monkeypatch, bad):
     cfg = _cfg(tmp_path, steps=4)
     orig = Trainer.train_step

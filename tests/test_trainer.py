@@ -11,11 +11,11 @@ import torch
 
 import _rl_tiny as R
 from agentr1.config import Config, ConfigError, config_from_dict, load_config
-from agentr1.errors import StageError
-from agentr1.rl import trainer as trainer_mod
 from agentr1.env.rewards import score_episode
-from agentr1.rl import collapse, sampling, weight_sync
+from agentr1.errors import StageError
 from agentr1.lm.schedule import lr_at
+from agentr1.rl import collapse, sampling, weight_sync
+from agentr1.rl import trainer as trainer_mod
 from agentr1.rl.sampling import Episodes
 from agentr1.rl.stats import deterministic_metrics
 from agentr1.rl.trainer import Trainer
@@ -33,8 +33,16 @@ def make(tok, seed=0, **kw):
     rcfg = kw.pop("rollout", {})
     wcfg = kw.pop("reward", {})
     logger = InMemoryLogger()
-    tr = Trainer(R.tiny_policy(tok), tok, R.train_cfg(**kw), R.rollout_cfg(**rcfg), R.reward_cfg(**wcfg),
-                 episodes=Episodes(R.ToyEnv(), R.QUESTIONS, R.QUESTIONS), logger=logger, seed=seed)
+    tr = Trainer(
+        R.tiny_policy(tok),
+        tok,
+        R.train_cfg(**kw),
+        R.rollout_cfg(**rcfg),
+        R.reward_cfg(**wcfg),
+        episodes=Episodes(R.ToyEnv(), R.QUESTIONS, R.QUESTIONS),
+        logger=logger,
+        seed=seed,
+    )
     return tr, logger
 
 
@@ -67,9 +75,23 @@ def test_metrics_logged_with_namespaces(tok):
     tr, logger = make(tok, steps=2, dev={"every": 2, "examples": 4})
     tr.train()
     names = set(logger.history)
-    for key in ("rollout/reward", "rollout/em", "rollout/format_rate", "rollout/tool_calls", "rollout/turns",
-                "rollout/response_length", "train/kl_loss", "train/kl_ref", "train/entropy", "train/clipfrac",
-                "train/grad_norm", "train/lr", "time/rollout_s", "time/update_s", "dev/em"):
+    for key in (
+        "rollout/reward",
+        "rollout/em",
+        "rollout/format_rate",
+        "rollout/tool_calls",
+        "rollout/turns",
+        "rollout/response_length",
+        "train/kl_loss",
+        "train/kl_ref",
+        "train/entropy",
+        "train/clipfrac",
+        "train/grad_norm",
+        "train/lr",
+        "time/rollout_s",
+        "time/update_s",
+        "dev/em",
+    ):
         assert key in names, key
     assert [s for s, _ in logger.history["dev/em"]] == [0, 2]  # before training and at step 2
     assert logger.finite()
@@ -250,7 +272,9 @@ def test_reward_drop_detection(tok):
 
 def test_too_many_rollbacks_stop(tok, monkeypatch):
     real = trainer_mod.compute_advantage
-    monkeypatch.setattr(trainer_mod, "compute_advantage", lambda *a, **kw: tuple(x * float("nan") for x in real(*a, **kw)))
+    monkeypatch.setattr(
+        trainer_mod, "compute_advantage", lambda *a, **kw: tuple(x * float("nan") for x in real(*a, **kw))
+    )
     tr, _ = make(tok, steps=2, collapse={"action": "rollback", "max_rollbacks": 1})
     with pytest.raises(StageError, match="already rolled back 1"):
         tr.train()
@@ -278,8 +302,16 @@ def test_lr_schedule_is_applied_per_optimizer_step(tok):
 
 def test_named_runs_merge_into_train(repo_root):
     cfg = load_config(repo_root / "params.yaml")  # the named runs live there only (Config().runs is empty)
-    assert set(cfg.runs) == {"ppo", "grpo", "reinforce_pp", "reinforce_pp_baseline", "rloo", "ppo_no_adv_mask",
-                             "ppo_no_adv_no_loss_mask", "grpo_no_loss_mask"}  # + gigpo, grpo_reference: profiles/extended.yaml
+    assert set(cfg.runs) == {
+        "ppo",
+        "grpo",
+        "reinforce_pp",
+        "reinforce_pp_baseline",
+        "rloo",
+        "ppo_no_adv_mask",
+        "ppo_no_adv_no_loss_mask",
+        "grpo_no_loss_mask",
+    }  # + gigpo, grpo_reference: profiles/extended.yaml
     assert cfg.seeds == [0, 1, 2] and len(cfg.replicas()) == 24  # every run x every seed: train@<run>-<seed>
     assert cfg.train_for("grpo-2").seed == 2 and cfg.train_for("grpo").seed is None  # None = the top-level seed
     t = cfg.train_for("ppo_no_adv_no_loss_mask")
@@ -354,9 +386,17 @@ def test_vllm_backend_gets_the_policy_weights_before_every_rollout(tok, monkeypa
     hf_history = tr_hf.train()
     monkeypatch.setattr(weight_sync, "make_backend", fake_make_backend)
     logger = InMemoryLogger()
-    tr = Trainer(R.tiny_policy(tok), tok, R.train_cfg(steps=2, dev={"every": 1, "examples": 4}),
-                 R.rollout_cfg(backend="vllm"), R.reward_cfg(), episodes=Episodes(R.ToyEnv(), R.QUESTIONS, R.QUESTIONS),
-                 logger=logger, seed=0, model_path="ckpt/sft")
+    tr = Trainer(
+        R.tiny_policy(tok),
+        tok,
+        R.train_cfg(steps=2, dev={"every": 1, "examples": 4}),
+        R.rollout_cfg(backend="vllm"),
+        R.reward_cfg(),
+        episodes=Episodes(R.ToyEnv(), R.QUESTIONS, R.QUESTIONS),
+        logger=logger,
+        seed=0,
+        model_path="ckpt/sft",
+    )
     sync_points = []
     orig = tr.weight_sync.synced
     tr.weight_sync.synced = lambda cfg, policy: (sync_points.append(R.params_of(tr.policy)), orig(cfg, policy))[1]
@@ -376,8 +416,14 @@ def test_vllm_backend_gets_the_policy_weights_before_every_rollout(tok, monkeypa
 
 def test_vllm_backend_needs_the_start_checkpoint(tok):
     with pytest.raises(StageError, match="model_path"):
-        Trainer(R.tiny_policy(tok), tok, R.train_cfg(), R.rollout_cfg(backend="vllm"), R.reward_cfg(),
-                episodes=Episodes(R.ToyEnv(), R.QUESTIONS))
+        Trainer(
+            R.tiny_policy(tok),
+            tok,
+            R.train_cfg(),
+            R.rollout_cfg(backend="vllm"),
+            R.reward_cfg(),
+            episodes=Episodes(R.ToyEnv(), R.QUESTIONS),
+        )
 
 
 def test_rollouts_are_traced_every_n_steps(tok):

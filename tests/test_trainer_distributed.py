@@ -20,9 +20,9 @@ import torch
 import torch.multiprocessing as mp
 
 import _rl_tiny as R
+from agentr1.env.rewards import score_episode
 from agentr1.models import load_checkpoint, save_checkpoint
 from agentr1.rl.distributed import init_distributed, shutdown, unwrap
-from agentr1.env.rewards import score_episode
 from agentr1.rl.sampling import Episodes
 from agentr1.rl.stats import deterministic_metrics
 from agentr1.rl.trainer import Trainer
@@ -41,8 +41,9 @@ def _free_port() -> int:
 def _trainer(ckpt_dir, dist=None, **kw):
     model, tok = load_checkpoint(ckpt_dir)
     cfg = R.train_cfg(estimator="gae", lr=0.01, micro_batch_size=2, **kw)
-    return Trainer(model, tok, cfg, R.rollout_cfg(), R.reward_cfg(), episodes=Episodes(R.ToyEnv(), R.QUESTIONS),
-                   dist=dist)
+    return Trainer(
+        model, tok, cfg, R.rollout_cfg(), R.reward_cfg(), episodes=Episodes(R.ToyEnv(), R.QUESTIONS), dist=dist
+    )
 
 
 def _update_once(tr, trajs):
@@ -52,19 +53,24 @@ def _update_once(tr, trajs):
 
 
 def _worker(rank, port, ckpt_dir, traj_path, out_dir):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE=str(WORLD))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD)
+    )
     torch.set_num_threads(1)
     ctx = init_distributed()
     try:
         tr = _trainer(ckpt_dir, ctx)
         metrics = _update_once(tr, load_trajectories(traj_path))
-        torch.save({"policy": R.params_of(tr.policy), "critic": R.params_of(unwrap(tr.critic)), "metrics": metrics},
-                   f"{out_dir}/update_rank{rank}.pt")
+        torch.save(
+            {"policy": R.params_of(tr.policy), "critic": R.params_of(unwrap(tr.critic)), "metrics": metrics},
+            f"{out_dir}/update_rank{rank}.pt",
+        )
         loop = _trainer(ckpt_dir, ctx, steps=1)
         hist = loop.train()
-        torch.save({"policy": R.params_of(loop.policy), "history": deterministic_metrics(hist)},
-                   f"{out_dir}/loop_rank{rank}.pt")
+        torch.save(
+            {"policy": R.params_of(loop.policy), "history": deterministic_metrics(hist)},
+            f"{out_dir}/loop_rank{rank}.pt",
+        )
     finally:
         shutdown(ctx)
 
@@ -78,8 +84,9 @@ def setup(tmp_path_factory):
     tr = _trainer(d / "policy")
     trajs = tr.collect(1)
     save_trajectories(trajs, d / "trajs.jsonl")
-    procs = mp.spawn(_worker, args=(_free_port(), str(d / "policy"), str(d / "trajs.jsonl"), str(d)), nprocs=WORLD,
-                     join=False)
+    procs = mp.spawn(
+        _worker, args=(_free_port(), str(d / "policy"), str(d / "trajs.jsonl"), str(d)), nprocs=WORLD, join=False
+    )
     deadline = time.monotonic() + SPAWN_TIMEOUT_S
     while not procs.join(timeout=5):  # raises if a rank failed
         if time.monotonic() > deadline:

@@ -14,9 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from agentr1.cli import main
 from agentr1 import stages
+from agentr1.cli import main
 from agentr1.config import config_from_dict, load_config
+from agentr1.data.multihop import load_sources
 from agentr1.data.schema import Dataset, write_dataset, write_questions
 from agentr1.data.validation import (
     GX_RESULT_FILE,
@@ -27,7 +28,6 @@ from agentr1.data.validation import (
     normalize_text,
     require_validated,
 )
-from agentr1.data.multihop import load_sources
 from agentr1.errors import StageError
 from agentr1.stages.validate import summary_metrics
 
@@ -36,8 +36,14 @@ def _q(
     id_: str, question: str, answers: list[str], type_: str, hops: int, sup: list[str], split: str
 ) -> dict[str, Any]:
     return {
-        "id": id_, "question": question, "answers": answers, "type": type_, "hops": hops,
-        "supporting_ids": sup, "source": "synthetic", "split": split,
+        "id": id_,
+        "question": question,
+        "answers": answers,
+        "type": type_,
+        "hops": hops,
+        "supporting_ids": sup,
+        "source": "synthetic",
+        "split": split,
     }
 
 
@@ -52,14 +58,31 @@ def clean_dataset() -> Dataset:
     questions = {
         "train": [
             _q("t1", "Where was Alva Brenn born?", ["Kostrava"], "bridge", 2, ["p1", "p2"], "train"),
-            _q("t2", "Who was born first, Alva Brenn or Miro Tesk?", ["Alva Brenn"], "comparison", 2,
-               ["p1", "p3"], "train"),
+            _q(
+                "t2",
+                "Who was born first, Alva Brenn or Miro Tesk?",
+                ["Alva Brenn"],
+                "comparison",
+                2,
+                ["p1", "p3"],
+                "train",
+            ),
         ],
         "dev": [_q("d1", "Which city is Velun Dor from?", ["Orsk", "Orsk City"], "bridge", 2, ["p4", "p5"], "dev")],
-        "test": [_q("e1", "Who founded the company of Tamiq Ral?", ["Zerav"], "compositional", 2,
-                    ["p6", "p7"], "test")],
-        "ood": [_q("o1", "In which city was the founder of Velun Dor's studio born?", ["Kostrava"], "chain", 3,
-                   ["p4", "p6", "p2"], "ood")],
+        "test": [
+            _q("e1", "Who founded the company of Tamiq Ral?", ["Zerav"], "compositional", 2, ["p6", "p7"], "test")
+        ],
+        "ood": [
+            _q(
+                "o1",
+                "In which city was the founder of Velun Dor's studio born?",
+                ["Kostrava"],
+                "chain",
+                3,
+                ["p4", "p6", "p2"],
+                "ood",
+            )
+        ],
     }
     return Dataset(questions=questions, corpus=corpus)
 
@@ -246,8 +269,13 @@ def _chatml_in_passage(ds: Dataset) -> None:
 
 
 CORRUPTIONS: list[tuple[str, Callable[[Dataset], None], str, str, str]] = [
-    ("same_question_other_answer", _same_question_other_answer, "questions.answers_consistent", "t3",
-     "\"['kostrava'] vs ['orsk']\""),
+    (
+        "same_question_other_answer",
+        _same_question_other_answer,
+        "questions.answers_consistent",
+        "t3",
+        "\"['kostrava'] vs ['orsk']\"",
+    ),
     ("one_hop_two_ids", _one_hop_two_ids, "questions.hops_match_supporting_ids", "t1", "hops 1 but 2"),
     ("two_hops_one_id", _two_hops_one_id, "questions.hops_match_supporting_ids", "d1", "hops 2 but 1"),
     ("repeated_ids", _repeated_ids, "questions.hops_match_supporting_ids", "e1", "repeated supporting ids"),
@@ -278,8 +306,9 @@ CORRUPTIONS: list[tuple[str, Callable[[Dataset], None], str, str, str]] = [
 ]
 
 
-@pytest.mark.parametrize(("mutate", "check", "bad_id", "bad_value"),
-                         [c[1:] for c in CORRUPTIONS], ids=[c[0] for c in CORRUPTIONS])
+@pytest.mark.parametrize(
+    ("mutate", "check", "bad_id", "bad_value"), [c[1:] for c in CORRUPTIONS], ids=[c[0] for c in CORRUPTIONS]
+)
 def test_corruption_fails_with_message_and_no_marker(tmp_path, mutate, check, bad_id, bad_value):
     cfg = make_cfg(tmp_path)
     ds = clean_dataset()
@@ -346,8 +375,11 @@ FILE_CORRUPTIONS: list[tuple[str, Callable[[Path], None], str, str, str]] = [
 ]
 
 
-@pytest.mark.parametrize(("damage", "check", "bad_file", "bad_value"),
-                         [c[1:] for c in FILE_CORRUPTIONS], ids=[c[0] for c in FILE_CORRUPTIONS])
+@pytest.mark.parametrize(
+    ("damage", "check", "bad_file", "bad_value"),
+    [c[1:] for c in FILE_CORRUPTIONS],
+    ids=[c[0] for c in FILE_CORRUPTIONS],
+)
 def test_broken_processed_files_fail_by_name_without_marker(tmp_path, capsys, damage, check, bad_file, bad_value):
     raw = {
         "data": {"processed_dir": str(tmp_path / "processed"), "hops": {"min": 1, "max": 4}},
@@ -429,8 +461,10 @@ def test_the_synthetic_world_copy_cap_is_one(tmp_path):
     from agentr1.config import SyntheticConfig
     from agentr1.data.synthetic import generate_world
 
-    world = SyntheticConfig(families={"train": 150, "dev": 15, "test": 15, "ood": 15},
-                            questions={"train": 1000, "dev": 60, "test": 60, "ood": 60})
+    world = SyntheticConfig(
+        families={"train": 150, "dev": 15, "test": 15, "ood": 15},
+        questions={"train": 1000, "dev": 60, "test": 60, "ood": 60},
+    )
     cfg = make_cfg(tmp_path)
     write(cfg, generate_world(world, 0))
     stages.run("validate", cfg, None)
@@ -442,20 +476,29 @@ def test_the_synthetic_world_copy_cap_is_one(tmp_path):
 # Measured on the fixtures with the default leak_allowed_types (comparison types exempt): an answer
 # appears verbatim in the question of 5 of the 300 HotpotQA (all "bridge") and 2 of the 100
 # MuSiQue questions.
-HOTPOT_LEAKS = sorted([
-    "hotpotqa:5adfdc7d55429942ec259b64", "hotpotqa:5ab2123155429970612095b9", "hotpotqa:5ab45a0b5542991779162c7e",
-    "hotpotqa:5a8a793555429930ff3c0de7", "hotpotqa:5a8f43795542997ba9cb3204",
-])
+HOTPOT_LEAKS = sorted(
+    [
+        "hotpotqa:5adfdc7d55429942ec259b64",
+        "hotpotqa:5ab2123155429970612095b9",
+        "hotpotqa:5ab45a0b5542991779162c7e",
+        "hotpotqa:5a8a793555429930ff3c0de7",
+        "hotpotqa:5a8f43795542997ba9cb3204",
+    ]
+)
 
 
 def real_fixture_cfg(tmp_path: Path, fixtures: Path, **validate: Any):
     raw = {
         "data": {
-            "source": "real", "processed_dir": str(tmp_path / "processed"), "hops": {"min": 1, "max": 4},
-            "real": {"sources": [
-                {"dataset": "hotpotqa", "path": str(fixtures / "hotpotqa" / "dev.jsonl")},  # split: auto
-                {"dataset": "musique", "path": str(fixtures / "musique" / "musique_qa_100.json"), "split": "ood"},
-            ]},
+            "source": "real",
+            "processed_dir": str(tmp_path / "processed"),
+            "hops": {"min": 1, "max": 4},
+            "real": {
+                "sources": [
+                    {"dataset": "hotpotqa", "path": str(fixtures / "hotpotqa" / "dev.jsonl")},  # split: auto
+                    {"dataset": "musique", "path": str(fixtures / "musique" / "musique_qa_100.json"), "split": "ood"},
+                ]
+            },
         },
         "validate": {"report_dir": str(tmp_path / "validation"), **validate},
     }
@@ -477,10 +520,20 @@ def test_leak_tolerance_on_real_hotpotqa_and_musique(tmp_path, shared_fixtures):
     assert not marker(cfg).exists()
     leaks = summary(cfg)["leaks"]
     assert leaks["max_share"] == 0.0
-    assert leaks["sources"]["hotpotqa"] == {"questions": 300, "leaking": 5, "share": 5 / 300,
-                                            "within_tolerance": False, "ids": HOTPOT_LEAKS[:3]}
-    assert leaks["sources"]["musique"] == {"questions": 100, "leaking": 0, "share": 0.0, "within_tolerance": True,
-                                           "ids": []}
+    assert leaks["sources"]["hotpotqa"] == {
+        "questions": 300,
+        "leaking": 5,
+        "share": 5 / 300,
+        "within_tolerance": False,
+        "ids": HOTPOT_LEAKS[:3],
+    }
+    assert leaks["sources"]["musique"] == {
+        "questions": 100,
+        "leaking": 0,
+        "share": 0.0,
+        "within_tolerance": True,
+        "ids": [],
+    }
 
     # a tolerance just below HotpotQA's share still fails it, and names only its ids
     cfg = real_fixture_cfg(tmp_path, shared_fixtures, max_leak_share=0.016)

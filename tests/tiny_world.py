@@ -22,8 +22,16 @@ FOUNDERS = ["Derlin Brisarn", "Kulda Fivisk", "Somdar Ruvok", "Grinki Zenask", "
 def corpus() -> list[dict]:
     rows = []
     for i, (film, company, person) in enumerate(zip(FILMS, COMPANIES, FOUNDERS)):
-        rows.append({"id": f"f{i}", "title": film, "text": f"{film} is a film released in {1950 + i}. It was produced by {company}."})
-        rows.append({"id": f"c{i}", "title": company, "text": f"{company} is a company founded in {1900 + i} by {person}."})
+        rows.append(
+            {
+                "id": f"f{i}",
+                "title": film,
+                "text": f"{film} is a film released in {1950 + i}. It was produced by {company}.",
+            }
+        )
+        rows.append(
+            {"id": f"c{i}", "title": company, "text": f"{company} is a company founded in {1900 + i} by {person}."}
+        )
         rows.append({"id": f"p{i}", "title": person, "text": f"{person} is a painter born in {1870 + i}."})
     return rows
 
@@ -31,10 +39,30 @@ def corpus() -> list[dict]:
 def questions(split: str = "train") -> list[dict]:
     out = []
     for i, (film, company, person) in enumerate(zip(FILMS, COMPANIES, FOUNDERS)):
-        out.append({"id": f"{split}-b{i}", "question": f"Who founded the company that produced {film}?", "answers": [person],
-                    "type": "bridge", "hops": 2, "supporting_ids": [f"f{i}", f"c{i}"], "source": "synthetic", "split": split})
-        out.append({"id": f"{split}-s{i}", "question": f"Who founded {company}?", "answers": [person],
-                    "type": "bridge", "hops": 1, "supporting_ids": [f"c{i}"], "source": "synthetic", "split": split})
+        out.append(
+            {
+                "id": f"{split}-b{i}",
+                "question": f"Who founded the company that produced {film}?",
+                "answers": [person],
+                "type": "bridge",
+                "hops": 2,
+                "supporting_ids": [f"f{i}", f"c{i}"],
+                "source": "synthetic",
+                "split": split,
+            }
+        )
+        out.append(
+            {
+                "id": f"{split}-s{i}",
+                "question": f"Who founded {company}?",
+                "answers": [person],
+                "type": "bridge",
+                "hops": 1,
+                "supporting_ids": [f"c{i}"],
+                "source": "synthetic",
+                "split": split,
+            }
+        )
     return out
 
 
@@ -61,19 +89,29 @@ def stage_config(root, splits: dict[str, list[dict]], **sections):
     processed, index = root / "processed", root / "index"
     write_dataset(Dataset(questions=splits, corpus=corpus()), processed)
     retriever().save(index)
-    sft = {"out_dir": str(root / "models" / "sft"), "report_dir": str(root / "sft"), "num_threads": None,
-           **sections.pop("sft", {})}
-    pretrain = {"out_dir": str(root / "models" / "init"), "report_dir": str(root / "pretrain"), **sections.pop("pretrain", {})}
-    cfg = config_from_dict({
-        "data": {"processed_dir": str(processed)},
-        "retrieval": {"index_dir": str(index)},
-        "env": {"search": {"topk": 2, "passage_max_chars": 200}},
-        "model": {"scratch": TINY_MODEL.model_dump()},
-        "pretrain": pretrain,
-        "sft": sft,
-        "runs": RUNS,
-        **sections,
-    })
+    sft = {
+        "out_dir": str(root / "models" / "sft"),
+        "report_dir": str(root / "sft"),
+        "num_threads": None,
+        **sections.pop("sft", {}),
+    }
+    pretrain = {
+        "out_dir": str(root / "models" / "init"),
+        "report_dir": str(root / "pretrain"),
+        **sections.pop("pretrain", {}),
+    }
+    cfg = config_from_dict(
+        {
+            "data": {"processed_dir": str(processed)},
+            "retrieval": {"index_dir": str(index)},
+            "env": {"search": {"topk": 2, "passage_max_chars": 200}},
+            "model": {"scratch": TINY_MODEL.model_dump()},
+            "pretrain": pretrain,
+            "sft": sft,
+            "runs": RUNS,
+            **sections,
+        }
+    )
     save_base(cfg)
     return cfg
 
@@ -88,7 +126,9 @@ def train_inputs(root) -> tuple:
 
     root = Path(root)
     processed, index, sft = root / "processed", root / "index", root / "sft"
-    write_dataset(Dataset(questions={"train": questions("train"), "dev": questions("dev")[:2]}, corpus=corpus()), processed)
+    write_dataset(
+        Dataset(questions={"train": questions("train"), "dev": questions("dev")[:2]}, corpus=corpus()), processed
+    )
     retriever().save(index)
     tok = tokenizer([q["question"] for q in questions()])
     save_checkpoint(model(tok), tok, sft)

@@ -36,8 +36,12 @@ class WordCountTool(Tool):
     def __init__(self, max_words: int = 100) -> None:
         self.max_words = max_words
         self.description = f"Count the words of a text of at most {max_words} words."
-        self.parameters = {"type": "object", "properties": {"text": {"type": "string", "pattern": r"\S"}},
-                           "required": ["text"], "additionalProperties": False}
+        self.parameters = {
+            "type": "object",
+            "properties": {"text": {"type": "string", "pattern": r"\S"}},
+            "required": ["text"],
+            "additionalProperties": False,
+        }
 
     @classmethod
     def success_reward(cls, outcome: Any, process_cfg: Any) -> float:

@@ -25,13 +25,22 @@ BAD_OBS0 = "\n<information>error: malformed call</information>\n"
 def good_trajectory(qid: str = "q1") -> Trajectory:
     """Two turns: a valid search (observation appended) then a correct answer."""
     t = Trajectory(
-        qid=qid, question="Where was Ada Vell born?", golds=["Pellora"], prompt_ids=[1, 2, 3],
-        response_ids=[10, 11, 12, 20, 21, 13, 14], action_mask=[1, 1, 1, 0, 0, 1, 1],
-        logprobs=[-0.1, -0.2, -0.3, 0.0, 0.0, -0.4, -0.5], turn_spans=[(0, 3), (5, 7)],
-        turn_texts=[TURN0, TURN1], turn_char_ends=[[8, 17, len(TURN0)], [8, len(TURN1)]],
+        qid=qid,
+        question="Where was Ada Vell born?",
+        golds=["Pellora"],
+        prompt_ids=[1, 2, 3],
+        response_ids=[10, 11, 12, 20, 21, 13, 14],
+        action_mask=[1, 1, 1, 0, 0, 1, 1],
+        logprobs=[-0.1, -0.2, -0.3, 0.0, 0.0, -0.4, -0.5],
+        turn_spans=[(0, 3), (5, 7)],
+        turn_texts=[TURN0, TURN1],
+        turn_char_ends=[[8, 17, len(TURN0)], [8, len(TURN1)]],
         observations=[OBS0],
         outcomes=[[CallOutcome("search", valid=True, success=True, end=len(TURN0), found_support=True)], []],
-        answer="Pellora", reason="answer", outcome_reward=1.0, prompt_text=PROMPT,
+        answer="Pellora",
+        reason="answer",
+        outcome_reward=1.0,
+        prompt_text=PROMPT,
         response_text=TURN0 + OBS0 + TURN1,
     )
     t.check()
@@ -41,12 +50,22 @@ def good_trajectory(qid: str = "q1") -> Trajectory:
 def bad_trajectory(qid: str = "q2") -> Trajectory:
     """One malformed call (a TOOL span, not a retriever) and no answer."""
     t = Trajectory(
-        qid=qid, question="Who directed Glass Harbor?", golds=["Oren Tamsk"], prompt_ids=[1, 2],
-        response_ids=[10, 11, 20], action_mask=[1, 1, 0], logprobs=[-1.0, -1.0, 0.0],
-        turn_spans=[(0, 2)], turn_texts=[BAD_TURN0], turn_char_ends=[[7, len(BAD_TURN0)]],
+        qid=qid,
+        question="Who directed Glass Harbor?",
+        golds=["Oren Tamsk"],
+        prompt_ids=[1, 2],
+        response_ids=[10, 11, 20],
+        action_mask=[1, 1, 0],
+        logprobs=[-1.0, -1.0, 0.0],
+        turn_spans=[(0, 2)],
+        turn_texts=[BAD_TURN0],
+        turn_char_ends=[[7, len(BAD_TURN0)]],
         observations=[BAD_OBS0],
         outcomes=[[CallOutcome(None, valid=False, success=False, end=len(BAD_TURN0), error="malformed")]],
-        answer=None, reason="max_turns", outcome_reward=-1.0, prompt_text=PROMPT,
+        answer=None,
+        reason="max_turns",
+        outcome_reward=-1.0,
+        prompt_text=PROMPT,
         response_text=BAD_TURN0 + BAD_OBS0,
     )
     t.check()
@@ -78,7 +97,9 @@ def make_checkpoint(path: Path) -> Path:
 
     texts = [PROMPT, TURN0, OBS0, TURN1] * 20
     tok = train_tokenizer(texts, vocab_size=600)
-    scfg = ScratchModelConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=2, intermediate_size=32, max_position=128)
+    scfg = ScratchModelConfig(
+        hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=2, intermediate_size=32, max_position=128
+    )
     return save_checkpoint(build_scratch_model(scfg, tok, seed=0), tok, path)
 
 
@@ -151,8 +172,9 @@ def check_traces(cfg: Config) -> None:
     assert root.attributes["agentr1.policy"] == "test" and by_qid["q1"].info.tags["agentr1.policy"] == "test"
     assert by_qid["q1"].info.tags["agentr1.run_name"] == by_qid["q9"].info.tags["agentr1.run_name"] == "evaluate@test"
     assert all(s.attributes["agentr1.replayed"] is True for s in by_qid["q1"].data.spans)  # not real timings
-    found = mlflow.search_traces(locations=[run.experiment_id], filter_string="tags.`agentr1.policy` = 'test'",
-                                 return_type="list")
+    found = mlflow.search_traces(
+        locations=[run.experiment_id], filter_string="tags.`agentr1.policy` = 'test'", return_type="list"
+    )
     assert sorted(t.data.spans[0].attributes["agentr1.qid"] for t in found) == ["q1", "q2", "q3"]
     turn0, turn1, search = spans["policy turn 0"], spans["policy turn 1"], spans["search"]
     assert turn0.span_type == turn1.span_type == SpanType.LLM
@@ -175,7 +197,6 @@ def check_traces(cfg: Config) -> None:
 
 def check_registry(cfg: Config, ckpt: Path) -> None:
     """Log three policy versions, gate them, load the champion back and generate."""
-    import mlflow
     from mlflow import MlflowClient
 
     from agentr1.tracking import promote, resolve_tracking_uri, stage_run
@@ -186,7 +207,9 @@ def check_registry(cfg: Config, ckpt: Path) -> None:
     decisions = []
     for i, (em, lo, hi) in enumerate([(0.5, 0.4, 0.6), (0.55, 0.45, 0.65), (0.8, 0.7, 0.9)]):
         with stage_run(cfg, f"train@run{i}") as run:
-            mv = run.log_model(ckpt, {"test/em": em, "test/em_ci_lower": lo, "test/em_ci_upper": hi}, eval_data="test:abc")
+            mv = run.log_model(
+                ckpt, {"test/em": em, "test/em_ci_lower": lo, "test/em_ci_upper": hi}, eval_data="test:abc"
+            )
         assert str(mv.version) == str(i + 1) and mv.run_id == run.run_id
         assert str(client.get_model_version_by_alias(name, "challenger").version) == str(mv.version)
         result = promote(name, "test/em")
@@ -215,8 +238,11 @@ def check_tampered_model_is_refused(client, name: str) -> None:
     from agentr1.tracking.tags import ARTIFACT_TAG
 
     champion = client.get_model_version_by_alias(name, "champion")
-    stored = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{champion.version}",
-                                                      dst_path=tempfile.mkdtemp()))
+    stored = Path(
+        mlflow.artifacts.download_artifacts(
+            artifact_uri=f"models:/{name}/{champion.version}", dst_path=tempfile.mkdtemp()
+        )
+    )
     assert champion.tags[ARTIFACT_TAG] == tree_digest(stored)
     code = [p.relative_to(stored) for p in stored.rglob("*.py")]
     assert code, "the logged model holds its code file"

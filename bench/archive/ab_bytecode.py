@@ -41,8 +41,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--clone-rev", default=None, help="also time a no-op `dvc repro` in a clone of this commit")
-    ap.add_argument("--prefect", action="store_true",
-                    help="also a trivial Prefect flow run in ephemeral mode (starts Prefect's temporary server; ~1 min a run)")
+    ap.add_argument(
+        "--prefect",
+        action="store_true",
+        help="also a trivial Prefect flow run in ephemeral mode (starts Prefect's temporary server; ~1 min a run)",
+    )
     ap.add_argument("--only", nargs="*", default=None, help="keep the commands whose name contains one of these")
     ap.add_argument("--out", default="bench/results/ab_bytecode.json")
     args = ap.parse_args(argv)
@@ -57,20 +60,33 @@ def main(argv: list[str] | None = None) -> dict:
     }
     home = Path(tempfile.mkdtemp(prefix="bench-prefect-home-"))
     if args.prefect:
-        flow = ("import sys; sys.path.insert(0, '.'); import flows.pipeline; from prefect import flow\n"
-                "@flow(name='bench-noop')\ndef noop():\n    return 1\nassert noop(return_state=True).is_completed()")
+        flow = (
+            "import sys; sys.path.insert(0, '.'); import flows.pipeline; from prefect import flow\n"
+            "@flow(name='bench-noop')\ndef noop():\n    return 1\nassert noop(return_state=True).is_completed()"
+        )
         for env in (env_a, env_b):
-            env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false",
-                       PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="240", PREFECT_LOGGING_LEVEL="WARNING")
+            env.update(
+                PREFECT_HOME=str(home),
+                PREFECT_SERVER_ANALYTICS_ENABLED="false",
+                PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="240",
+                PREFECT_LOGGING_LEVEL="WARNING",
+            )
             env.pop("PREFECT_API_URL", None)
-        cmds["prefect: import flows.pipeline + first trivial flow run (ephemeral server)"] = ([P.PY, "-c", flow], P.ROOT)
+        cmds["prefect: import flows.pipeline + first trivial flow run (ephemeral server)"] = (
+            [P.PY, "-c", flow],
+            P.ROOT,
+        )
     clone_dir = None
     if args.clone_rev:
         clone_dir = Path(tempfile.mkdtemp(prefix="bench-dvc-clone-")) / "repo"
-        for i, cmd in enumerate([["git", "clone", "-q", "--shared", str(P.ROOT), str(clone_dir)],
-                                 ["git", "checkout", "-q", args.clone_rev],
-                                 [P.DVC, "remote", "add", "--local", "-d", "benchsrc", str(P.ROOT / ".dvc" / "cache")],
-                                 [P.DVC, "pull", "-q", "-r", "benchsrc"]]):
+        for i, cmd in enumerate(
+            [
+                ["git", "clone", "-q", "--shared", str(P.ROOT), str(clone_dir)],
+                ["git", "checkout", "-q", args.clone_rev],
+                [P.DVC, "remote", "add", "--local", "-d", "benchsrc", str(P.ROOT / ".dvc" / "cache")],
+                [P.DVC, "pull", "-q", "-r", "benchsrc"],
+            ]
+        ):
             P.run(cmd, P.ROOT if i == 0 else clone_dir)
         if P.up_to_date(P.run([P.DVC, "status"], clone_dir)):
             cmds[f"dvc repro (all stages, no-op, clone {args.clone_rev})"] = ([P.DVC, "repro"], clone_dir)
@@ -98,15 +114,19 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{'command':<58}{'A (as is) s':>12}{'B (.pyc) s':>12}{'B/A':>7}{'A cpu':>7}{'B cpu':>7}")
     for name in cmds:
         a, b = samples[(name, "A")], samples[(name, "B")]
-        row = {"A_wall_s_median": statistics.median(x["wall_s"] for x in a),
-               "B_wall_s_median": statistics.median(x["wall_s"] for x in b),
-               "A_cpu_s_median": statistics.median(x["cpu_s"] for x in a),
-               "B_cpu_s_median": statistics.median(x["cpu_s"] for x in b),
-               "ratio_B_over_A": statistics.median(y["wall_s"] / x["wall_s"] for x, y in zip(a, b)),
-               "rc": [x["rc"] for x in a + b]}
+        row = {
+            "A_wall_s_median": statistics.median(x["wall_s"] for x in a),
+            "B_wall_s_median": statistics.median(x["wall_s"] for x in b),
+            "A_cpu_s_median": statistics.median(x["cpu_s"] for x in a),
+            "B_cpu_s_median": statistics.median(x["cpu_s"] for x in b),
+            "ratio_B_over_A": statistics.median(y["wall_s"] / x["wall_s"] for x, y in zip(a, b)),
+            "rc": [x["rc"] for x in a + b],
+        }
         res["commands"][name] = row
-        print(f"{name[:57]:<58}{row['A_wall_s_median']:>12.2f}{row['B_wall_s_median']:>12.2f}{row['ratio_B_over_A']:>7.2f}"
-              f"{row['A_cpu_s_median']:>7.2f}{row['B_cpu_s_median']:>7.2f}")
+        print(
+            f"{name[:57]:<58}{row['A_wall_s_median']:>12.2f}{row['B_wall_s_median']:>12.2f}{row['ratio_B_over_A']:>7.2f}"
+            f"{row['A_cpu_s_median']:>7.2f}{row['B_cpu_s_median']:>7.2f}"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2) + "\n")
     print(f"wrote {args.out}")

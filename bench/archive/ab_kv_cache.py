@@ -87,21 +87,43 @@ def main() -> int:
 
     rows = []
     print(f"policy {ckpt}, {args.rounds} alternated rounds, {args.threads} thread(s)")
-    print(f"{'workload':<8} {'episodes':>8} {'A s (no cache)':>15} {'B s (cache)':>12} {'B/A':>6} "
-          f"{'A prefilled':>12} {'B prefilled':>12} {'B reused':>9} {'gen tok':>8}")
+    print(
+        f"{'workload':<8} {'episodes':>8} {'A s (no cache)':>15} {'B s (cache)':>12} {'B/A':>6} "
+        f"{'A prefilled':>12} {'B prefilled':>12} {'B reused':>9} {'gen tok':>8}"
+    )
     for w in workloads:
         a, b = statistics.median(times[(w, "A")]), statistics.median(times[(w, "B")])
         ratios = [tb / ta for ta, tb in zip(times[(w, "A")], times[(w, "B")])]
         sa, sb = stats[(w, "A")], stats[(w, "B")]
-        row = dict(workload=w, episodes=len(trajs[(w, "A")]), a_seconds=a, b_seconds=b, ratio=statistics.median(ratios),
-                   ratios=ratios, a_prefilled=sa["prefilled_tokens"], b_prefilled=sb["prefilled_tokens"],
-                   b_reused=sb["reused_tokens"], generated=sb["generated_tokens"], turns=sb["turns"])
+        row = dict(
+            workload=w,
+            episodes=len(trajs[(w, "A")]),
+            a_seconds=a,
+            b_seconds=b,
+            ratio=statistics.median(ratios),
+            ratios=ratios,
+            a_prefilled=sa["prefilled_tokens"],
+            b_prefilled=sb["prefilled_tokens"],
+            b_reused=sb["reused_tokens"],
+            generated=sb["generated_tokens"],
+            turns=sb["turns"],
+        )
         rows.append(row)
-        print(f"{w:<8} {row['episodes']:>8} {a:>15.2f} {b:>12.2f} {row['ratio']:>6.2f} "
-              f"{row['a_prefilled']:>12} {row['b_prefilled']:>12} {row['b_reused']:>9} {row['generated']:>8}")
-    write_json_atomic(args.out, {"bench": "ab_kv_cache", "checkpoint": ckpt, "rounds": args.rounds,
-                                 "threads": args.threads, "machine": platform.processor() or platform.machine(),
-                                 "rows": rows})
+        print(
+            f"{w:<8} {row['episodes']:>8} {a:>15.2f} {b:>12.2f} {row['ratio']:>6.2f} "
+            f"{row['a_prefilled']:>12} {row['b_prefilled']:>12} {row['b_reused']:>9} {row['generated']:>8}"
+        )
+    write_json_atomic(
+        args.out,
+        {
+            "bench": "ab_kv_cache",
+            "checkpoint": ckpt,
+            "rounds": args.rounds,
+            "threads": args.threads,
+            "machine": platform.processor() or platform.machine(),
+            "rows": rows,
+        },
+    )
     print(f"wrote {args.out}")
     return 0
 

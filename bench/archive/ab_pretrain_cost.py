@@ -40,9 +40,9 @@ from agentr1.data.drills import stream_docs  # noqa: E402
 from agentr1.data.names import PARTS  # noqa: E402
 from agentr1.data.world import fresh_world  # noqa: E402
 from agentr1.io import write_json_atomic  # noqa: E402
-from agentr1.models import TOOL_TAGS, build_scratch_model, train_tokenizer  # noqa: E402
 from agentr1.lm.pretrain import document_batches, target_logits  # noqa: E402
 from agentr1.lm.schedule import make_optimizer  # noqa: E402
+from agentr1.models import TOOL_TAGS, build_scratch_model, train_tokenizer  # noqa: E402
 
 
 def full_head_loss(model, batch):
@@ -67,20 +67,38 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     cfg = load_config(a.params)
     pcfg, syn = cfg.pretrain, cfg.data.synthetic
-    docs_of = stream_docs(fresh_world(pcfg.world_families, "bench"), random.Random(0), syn.distractor_sentences,
-                          pcfg.passages, pcfg.questions, pcfg.question_first)
+    docs_of = stream_docs(
+        fresh_world(pcfg.world_families, "bench"),
+        random.Random(0),
+        syn.distractor_sentences,
+        pcfg.passages,
+        pcfg.questions,
+        pcfg.question_first,
+    )
     sample = list(islice(docs_of, pcfg.tokenizer_docs))
     parts = sorted({w for pool in PARTS.values() for w in pool})
     variants = {}
     for vocab_name, bpe in (("small", cfg.model.scratch.vocab_size), ("8k", 8192)):
         tok = train_tokenizer([d.text for d in sample], bpe, TOOL_TAGS, whole_words=parts)
-        rest = stream_docs(fresh_world(pcfg.world_families, "bench/batches"), random.Random(1), syn.distractor_sentences,
-                           pcfg.passages, pcfg.questions, pcfg.question_first)
+        rest = stream_docs(
+            fresh_world(pcfg.world_families, "bench/batches"),
+            random.Random(1),
+            syn.distractor_sentences,
+            pcfg.passages,
+            pcfg.questions,
+            pcfg.question_first,
+        )
         enc = list(islice(document_batches(tok, rest, pcfg), a.steps))
         for head, loss_fn in (("targets", head_on_targets_loss), ("full", full_head_loss)):
             model = build_scratch_model(cfg.model.scratch, tok, seed=0)
-            variants[f"{vocab_name}-{head}"] = {"model": model, "opt": make_optimizer(model, pcfg.lr, pcfg.weight_decay),
-                                                "batches": enc, "loss": loss_fn, "vocab": len(tok), "times": []}
+            variants[f"{vocab_name}-{head}"] = {
+                "model": model,
+                "opt": make_optimizer(model, pcfg.lr, pcfg.weight_decay),
+                "batches": enc,
+                "loss": loss_fn,
+                "vocab": len(tok),
+                "times": [],
+            }
 
     def step(v, batch):
         v["model"].train()
@@ -105,12 +123,27 @@ def main() -> None:
     print(f"{'variant':<14}{'vocab':>7}{'s/step':>9}{'tokens/s':>10}{'ratio':>7}")
     for name, v in variants.items():
         med = statistics.median(v["times"])
-        rows[name] = {"vocab": v["vocab"], "s_per_step": round(med, 4), "tokens_per_s": round(tokens / med, 1),
-                      "time_ratio_to_small_targets": round(med / base, 3), "rounds": [round(t, 4) for t in v["times"]]}
+        rows[name] = {
+            "vocab": v["vocab"],
+            "s_per_step": round(med, 4),
+            "tokens_per_s": round(tokens / med, 1),
+            "time_ratio_to_small_targets": round(med / base, 3),
+            "rounds": [round(t, 4) for t in v["times"]],
+        }
         print(f"{name:<14}{v['vocab']:>7}{med:>9.3f}{tokens / med:>10.0f}{med / base:>7.2f}")
-    write_json_atomic(a.out, {"loss_on": pcfg.loss_on, "batch_size": pcfg.batch_size, "context": pcfg.context,
-                              "tokens_per_batch": tokens,
-                              "targets_per_batch": targets, "threads": a.threads, "steps": a.steps, "variants": rows})
+    write_json_atomic(
+        a.out,
+        {
+            "loss_on": pcfg.loss_on,
+            "batch_size": pcfg.batch_size,
+            "context": pcfg.context,
+            "tokens_per_batch": tokens,
+            "targets_per_batch": targets,
+            "threads": a.threads,
+            "steps": a.steps,
+            "variants": rows,
+        },
+    )
 
 
 if __name__ == "__main__":

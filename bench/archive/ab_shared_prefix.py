@@ -85,9 +85,9 @@ def main(argv: list[str] | None = None) -> dict:
     # when every episode of a group gets the same reward, which would make the gradient check vacuous)
     weights = torch.randn(batch["input_ids"].shape, generator=gen) * batch["loss_mask"]
     for i in range(0, B, mb):
-        w = int(batch["attention_mask"][i:i + mb].sum(-1).max())
-        micro.append({k: batch[k][i:i + mb, :w] for k in ("input_ids", "attention_mask", "loss_mask")})
-        micro[-1]["weights"] = weights[i:i + mb, :w]
+        w = int(batch["attention_mask"][i : i + mb].sum(-1).max())
+        micro.append({k: batch[k][i : i + mb, :w] for k in ("input_ids", "attention_mask", "loss_mask")})
+        micro[-1]["weights"] = weights[i : i + mb, :w]
 
     def run_a(grad: bool):
         out = []
@@ -136,20 +136,32 @@ def main(argv: list[str] | None = None) -> dict:
                 model.zero_grad(set_to_none=True)
     tokens = int(batch["attention_mask"].sum())
     res = {
-        "model": source, "episodes": B, "micro_batch_size": mb, "tokens": tokens,
+        "model": source,
+        "episodes": B,
+        "micro_batch_size": mb,
+        "tokens": tokens,
         "shared_prefix_per_micro_batch": prefixes,
         "prefix_token_share": sum(p * len(m["input_ids"]) for p, m in zip(prefixes, micro)) / tokens,
-        "max_abs_logp_diff": max_diff, "max_rel_grad_diff": grad_rel,
-        "no_grad": {"A_s": statistics.median(times[("A", False)]), "B_s": statistics.median(times[("B", False)]),
-                    "ratio_B_over_A": statistics.median(b / a for a, b in zip(times[("A", False)], times[("B", False)]))},
-        "fwd_bwd": {"A_s": statistics.median(times[("A", True)]), "B_s": statistics.median(times[("B", True)]),
-                    "ratio_B_over_A": statistics.median(b / a for a, b in zip(times[("A", True)], times[("B", True)]))},
+        "max_abs_logp_diff": max_diff,
+        "max_rel_grad_diff": grad_rel,
+        "no_grad": {
+            "A_s": statistics.median(times[("A", False)]),
+            "B_s": statistics.median(times[("B", False)]),
+            "ratio_B_over_A": statistics.median(b / a for a, b in zip(times[("A", False)], times[("B", False)])),
+        },
+        "fwd_bwd": {
+            "A_s": statistics.median(times[("A", True)]),
+            "B_s": statistics.median(times[("B", True)]),
+            "ratio_B_over_A": statistics.median(b / a for a, b in zip(times[("A", True)], times[("B", True)])),
+        },
         "samples": {f"{k[0]}_{'grad' if k[1] else 'nograd'}": [round(x, 3) for x in v] for k, v in times.items()},
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
-    print(f"{source}: {B} episodes, {tokens} tokens, shared prefix {prefixes} per micro-batch "
-          f"({100 * res['prefix_token_share']:.0f}% of the tokens)")
+    print(
+        f"{source}: {B} episodes, {tokens} tokens, shared prefix {prefixes} per micro-batch "
+        f"({100 * res['prefix_token_share']:.0f}% of the tokens)"
+    )
     print(f"correctness: max |logp A - logp B| = {max_diff:.2e}, max relative gradient difference = {grad_rel:.2e}")
     print(f"{'pass':<28}{'A (src) s':>11}{'B (prefix) s':>14}{'B/A':>7}")
     for k, label in (("no_grad", "old/ref log-probs (no grad)"), ("fwd_bwd", "update fwd+bwd")):

@@ -32,10 +32,14 @@ PHASES = ("rollout", "old_logp", "ref_logp", "update", "total")
 
 
 def worktree(rev: str) -> Path:
-    sha = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, check=True, capture_output=True, text=True).stdout.strip()
+    sha = subprocess.run(
+        ["git", "rev-parse", "--short", rev], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.strip()
     path = ROOT / "bench" / f".ab_{sha}"
     if not path.is_dir():
-        subprocess.run(["git", "worktree", "add", "--detach", str(path), sha], cwd=ROOT, check=True, capture_output=True)
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(path), sha], cwd=ROOT, check=True, capture_output=True
+        )
     return path
 
 
@@ -44,8 +48,18 @@ def one(src: Path, steps: int, threads: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rl_step.json"
         env = dict(os.environ, PYTHONPATH=f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-        cmd = [sys.executable, "bench/rl_step.py", "--models", "nano", "--steps", str(steps), "--threads", str(threads),
-               "--out", str(out)]
+        cmd = [
+            sys.executable,
+            "bench/rl_step.py",
+            "--models",
+            "nano",
+            "--steps",
+            str(steps),
+            "--threads",
+            str(threads),
+            "--out",
+            str(out),
+        ]
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
         if proc.returncode:
             raise SystemExit(f"{' '.join(cmd)} failed (PYTHONPATH={src}):\n{proc.stderr[-3000:]}")
@@ -62,8 +76,13 @@ def main() -> int:
     ap.add_argument("--out", default="bench/results/ab_step.json")
     args = ap.parse_args()
     srcs = {"A": worktree(args.rev) / "src", "B": ROOT / "src"}
-    probe = subprocess.run([sys.executable, "-c", "import agentr1; print(agentr1.__file__)"], capture_output=True, text=True,
-                           env=dict(os.environ, PYTHONPATH=str(srcs["A"])), check=True).stdout.strip()
+    probe = subprocess.run(
+        [sys.executable, "-c", "import agentr1; print(agentr1.__file__)"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(srcs["A"])),
+        check=True,
+    ).stdout.strip()
     if not probe.startswith(str(srcs["A"])):
         raise SystemExit(f"PYTHONPATH does not take precedence over the installed agentr1 ({probe})")
     runs: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
@@ -82,8 +101,21 @@ def main() -> int:
         print(f"{p:<10}{a:>8.2f}{b:>8.2f}{statistics.median(ratios):>7.2f}   {', '.join(f'{x:.2f}' for x in ratios)}")
     out = ROOT / args.out
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"bench": "ab_step", "rev_a": args.rev, "rounds": args.rounds, "steps": args.steps,
-                               "threads": args.threads, "runs": runs, "rows": rows}, indent=2) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "bench": "ab_step",
+                "rev_a": args.rev,
+                "rounds": args.rounds,
+                "steps": args.steps,
+                "threads": args.threads,
+                "runs": runs,
+                "rows": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {args.out}")
     return 0
 

@@ -58,7 +58,10 @@ def main() -> None:
     train = unique_questions(world.train_q)[:200]
     plans = plan_all(train, corpus_titles(ds.corpus), full_env.fmt, 0.0, cfg.seed, full_env.max_turns, True)
     cut, cut_tok, info = restrict_vocabulary(cut, cut_tok, world_texts(ds, full_env, train, plans))
-    sides = {"full": _rl.make_trainer(full, tok, world, tcfg, rcfg), "cut": _rl.make_trainer(cut, cut_tok, world, tcfg, rcfg)}
+    sides = {
+        "full": _rl.make_trainer(full, tok, world, tcfg, rcfg),
+        "cut": _rl.make_trainer(cut, cut_tok, world, tcfg, rcfg),
+    }
     times: dict[str, list[dict]] = {k: [] for k in sides}
     for step in range(a.rounds + 1):
         for name, trainer in sides.items():
@@ -70,13 +73,24 @@ def main() -> None:
                 times[name].append(row)
             print(f"round {step} {name:4s} " + " ".join(f"{k} {row[k]:.1f}" for k in PHASES), flush=True)
     med = {name: {k: statistics.median(r[k] for r in rows) for k in PHASES} for name, rows in times.items()}
-    print(f"\nSmolLM2-135M ({source}); vocabulary {info['before']} -> {info['after']}; "
-          f"{tcfg.batch_questions}x{tcfg.group_size} episodes per step, {a.threads} threads")
+    print(
+        f"\nSmolLM2-135M ({source}); vocabulary {info['before']} -> {info['after']}; "
+        f"{tcfg.batch_questions}x{tcfg.group_size} episodes per step, {a.threads} threads"
+    )
     print(f"{'phase':10s} {'full s':>8s} {'cut s':>8s} {'cut/full':>9s}")
     for k in PHASES:
         print(f"{k:10s} {med['full'][k]:8.2f} {med['cut'][k]:8.2f} {med['cut'][k] / med['full'][k]:9.3f}")
-    write_json_atomic(Path(a.out), {"vocab": info, "threads": a.threads, "rounds": a.rounds, "median_s": med,
-                                    "rounds_s": times, "episodes_per_step": tcfg.batch_questions * tcfg.group_size})
+    write_json_atomic(
+        Path(a.out),
+        {
+            "vocab": info,
+            "threads": a.threads,
+            "rounds": a.rounds,
+            "median_s": med,
+            "rounds_s": times,
+            "episodes_per_step": tcfg.batch_questions * tcfg.group_size,
+        },
+    )
     print(f"wrote {a.out}")
 
 

@@ -32,8 +32,8 @@ from agentr1.config import load_config  # noqa: E402
 from agentr1.data.drills import gate_drills, pretraining_docs, stream_docs  # noqa: E402
 from agentr1.data.names import PARTS  # noqa: E402
 from agentr1.data.world import build_world, corpus_rows, fresh_world  # noqa: E402
-from agentr1.models import TOOL_TAGS, build_scratch_model, train_tokenizer  # noqa: E402
 from agentr1.lm.pretrain import pretrain_reader, reading_accuracy  # noqa: E402
+from agentr1.models import TOOL_TAGS, build_scratch_model, train_tokenizer  # noqa: E402
 
 
 def gate(model, tok, docs):
@@ -42,9 +42,12 @@ def gate(model, tok, docs):
     for d, h in zip(docs, rows):
         per[d.facts[0].relation].append(h["correct"])
     n = len(rows)
-    return {"acc": round(sum(h["correct"] for h in rows) / n, 4), "first": round(sum(h["first"] for h in rows) / n, 4),
-            "nll": round(sum(h["nll"] for h in rows) / n, 3),
-            "per": {r: round(sum(v) / len(v), 3) for r, v in sorted(per.items())}}
+    return {
+        "acc": round(sum(h["correct"] for h in rows) / n, 4),
+        "first": round(sum(h["first"] for h in rows) / n, 4),
+        "nll": round(sum(h["nll"] for h in rows) / n, 3),
+        "per": {r: round(sum(v) / len(v), 3) for r, v in sorted(per.items())},
+    }
 
 
 def main() -> None:
@@ -89,8 +92,15 @@ def main() -> None:
         from agentr1.env.load import load_env
 
         sp = load_env(cfg).system_prompt() + "\n"
-        after = [Doc(sp + d.text, targets=[(x + len(sp), y + len(sp)) for x, y in d.targets], facts=d.facts,
-                     prompt_end=d.prompt_end + len(sp)) for d in one]
+        after = [
+            Doc(
+                sp + d.text,
+                targets=[(x + len(sp), y + len(sp)) for x, y in d.targets],
+                facts=d.facts,
+                prompt_end=d.prompt_end + len(sp),
+            )
+            for d in one
+        ]
 
     t0 = time.perf_counter()
     sample = fresh_world(a.families, f"{a.seed}/tokenizer", taken=taken)
@@ -98,14 +108,22 @@ def main() -> None:
     texts = [next(stream_docs(sample, srng, syn.distractor_sentences, passages, a.questions)).text for _ in range(3000)]
     words = sorted({w for pool in PARTS.values() for w in pool})
     tok = train_tokenizer(texts, a.bpe_vocab, TOOL_TAGS, whole_words=words)
-    scratch = cfg.model.scratch.model_copy(update={"hidden_size": a.hidden, "num_layers": a.layers, "num_heads": a.heads,
-                                                   "num_kv_heads": a.heads, "intermediate_size": 4 * a.hidden})
+    scratch = cfg.model.scratch.model_copy(
+        update={
+            "hidden_size": a.hidden,
+            "num_layers": a.layers,
+            "num_heads": a.heads,
+            "num_kv_heads": a.heads,
+            "intermediate_size": 4 * a.hidden,
+        }
+    )
     model = build_scratch_model(scratch, tok, seed=a.seed)
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"vocab {len(tok)} params {n_params/1e6:.2f}M setup {time.perf_counter()-t0:.1f}s", flush=True)
+    print(f"vocab {len(tok)} params {n_params / 1e6:.2f}M setup {time.perf_counter() - t0:.1f}s", flush=True)
 
-    docs = pretraining_docs(taken, a.seed, a.families, a.docs_per_world, syn.distractor_sentences, passages, a.questions,
-                            a.question_first)
+    docs = pretraining_docs(
+        taken, a.seed, a.families, a.docs_per_world, syn.distractor_sentences, passages, a.questions, a.question_first
+    )
     curve = []
     tally = {"tokens": 0, "targets": 0, "loss": []}
 
@@ -117,20 +135,42 @@ def main() -> None:
             g1, g3 = gate(model, tok, one), gate(model, tok, multi)
             if after is not None:
                 tally["after"] = gate(model, tok, after)["acc"]
-            row = {"step": r["step"], "after_prompt": tally.get("after"),
-                   "loss": round(sum(tally["loss"]) / len(tally["loss"]), 4), "tokens": tally["tokens"],
-                   "train_s": round(r["elapsed_s"], 1), "one": g1["acc"], "multi": g3["acc"], "first": [g1["first"], g3["first"]],
-                   "nll": [g1["nll"], g3["nll"]], "one_per": g1["per"],
-                   "multi_per": g3["per"]}
+            row = {
+                "step": r["step"],
+                "after_prompt": tally.get("after"),
+                "loss": round(sum(tally["loss"]) / len(tally["loss"]), 4),
+                "tokens": tally["tokens"],
+                "train_s": round(r["elapsed_s"], 1),
+                "one": g1["acc"],
+                "multi": g3["acc"],
+                "first": [g1["first"], g3["first"]],
+                "nll": [g1["nll"], g3["nll"]],
+                "one_per": g1["per"],
+                "multi_per": g3["per"],
+            }
             curve.append(row)
             print(json.dumps(row), flush=True)
 
-    pcfg = SimpleNamespace(steps=a.steps, batch_size=a.batch, lr=a.lr, warmup_steps=a.warmup, weight_decay=0.01,
-                           loss_on=a.loss_on, context=a.context, answer_weight=a.answer_weight)
+    pcfg = SimpleNamespace(
+        steps=a.steps,
+        batch_size=a.batch,
+        lr=a.lr,
+        warmup_steps=a.warmup,
+        weight_decay=0.01,
+        loss_on=a.loss_on,
+        context=a.context,
+        answer_weight=a.answer_weight,
+    )
     hist = pretrain_reader(model, tok, docs, pcfg, on_step=on_step, log_every=0)
-    out = {"name": a.name, "args": vars(a), "vocab": len(tok), "params": n_params,
-           "elapsed_s_incl_eval": round(hist[-1]["elapsed_s"], 1), "target_share": round(tally["targets"] / tally["tokens"], 4),
-           "curve": curve}
+    out = {
+        "name": a.name,
+        "args": vars(a),
+        "vocab": len(tok),
+        "params": n_params,
+        "elapsed_s_incl_eval": round(hist[-1]["elapsed_s"], 1),
+        "target_share": round(tally["targets"] / tally["tokens"], 4),
+        "curve": curve,
+    }
     with open(a.out, "a") as f:
         f.write(json.dumps(out) + "\n")
     if a.save:

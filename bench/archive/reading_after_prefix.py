@@ -32,16 +32,18 @@ import torch  # noqa: E402
 from agentr1.config import load_config  # noqa: E402
 from agentr1.data.drills import Doc, gate_drills  # noqa: E402
 from agentr1.data.world import build_world, corpus_rows  # noqa: E402
-from agentr1.models import load_checkpoint  # noqa: E402
-from agentr1.lm.pretrain import reading_accuracy  # noqa: E402
 from agentr1.env.load import load_env  # noqa: E402
+from agentr1.lm.pretrain import reading_accuracy  # noqa: E402
+from agentr1.models import load_checkpoint  # noqa: E402
 
 
 def shifted(docs: list[Doc], prefix: str) -> list[Doc]:
     """``docs`` with ``prefix`` before each text (character spans moved with it)."""
     n = len(prefix)
-    return [Doc(prefix + d.text, targets=[(a + n, b + n) for a, b in d.targets], facts=d.facts,
-                prompt_end=d.prompt_end + n) for d in docs]
+    return [
+        Doc(prefix + d.text, targets=[(a + n, b + n) for a, b in d.targets], facts=d.facts, prompt_end=d.prompt_end + n)
+        for d in docs
+    ]
 
 
 def main() -> None:
@@ -67,7 +69,10 @@ def main() -> None:
     print(f"{'prefix':<16}{'tokens':>7}{'reading':>9}")
     for name, prefix in prefixes.items():
         hits = reading_accuracy(model, tok, shifted(docs, prefix))
-        rows[name] = {"prefix_tokens": len(tok(prefix)["input_ids"]) if prefix else 0, "accuracy": sum(hits) / len(hits)}
+        rows[name] = {
+            "prefix_tokens": len(tok(prefix)["input_ids"]) if prefix else 0,
+            "accuracy": sum(hits) / len(hits),
+        }
         print(f"{name:<16}{rows[name]['prefix_tokens']:>7}{rows[name]['accuracy']:>9.3f}")
     with open(a.out, "a", encoding="utf-8") as f:
         f.write(json.dumps({"model": a.model, "n": len(docs), "prefixes": rows}) + "\n")

@@ -26,8 +26,8 @@ import torch  # noqa: E402
 from agentr1.config import load_config  # noqa: E402
 from agentr1.data.drills import gate_drills  # noqa: E402
 from agentr1.data.world import build_world, corpus_rows  # noqa: E402
-from agentr1.models import load_checkpoint  # noqa: E402
 from agentr1.lm.pretrain import reading_accuracy  # noqa: E402
+from agentr1.models import load_checkpoint  # noqa: E402
 
 
 def main() -> None:
@@ -55,7 +55,7 @@ def main() -> None:
             continue
         ids = tok(doc.text[: doc.prompt_end], return_tensors="pt", add_special_tokens=False)["input_ids"]
         out = model.generate(ids, max_new_tokens=8, do_sample=False, attention_mask=torch.ones_like(ids))
-        got = tok.decode(out[0, ids.shape[1]:]).split("\n")[0].strip()
+        got = tok.decode(out[0, ids.shape[1] :]).split("\n")[0].strip()
         gold = doc.facts[0].answers[0]
         if got.startswith(gold):
             per[rel]["no_stop"] += 1
@@ -66,8 +66,10 @@ def main() -> None:
         examples[rel].append((doc.facts[0].question, gold, got))
     print(f"{'relation':<18}{'n':>4}{'first':>7}{'right':>7}{'no_stop':>9}{'1st ok':>8}{'wrong 1st':>10}")
     for rel, c in sorted(per.items()):
-        print(f"{rel:<18}{c['n']:>4}{c['first'] / c['n']:>7.2f}{c['correct'] / c['n']:>7.2f}{c['no_stop']:>9}"
-              f"{c['first_ok_rest_wrong']:>8}{c['wrong_start']:>10}")
+        print(
+            f"{rel:<18}{c['n']:>4}{c['first'] / c['n']:>7.2f}{c['correct'] / c['n']:>7.2f}{c['no_stop']:>9}"
+            f"{c['first_ok_rest_wrong']:>8}{c['wrong_start']:>10}"
+        )
     for rel, ex in sorted(examples.items()):
         for q, gold, got in ex[: a.show]:
             print(f"  {rel}: {q} gold={gold!r} greedy={got!r}")

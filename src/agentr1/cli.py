@@ -42,8 +42,9 @@ def port_number(text: str) -> int:
     try:
         port = int(text, 10)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number: give an integer 0..65535 "
-                                         "(0 = any free port)") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a port number: give an integer 0..65535 (0 = any free port)"
+        ) from None
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{port} is out of range: a port is 0..65535 (0 = any free port)")
     return port
@@ -52,36 +53,90 @@ def port_number(text: str) -> int:
 _MODEL = Arg("--model", default=None, help="registered model (default: tracking.registered_model)")
 COMMANDS: dict[str, Command] = {
     "serve-retriever": Command(
-        "agentr1.retrieval.server:run_server", "serve the index over HTTP (POST /retrieve)",
-        (Arg("--host", default=None, help="bind address (default from params: 127.0.0.1)"),
-         Arg("--port", type=port_number, default=None, help="0..65535; 0 = any free port (default from params: 8765)"))),
+        "agentr1.retrieval.server:run_server",
+        "serve the index over HTTP (POST /retrieve)",
+        (
+            Arg("--host", default=None, help="bind address (default from params: 127.0.0.1)"),
+            Arg(
+                "--port", type=port_number, default=None, help="0..65535; 0 = any free port (default from params: 8765)"
+            ),
+        ),
+    ),
     "compare": Command(
-        "agentr1.tracking.compare:run_compare", "compare MLflow runs or registry aliases (table + PNG)",
-        (_MODEL,
-         Arg("--runs", group="pick", nargs="+", metavar="RUN_ID", help="MLflow run ids to compare"),
-         Arg("--aliases", group="pick", nargs="+", default=["champion", "challenger"],
-             help="registry aliases (default: champion challenger)"),
-         Arg("--metric", action="append", default=None, help="metric column, repeatable (default: tracking.gate_metric)"),
-         Arg("--out", default="mlflow/compare.png", help="PNG of the first metric (default: mlflow/compare.png)"))),
+        "agentr1.tracking.compare:run_compare",
+        "compare MLflow runs or registry aliases (table + PNG)",
+        (
+            _MODEL,
+            Arg("--runs", group="pick", nargs="+", metavar="RUN_ID", help="MLflow run ids to compare"),
+            Arg(
+                "--aliases",
+                group="pick",
+                nargs="+",
+                default=["champion", "challenger"],
+                help="registry aliases (default: champion challenger)",
+            ),
+            Arg(
+                "--metric",
+                action="append",
+                default=None,
+                help="metric column, repeatable (default: tracking.gate_metric)",
+            ),
+            Arg("--out", default="mlflow/compare.png", help="PNG of the first metric (default: mlflow/compare.png)"),
+        ),
+    ),
     "promote": Command(
-        "agentr1.tracking.compare:run_promote", "move the 'champion' alias if the challenger beats it beyond the CI",
-        (_MODEL,
-         Arg("--metric", default=None, help="gating metric (default: tracking.gate_metric)"),
-         Arg("--version", default=None, metavar="N", help="gate version N instead of the one the 'challenger' alias names"),
-         Arg("--dry-run", action="store_true", help="report the decision without moving aliases"))),
+        "agentr1.tracking.compare:run_promote",
+        "move the 'champion' alias if the challenger beats it beyond the CI",
+        (
+            _MODEL,
+            Arg("--metric", default=None, help="gating metric (default: tracking.gate_metric)"),
+            Arg(
+                "--version",
+                default=None,
+                metavar="N",
+                help="gate version N instead of the one the 'challenger' alias names",
+            ),
+            Arg("--dry-run", action="store_true", help="report the decision without moving aliases"),
+        ),
+    ),
     "profile": Command(
-        "agentr1.profiles:run_profile", "merge profiles/NAME.yaml onto params.yaml, validate; --dry-run, --print-set, --write",
-        (Arg("name", metavar="NAME", help="nano (params.yaml as is), a profile in profiles/ (smol, paper) or a .yaml path"),
-         Arg("--print-set", group="mode", action="store_true",
-             help='the -S arguments of `dvc exp run` (shell-quoted): eval "dvc exp run -n NAME $(agentr1 profile NAME --print-set)"'),
-         Arg("--dry-run", group="mode", action="store_true", help="the resolved config and every stage's command, in order"),
-         Arg("--write", group="mode", metavar="PATH", default=None, help="write the merged, validated params to PATH"),
-         Arg("--nproc-per-node", type=int, default=None, metavar="N",
-             help="processes per node for train (default: the profile's launch.nproc_per_node, else 1)"))),
+        "agentr1.profiles:run_profile",
+        "merge profiles/NAME.yaml onto params.yaml, validate; --dry-run, --print-set, --write",
+        (
+            Arg(
+                "name",
+                metavar="NAME",
+                help="nano (params.yaml as is), a profile in profiles/ (smol, paper) or a .yaml path",
+            ),
+            Arg(
+                "--print-set",
+                group="mode",
+                action="store_true",
+                help='the -S arguments of `dvc exp run` (shell-quoted): eval "dvc exp run -n NAME $(agentr1 profile NAME --print-set)"',
+            ),
+            Arg(
+                "--dry-run",
+                group="mode",
+                action="store_true",
+                help="the resolved config and every stage's command, in order",
+            ),
+            Arg(
+                "--write", group="mode", metavar="PATH", default=None, help="write the merged, validated params to PATH"
+            ),
+            Arg(
+                "--nproc-per-node",
+                type=int,
+                default=None,
+                metavar="N",
+                help="processes per node for train (default: the profile's launch.nproc_per_node, else 1)",
+            ),
+        ),
+    ),
     "track": Command(
         "agentr1.stages.track:run_track",
         "log to MLflow every dvc.lock stage it lacks, from the outputs (after dvc repro/pull/exp apply; idempotent)",
-        (Arg("--dry-run", action="store_true", help="print what would be logged, write nothing"),)),
+        (Arg("--dry-run", action="store_true", help="print what would be logged, write nothing"),),
+    ),
 }
 
 
@@ -136,7 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentr1", description=__doc__.splitlines()[0])
     parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
     parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE",
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="override one param by dotted key path, e.g. --set env.max_turns=3 (repeatable)",
     )
     parser.add_argument("-v", "--verbose", action="store_true")

@@ -78,8 +78,13 @@ def _age_s(path: Path) -> float:
     return time.time() - newest
 
 
-def remove_stale_temps(parent: str | Path, name: str | None = None, kinds: tuple[str, ...] = ("tmp", "old"),
-                       keep_orphans: bool = True, legacy_age_s: float = LEGACY_TEMP_AGE_S) -> list[Path]:
+def remove_stale_temps(
+    parent: str | Path,
+    name: str | None = None,
+    kinds: tuple[str, ...] = ("tmp", "old"),
+    keep_orphans: bool = True,
+    legacy_age_s: float = LEGACY_TEMP_AGE_S,
+) -> list[Path]:
     """Remove the temporaries that :func:`atomic_dir` / :func:`atomic_path` left in ``parent``
     (those of the path ``name``, or of every path when ``None``) when their writer is gone: the
     pid in the name is not this process and no longer alive, or (a name without a pid) nothing in
@@ -184,8 +189,14 @@ def _kind(path: Path) -> str:
     import stat
 
     mode = path.stat().st_mode
-    for test, word in ((stat.S_ISDIR, "a folder"), (stat.S_ISREG, "a file"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+    for test, word in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISREG, "a file"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(mode):
             return word
     return "not a file or folder"
@@ -200,8 +211,9 @@ def _default_fix(field: str, kind: str) -> str:
     return f"set {field} to {what} you can write to (in the params file, or --set {field}=PATH)"
 
 
-def check_destination(path: str | Path, field: str, kind: str = "dir", replaced: bool = False,
-                      fix: str | None = None) -> None:
+def check_destination(
+    path: str | Path, field: str, kind: str = "dir", replaced: bool = False, fix: str | None = None
+) -> None:
     """Raise :class:`StageError` naming ``field``, ``path`` and the fix when output ``path`` could
     not be written; creates nothing that stays (the write test is a temporary folder, removed).
 
@@ -238,5 +250,6 @@ def check_destination(path: str | Path, field: str, kind: str = "dir", replaced:
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".agentr1-write-test-", dir=ancestor))
     except OSError as exc:
-        raise StageError(f"{where} cannot be written: {ancestor} takes no new entries ({exc.strerror or exc}): "
-                         f"{fix}") from None
+        raise StageError(
+            f"{where} cannot be written: {ancestor} takes no new entries ({exc.strerror or exc}): {fix}"
+        ) from None

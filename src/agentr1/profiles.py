@@ -49,8 +49,16 @@ from typing import Any
 
 import yaml
 
-from agentr1.config import (Config, ConfigError, apply_overrides, config_from_dict, deep_merge, flatten, parse_sets,
-                            read_params)
+from agentr1.config import (
+    Config,
+    ConfigError,
+    apply_overrides,
+    config_from_dict,
+    deep_merge,
+    flatten,
+    parse_sets,
+    read_params,
+)
 
 PROFILE_DIR = "profiles"
 DEFAULT_PROFILE = "nano"
@@ -100,9 +108,13 @@ def _split_launch(data: dict[str, Any], path: Path) -> tuple[dict[str, Any], dic
         raise ConfigError(f"invalid profile {path}:\n  - {LAUNCH_KEY}: must be a mapping (nproc_per_node: N)")
     for key, value in launch.items():
         if key not in LAUNCH_FIELDS:
-            raise ConfigError(f"invalid profile {path}:\n  - {LAUNCH_KEY}.{key}: unknown key; allowed: {sorted(LAUNCH_FIELDS)}")
+            raise ConfigError(
+                f"invalid profile {path}:\n  - {LAUNCH_KEY}.{key}: unknown key; allowed: {sorted(LAUNCH_FIELDS)}"
+            )
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"invalid profile {path}:\n  - {LAUNCH_KEY}.{key}: must be an integer >= 1 (got {value!r})")
+            raise ConfigError(
+                f"invalid profile {path}:\n  - {LAUNCH_KEY}.{key}: must be an integer >= 1 (got {value!r})"
+            )
     return over, launch
 
 
@@ -292,12 +304,16 @@ def stage_commands(dvc: dict[str, Any], raw: dict[str, Any], nproc: int = 1) -> 
     out: list[tuple[str, str]] = []
     for name, stage in (dvc.get("stages") or {}).items():
         if "matrix" in stage:
-            rows = [(f"{name}@{key}", _render(_cmd_text(stage.get("cmd", "")), raw, {"item": item}))
-                    for key, item in _matrix_items(stage["matrix"], raw, name)]
+            rows = [
+                (f"{name}@{key}", _render(_cmd_text(stage.get("cmd", "")), raw, {"item": item}))
+                for key, item in _matrix_items(stage["matrix"], raw, name)
+            ]
         elif "foreach" in stage:
             body = stage.get("do") or {}
-            rows = [(f"{name}@{key}", _render(_cmd_text(body.get("cmd", "")), raw, {"key": key, "item": item}))
-                    for key, item in _foreach_items(stage["foreach"], raw, name)]
+            rows = [
+                (f"{name}@{key}", _render(_cmd_text(body.get("cmd", "")), raw, {"key": key, "item": item}))
+                for key, item in _foreach_items(stage["foreach"], raw, name)
+            ]
         else:
             rows = [(name, _render(_cmd_text(stage.get("cmd", "")), raw, {}))]
         for stage_name, cmd in rows:
@@ -336,8 +352,10 @@ def summary_lines(p: Profile) -> list[str]:
         q = d.synthetic.questions
         lines.append(f"  data       synthetic world: {q.train}/{q.dev}/{q.test}/{q.ood} questions (train/dev/test/ood)")
     else:
-        lines.append(f"  data       real ({len(d.real.sources)} sources; split auto = ratios "
-                     f"{_fmt(d.real.ratios.train)}/{_fmt(d.real.ratios.dev)}/{_fmt(d.real.ratios.test)} train/dev/test)")
+        lines.append(
+            f"  data       real ({len(d.real.sources)} sources; split auto = ratios "
+            f"{_fmt(d.real.ratios.train)}/{_fmt(d.real.ratios.dev)}/{_fmt(d.real.ratios.test)} train/dev/test)"
+        )
         lines += [f"               {_source_text(src)}" for src in d.real.sources]
         lines.append(f"             corpus: the questions' own paragraphs + {d.real.corpus or 'nothing else'}")
     if r.backend == "dense":
@@ -346,38 +364,59 @@ def summary_lines(p: Profile) -> list[str]:
     else:
         retr = f"bm25 ({r.bm25.method}, k1 {_fmt(r.bm25.k1)}, b {_fmt(r.bm25.b)})"
     lines.append(f"  retriever  {retr}, top-{e.search.topk} passages{'' if r.url is None else ' via ' + r.url}")
-    lines.append(f"  env        {e.format} format, max_turns {e.max_turns} (at most {e.max_turns - 1} tool-call turns + "
-                 f"the answer turn), multi_call {e.multi_call}, think {'on' if e.think else 'off'}")
-    vl = f" (gpu_memory_utilization {_fmt(ro.vllm.gpu_memory_utilization)}, {ro.vllm.dtype})" if ro.backend == "vllm" else ""
-    lines.append(f"  rollout    backend {ro.backend}{vl}, temperature {_fmt(ro.temperature)}, "
-                 f"{ro.max_turn_tokens} tokens/turn, {ro.max_total_tokens} total")
+    lines.append(
+        f"  env        {e.format} format, max_turns {e.max_turns} (at most {e.max_turns - 1} tool-call turns + "
+        f"the answer turn), multi_call {e.multi_call}, think {'on' if e.think else 'off'}"
+    )
+    vl = (
+        f" (gpu_memory_utilization {_fmt(ro.vllm.gpu_memory_utilization)}, {ro.vllm.dtype})"
+        if ro.backend == "vllm"
+        else ""
+    )
+    lines.append(
+        f"  rollout    backend {ro.backend}{vl}, temperature {_fmt(ro.temperature)}, "
+        f"{ro.max_turn_tokens} tokens/turn, {ro.max_total_tokens} total"
+    )
     pc = c.pretrain
     if m.kind == "scratch":
-        lines.append(f"  pretrain   {pc.steps} steps x {pc.batch_size} reading drills over fresh worlds, lr {_fmt(pc.lr)}, "
-                     f"loss on {pc.loss_on}")
+        lines.append(
+            f"  pretrain   {pc.steps} steps x {pc.batch_size} reading drills over fresh worlds, lr {_fmt(pc.lr)}, "
+            f"loss on {pc.loss_on}"
+        )
     else:
         lines.append("  pretrain   none: the downloaded model is the base policy (its reading gate is measured)")
     if not s.enabled or s.steps == 0:
         sft = "off: the base policy is saved as the cold start"
     else:
-        noise = (", ".join(f"{k} {_fmt(v)}" for k, v in s.oracle_noise.items()) if isinstance(s.oracle_noise, dict)
-                 else _fmt(s.oracle_noise))
+        noise = (
+            ", ".join(f"{k} {_fmt(v)}" for k, v in s.oracle_noise.items())
+            if isinstance(s.oracle_noise, dict)
+            else _fmt(s.oracle_noise)
+        )
         demos = "all" if s.train_examples is None else s.train_examples
         sft = f"{s.steps} steps x batch {s.batch_size} on {demos} demonstrations, lr {_fmt(s.lr)}, oracle noise {noise}"
     lines.append(f"  sft        {sft}")
     kl = f"kl {t.kl.mode} {_fmt(t.kl.coef)} ({t.kl.estimator})" if t.kl.mode != "none" else "kl off"
-    lines.append(f"  train      {t.steps} steps x {t.batch_questions} questions x {t.group_size} rollouts (group), "
-                 f"{t.mini_batches} mini-batches, micro-batch {t.micro_batch_size}")
-    lines.append(f"             lr actor {_fmt(t.lr)} / critic {_fmt(t.critic.lr)}, {kl}, clip {_fmt(t.clip_low)}/"
-                 f"{_fmt(t.clip_high)}, gamma {_fmt(t.gamma)}, lam {_fmt(t.lam)}, {t.agg_mode}")
-    lines.append(f"             {p.nproc_per_node} process(es) per node, {t.distributed.strategy} "
-                 f"({t.distributed.backend}), checkpoint every {t.checkpoint.every}, collapse {t.collapse.action}")
+    lines.append(
+        f"  train      {t.steps} steps x {t.batch_questions} questions x {t.group_size} rollouts (group), "
+        f"{t.mini_batches} mini-batches, micro-batch {t.micro_batch_size}"
+    )
+    lines.append(
+        f"             lr actor {_fmt(t.lr)} / critic {_fmt(t.critic.lr)}, {kl}, clip {_fmt(t.clip_low)}/"
+        f"{_fmt(t.clip_high)}, gamma {_fmt(t.gamma)}, lam {_fmt(t.lam)}, {t.agg_mode}"
+    )
+    lines.append(
+        f"             {p.nproc_per_node} process(es) per node, {t.distributed.strategy} "
+        f"({t.distributed.backend}), checkpoint every {t.checkpoint.every}, collapse {t.collapse.action}"
+    )
     runs = ", ".join(f"{k} ({c.train_for(k).estimator})" for k in c.runs) or "none"
     lines.append(f"  runs       {runs}")
     ev = c.evaluate
-    lines.append(f"  evaluate   splits {', '.join(ev.splits)}, "
-                 f"{'all questions' if ev.max_examples is None else f'first {ev.max_examples} per split'}, "
-                 f"batch {ev.batch_size}")
+    lines.append(
+        f"  evaluate   splits {', '.join(ev.splits)}, "
+        f"{'all questions' if ev.max_examples is None else f'first {ev.max_examples} per split'}, "
+        f"batch {ev.batch_size}"
+    )
     return lines
 
 
@@ -413,13 +452,19 @@ def checks(p: Profile) -> list[str]:
     c, out = p.cfg, []
     world = p.nproc_per_node
     if world > 1:
-        out.append(f"dvc.yaml's train cmd starts one process: for {world} per node run the torchrun lines above "
-                   f"yourself, then `dvc commit train@<run>` to record the outputs")
+        out.append(
+            f"dvc.yaml's train cmd starts one process: for {world} per node run the torchrun lines above "
+            f"yourself, then `dvc commit train@<run>` to record the outputs"
+        )
     if c.rollout.backend == "vllm" and importlib.util.find_spec("vllm") is None:
         out.append("rollout.backend vllm: vLLM is not installed here (GPU machine: `pip install -e .[gpu]`)")
     cuda = torch.cuda.is_available()
-    if not cuda and (c.rollout.backend == "vllm" or world > 1 or c.retrieval.dense.device.startswith("cuda")
-                     and c.retrieval.backend == "dense"):
+    if not cuda and (
+        c.rollout.backend == "vllm"
+        or world > 1
+        or c.retrieval.dense.device.startswith("cuda")
+        and c.retrieval.backend == "dense"
+    ):
         out.append("no CUDA GPU here: this profile's vLLM rollouts / torchrun training / GPU embedding need one")
     m = c.model
     if m.kind == "gguf" and importlib.util.find_spec(m.gguf_package) is None:
@@ -469,8 +514,10 @@ def write_params(p: Profile, out: str | Path) -> Path:
     """The merged, validated params as YAML at ``out`` (atomically)."""
     from agentr1.io import write_text_atomic
 
-    header = (f"# generated by `agentr1 profile {p.name} --write`: {p.label} merged onto {p.params_path}.\n"
-              f"# Profiles merge onto the nano default: `git checkout params.yaml` returns to it.\n")
+    header = (
+        f"# generated by `agentr1 profile {p.name} --write`: {p.label} merged onto {p.params_path}.\n"
+        f"# Profiles merge onto the nano default: `git checkout params.yaml` returns to it.\n"
+    )
     out = Path(out)
     write_text_atomic(out, header + yaml.safe_dump(p.raw, sort_keys=False, allow_unicode=True))
     return out
@@ -483,21 +530,29 @@ def run_profile(cfg: Config, args: Any = None) -> Profile:
         from agentr1.io import check_destination
 
         check_destination(args.write, "--write", kind="file")
-    p = load_profile(args.name, getattr(args, "params", "params.yaml"), parse_sets(getattr(args, "set", None)),
-                     getattr(args, "nproc_per_node", None))
+    p = load_profile(
+        args.name,
+        getattr(args, "params", "params.yaml"),
+        parse_sets(getattr(args, "set", None)),
+        getattr(args, "nproc_per_node", None),
+    )
     if getattr(args, "print_set", False):
         print(print_set_line(set_overrides(p.base, p.raw)))
     elif getattr(args, "dry_run", False):
         print(dry_run_text(p))
         errors = config_errors(p)
         if errors:  # the CLI prints this and exits non-zero
-            raise ConfigError(f"--dry-run found {len(errors)} error(s) in {p.label} (listed under 'errors' above): "
-                              "fix them before running the pipeline")
+            raise ConfigError(
+                f"--dry-run found {len(errors)} error(s) in {p.label} (listed under 'errors' above): "
+                "fix them before running the pipeline"
+            )
     elif getattr(args, "write", None):
         out = write_params(p, args.write)
         print(f"profile {p.cfg.profile}: wrote {out} ({p.label} merged onto {p.params_path}, validated)")
     else:
         n = len(set_overrides(p.base, p.raw))
-        print(f"profile {p.cfg.profile}: valid ({p.label}, {n} param change(s) against {p.params_path}); "
-              f"--dry-run shows the stages, --print-set the `dvc exp run -S` arguments")
+        print(
+            f"profile {p.cfg.profile}: valid ({p.label}, {n} param change(s) against {p.params_path}); "
+            f"--dry-run shows the stages, --print-set the `dvc exp run -S` arguments"
+        )
     return p

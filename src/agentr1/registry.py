@@ -157,14 +157,18 @@ class Registry(Generic[T]):
         found: dict[str, importlib.metadata.EntryPoint] = {}
         for ep in _entry_points(self.group):  # type: ignore[arg-type]  # _read is True without a group
             if ep.name in found and found[ep.name].value != ep.value:
-                raise ValueError(f"{self.kind} {ep.name!r} is declared twice in entry-point group {self.group!r}: "
-                                 f"{found[ep.name].value!r} and {ep.value!r}")
+                raise ValueError(
+                    f"{self.kind} {ep.name!r} is declared twice in entry-point group {self.group!r}: "
+                    f"{found[ep.name].value!r} and {ep.value!r}"
+                )
             found[ep.name] = ep
         for name, ep in found.items():
             old = self._entries.get(name)
             if old is not None and old.ref != ep.value:
-                raise ValueError(f"{self.kind} {name!r} is registered in-process ({old.ref or self._objects[name]!r}) "
-                                 f"and declared by the entry point {ep.value!r}: pick another name")
+                raise ValueError(
+                    f"{self.kind} {name!r} is registered in-process ({old.ref or self._objects[name]!r}) "
+                    f"and declared by the entry point {ep.value!r}: pick another name"
+                )
             if old is None:
                 self._pending[name] = ep
                 self._from_group.add(name)
@@ -184,8 +188,10 @@ class Registry(Generic[T]):
             obj = ep.load()
         except (ImportError, AttributeError) as exc:
             self._pending[name] = ep
-            raise ImportError(f"{self.kind} {name!r} is declared as {ep.value!r} (entry point of "
-                              f"{self.group!r}), which does not load: {exc}") from exc
+            raise ImportError(
+                f"{self.kind} {name!r} is declared as {ep.value!r} (entry point of "
+                f"{self.group!r}), which does not load: {exc}"
+            ) from exc
         if isinstance(obj, Plugin):
             self._entries[name] = Entry(name, obj.meta, obj.ref)
         else:
@@ -216,8 +222,10 @@ class Registry(Generic[T]):
         if old is not None:
             same_obj = obj is _UNSET or self._objects.get(entry.name, _UNSET) is obj
             if not (old.ref == entry.ref and same_obj and dict(old.meta) == dict(entry.meta)):
-                raise ValueError(f"{self.kind} {entry.name!r} is already registered ({old.ref or self._objects[entry.name]!r}"
-                                 f", meta {dict(old.meta)}): pick another name")
+                raise ValueError(
+                    f"{self.kind} {entry.name!r} is already registered ({old.ref or self._objects[entry.name]!r}"
+                    f", meta {dict(old.meta)}): pick another name"
+                )
             return
         self._entries[entry.name] = entry
         if obj is not _UNSET:
@@ -232,8 +240,11 @@ class Registry(Generic[T]):
     # ------------------------------------------------------------------ lookups
     def _unknown(self, name: Any) -> UnknownName:
         available = self.names()
-        hint = "" if available or self.group is None else (
-            f" (no entry point of the group {self.group!r} is installed: install agentr1, e.g. `make setup`)")
+        hint = (
+            ""
+            if available or self.group is None
+            else (f" (no entry point of the group {self.group!r} is installed: install agentr1, e.g. `make setup`)")
+        )
         return UnknownName(f"unknown {self.kind} {name!r}; available: {', '.join(available)}{hint}")
 
     def spec(self, name: str) -> Entry:
@@ -314,5 +325,21 @@ def tool_options(name: str) -> Any:
     return getattr(TOOLS.get(name), "options", None)
 
 
-__all__ = ["BACKENDS", "DATASETS", "ESTIMATORS", "FORMATS", "KL_ESTIMATORS", "METRICS", "POLICY_LOSSES", "RETRIEVERS",
-           "TOOLS", "Entry", "Plugin", "Registry", "UnknownName", "load_ref", "refresh", "tool_options"]
+__all__ = [
+    "BACKENDS",
+    "DATASETS",
+    "ESTIMATORS",
+    "FORMATS",
+    "KL_ESTIMATORS",
+    "METRICS",
+    "POLICY_LOSSES",
+    "RETRIEVERS",
+    "TOOLS",
+    "Entry",
+    "Plugin",
+    "Registry",
+    "UnknownName",
+    "load_ref",
+    "refresh",
+    "tool_options",
+]

@@ -51,8 +51,12 @@ class _CoreResolver(BaseResolver):
 for _tag, _pattern, _first in (
     ("bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
     ("int", r"^[-+]?(?:0|[1-9][0-9]*)$", "-+0123456789"),
-    ("float", r"^(?:[-+]?(?:\.[0-9]+|[0-9]+\.[0-9]*)(?:[eE][-+]?[0-9]+)?|[-+]?[0-9]+[eE][-+]?[0-9]+"
-              r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$", "-+.0123456789"),
+    (
+        "float",
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+\.[0-9]*)(?:[eE][-+]?[0-9]+)?|[-+]?[0-9]+[eE][-+]?[0-9]+"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
+        "-+.0123456789",
+    ),
     ("null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
 ):
     _CoreResolver.add_implicit_resolver(f"tag:yaml.org,2002:{_tag}", re.compile(_pattern), list(_first))
@@ -73,16 +77,20 @@ class _StrictConstructor(SafeConstructor):
                     continue
                 if line is not None:
                     raise ConstructorError(
-                        "while reading a mapping", node.start_mark,
+                        "while reading a mapping",
+                        node.start_mark,
                         f"duplicate key {_clip(repr(key))} at line {key_node.start_mark.line + 1} (first at line "
-                        f"{line}): a later key would silently replace the first; keep one", key_node.start_mark)
+                        f"{line}): a later key would silently replace the first; keep one",
+                        key_node.start_mark,
+                    )
         return super().construct_mapping(node, deep=deep)
 
     def construct_yaml_int(self, node: Node) -> int:
         text = str(node.value).lstrip("+-")
         if len(text) > MAX_INT_DIGITS:
-            raise ConstructorError(None, None, f"an integer of {len(text)} digits; at most {MAX_INT_DIGITS}",
-                                   node.start_mark)
+            raise ConstructorError(
+                None, None, f"an integer of {len(text)} digits; at most {MAX_INT_DIGITS}", node.start_mark
+            )
         return int(str(node.value))
 
 
@@ -100,14 +108,23 @@ class _BoundedComposer(Composer):
         event = self.peek_event()
         if isinstance(event, AliasEvent):
             if event.anchor in self._open_anchors:
-                raise StrictYAMLError(None, None, f"alias *{_clip(str(event.anchor))} inside its own anchor "
-                                                  "(a recursive structure)", event.start_mark)
+                raise StrictYAMLError(
+                    None,
+                    None,
+                    f"alias *{_clip(str(event.anchor))} inside its own anchor (a recursive structure)",
+                    event.start_mark,
+                )
             node = self.anchors.get(event.anchor)
             if node is not None:
                 self._alias_nodes += self._expanded(node)
                 if self._alias_nodes > MAX_ALIAS_NODES:
-                    raise StrictYAMLError(None, None, f"aliases expand to more than {MAX_ALIAS_NODES} nodes: write "
-                                                      "the values out instead of nesting aliases", event.start_mark)
+                    raise StrictYAMLError(
+                        None,
+                        None,
+                        f"aliases expand to more than {MAX_ALIAS_NODES} nodes: write "
+                        "the values out instead of nesting aliases",
+                        event.start_mark,
+                    )
             return super().compose_node(parent, index)
         anchor = getattr(event, "anchor", None)
         if anchor is None:

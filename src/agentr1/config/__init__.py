@@ -18,12 +18,31 @@ public API.
 """
 
 from agentr1.config.base import SPLITS, ConfigError
-from agentr1.config.data import (DataConfig, HopRange, RealConfig, RealSource, SmallRange, SplitCounts, SplitRatios,
-                                 SyntheticConfig, ToolQuestionsConfig, TypeMix)
+from agentr1.config.data import (
+    DataConfig,
+    HopRange,
+    RealConfig,
+    RealSource,
+    SmallRange,
+    SplitCounts,
+    SplitRatios,
+    SyntheticConfig,
+    ToolQuestionsConfig,
+    TypeMix,
+)
 from agentr1.config.env import EnvConfig, ProcessRewardConfig, RewardConfig
 from agentr1.config.evaluate import BootstrapConfig, EvaluateConfig, SamplingEvalConfig
-from agentr1.config.load import (DEFAULT_PARAMS, apply_overrides, config_from_dict, load_config, parse_set, parse_sets,
-                                 read_params, read_params_text, set_override)
+from agentr1.config.load import (
+    DEFAULT_PARAMS,
+    apply_overrides,
+    config_from_dict,
+    load_config,
+    parse_set,
+    parse_sets,
+    read_params,
+    read_params_text,
+    set_override,
+)
 from agentr1.config.merge import deep_merge, flatten, merge_run
 from agentr1.config.model import ModelConfig, ScratchModelConfig
 from agentr1.config.pretrain import PretrainConfig, ReadingGateConfig
@@ -33,19 +52,79 @@ from agentr1.config.rollout import RolloutConfig, VLLMConfig
 from agentr1.config.root import Config
 from agentr1.config.sft import CopyGateConfig, FreshDemosConfig, SFTConfig
 from agentr1.config.tracking import TrackingConfig
-from agentr1.config.train import (CheckpointConfig, CollapseConfig, CriticConfig, DevEvalConfig, DistributedConfig,
-                                  FilterGroupsConfig, FreshWorldsConfig, GiGPOConfig, KLConfig, OffPolicyConfig,
-                                  TrainConfig)
+from agentr1.config.train import (
+    CheckpointConfig,
+    CollapseConfig,
+    CriticConfig,
+    DevEvalConfig,
+    DistributedConfig,
+    FilterGroupsConfig,
+    FreshWorldsConfig,
+    GiGPOConfig,
+    KLConfig,
+    OffPolicyConfig,
+    TrainConfig,
+)
 from agentr1.config.validate import ValidateConfig
 
 __all__ = [
-    "BM25Config", "BootstrapConfig", "CheckpointConfig", "CollapseConfig", "Config",
-    "ConfigError", "CopyGateConfig", "CriticConfig", "DEFAULT_PARAMS", "DataConfig", "DenseConfig", "DevEvalConfig",
-    "DistributedConfig", "EnvConfig", "EvaluateConfig", "FilterGroupsConfig", "FreshDemosConfig", "FreshWorldsConfig", "GiGPOConfig", "HopRange", "KLConfig", "ModelConfig", "OffPolicyConfig",
-    "PretrainConfig", "ProcessRewardConfig", "ReadingGateConfig", "RealConfig", "RealSource", "ReportConfig",
-    "RetrievalConfig", "RetrievalReportConfig", "RewardConfig", "RolloutConfig", "SFTConfig", "SPLITS",
-    "SamplingEvalConfig", "ScratchModelConfig", "ServerConfig", "SmallRange", "SplitCounts",
-    "SplitRatios", "SyntheticConfig", "ToolQuestionsConfig", "TrackingConfig", "TrainConfig", "TypeMix", "VLLMConfig",
-    "ValidateConfig", "apply_overrides", "config_from_dict", "deep_merge", "flatten", "load_config", "merge_run",
-    "parse_set", "parse_sets", "read_params", "read_params_text", "set_override",
+    "BM25Config",
+    "BootstrapConfig",
+    "CheckpointConfig",
+    "CollapseConfig",
+    "Config",
+    "ConfigError",
+    "CopyGateConfig",
+    "CriticConfig",
+    "DEFAULT_PARAMS",
+    "DataConfig",
+    "DenseConfig",
+    "DevEvalConfig",
+    "DistributedConfig",
+    "EnvConfig",
+    "EvaluateConfig",
+    "FilterGroupsConfig",
+    "FreshDemosConfig",
+    "FreshWorldsConfig",
+    "GiGPOConfig",
+    "HopRange",
+    "KLConfig",
+    "ModelConfig",
+    "OffPolicyConfig",
+    "PretrainConfig",
+    "ProcessRewardConfig",
+    "ReadingGateConfig",
+    "RealConfig",
+    "RealSource",
+    "ReportConfig",
+    "RetrievalConfig",
+    "RetrievalReportConfig",
+    "RewardConfig",
+    "RolloutConfig",
+    "SFTConfig",
+    "SPLITS",
+    "SamplingEvalConfig",
+    "ScratchModelConfig",
+    "ServerConfig",
+    "SmallRange",
+    "SplitCounts",
+    "SplitRatios",
+    "SyntheticConfig",
+    "ToolQuestionsConfig",
+    "TrackingConfig",
+    "TrainConfig",
+    "TypeMix",
+    "VLLMConfig",
+    "ValidateConfig",
+    "apply_overrides",
+    "config_from_dict",
+    "deep_merge",
+    "flatten",
+    "load_config",
+    "merge_run",
+    "parse_set",
+    "parse_sets",
+    "read_params",
+    "read_params_text",
+    "set_override",
 ]

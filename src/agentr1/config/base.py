@@ -52,8 +52,10 @@ def _scalar_as_written(value: Any, annotation: Any) -> Any:
         return value
     kinds.discard(type(None))
     if kinds == {int} and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ValueError(f"an integer written as an integer is required, not {_yaml_kind(value)} (YAML's yes/on, "
-                         "0x10, 1:30, 010 or 30.0 are not integers here)")
+        raise ValueError(
+            f"an integer written as an integer is required, not {_yaml_kind(value)} (YAML's yes/on, "
+            "0x10, 1:30, 010 or 30.0 are not integers here)"
+        )
     if kinds == {bool} and not isinstance(value, bool):
         raise ValueError(f"true or false is required, not {_yaml_kind(value)}")
     if kinds == {float} and (isinstance(value, bool) or not isinstance(value, (int, float))):
@@ -62,8 +64,14 @@ def _scalar_as_written(value: Any, annotation: Any) -> Any:
 
 
 def _yaml_kind(value: Any) -> str:
-    return {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "a list",
-            dict: "a mapping"}.get(type(value), type(value).__name__)
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a float",
+        str: "a string",
+        list: "a list",
+        dict: "a mapping",
+    }.get(type(value), type(value).__name__)
 
 
 def _clip_text(text: str, limit: int = 80) -> str:

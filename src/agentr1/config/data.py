@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from agentr1.config.base import _Section
 from agentr1.registry import DATASETS
@@ -27,7 +34,7 @@ class TypeMix(_Section):
     inference: float = Field(0.2, ge=0, le=1)
 
     @model_validator(mode="after")
-    def _sums_to_one(self) -> "TypeMix":
+    def _sums_to_one(self) -> TypeMix:
         total = self.bridge + self.comparison + self.compositional + self.inference
         if abs(total - 1.0) > 1e-6:
             raise ValueError(f"type fractions must sum to 1 (got {total:.4f})")
@@ -51,7 +58,9 @@ class SyntheticConfig(_Section):
     ood_hops: list[int] = Field(default_factory=lambda: [3, 4])
     distractor_sentences: int = Field(2, ge=0, le=10)
     yes_no_fraction: float = Field(0.3, ge=0, le=1)
-    train_chains: float = Field(0.1, ge=0, le=0.5)  # share of train questions that are 3-hop chains the ood split never asks
+    train_chains: float = Field(
+        0.1, ge=0, le=0.5
+    )  # share of train questions that are 3-hop chains the ood split never asks
 
     @field_validator("ood_hops")
     @classmethod
@@ -68,7 +77,7 @@ class _Range(_Section):
     max: int
 
     @model_validator(mode="after")
-    def _ordered(self) -> "_Range":
+    def _ordered(self) -> _Range:
         if self.min > self.max:
             raise ValueError(f"min ({self.min}) must be <= max ({self.max})")
         return self
@@ -88,7 +97,7 @@ class SplitRatios(_Section):
     test: float = Field(0.1, ge=0, le=1)
 
     @model_validator(mode="after")
-    def _sums_to_one(self) -> "SplitRatios":
+    def _sums_to_one(self) -> SplitRatios:
         total = self.train + self.dev + self.test
         if abs(total - 1.0) > 1e-6:
             raise ValueError(f"split ratios must sum to 1 (got {total:.4f})")
@@ -112,7 +121,7 @@ class RealSource(_Section):
     limit: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
-    def _has_location(self) -> "RealSource":
+    def _has_location(self) -> RealSource:
         if self.path is None and self.hub_id is None:
             raise ValueError("set either path (local file) or hub_id (dataset hub id)")
         return self
@@ -162,12 +171,14 @@ class DataConfig(_Section):
     real: RealConfig = RealConfig()
 
     @model_validator(mode="after")
-    def _real_has_sources(self) -> "DataConfig":
+    def _real_has_sources(self) -> DataConfig:
         if self.source == "real" and not self.real.sources:
             raise ValueError("source is 'real' but data.real.sources is empty: add at least one")
         if self.task == "tools" and self.source != "synthetic":
-            raise ValueError("task 'tools' builds its questions in the synthetic world: set data.source: synthetic "
-                             "(GSM8K is a real source: data.real.sources with dataset: gsm8k, task: multihop)")
+            raise ValueError(
+                "task 'tools' builds its questions in the synthetic world: set data.source: synthetic "
+                "(GSM8K is a real source: data.real.sources with dataset: gsm8k, task: multihop)"
+            )
         return self
 
     @model_serializer(mode="wrap")

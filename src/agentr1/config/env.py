@@ -19,11 +19,17 @@ def _registered_sections(section: BaseModel, what: str, model_of: Any) -> dict[s
     for key, value in (section.__pydantic_extra__ or {}).items():
         model = model_of(key)
         try:
-            out[key] = model.model_validate(value) if isinstance(model, type) and issubclass(model, BaseModel) \
+            out[key] = (
+                model.model_validate(value)
+                if isinstance(model, type) and issubclass(model, BaseModel)
                 else TypeAdapter(model).validate_python(value)
+            )
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, (what, key, *e['loc'])))}: {e['msg']}"
-                                 + (f" ({_allowed(e)})" if _allowed(e) else "") for e in exc.errors())
+            problems = "; ".join(
+                f"{'.'.join(map(str, (what, key, *e['loc'])))}: {e['msg']}"
+                + (f" ({_allowed(e)})" if _allowed(e) else "")
+                for e in exc.errors()
+            )
             raise ValueError(problems) from None
     return out
 
@@ -54,11 +60,13 @@ class EnvConfig(_Section):
         return v
 
     @model_validator(mode="after")
-    def _tool_sections(self) -> "EnvConfig":
+    def _tool_sections(self) -> EnvConfig:
         def options_of(key: str) -> Any:
             if key not in TOOLS:
-                raise ValueError(f"env.{key}: unknown key (neither an env setting nor a registered tool; "
-                                 f"tools: {', '.join(TOOLS.names())}): remove it or fix its spelling")
+                raise ValueError(
+                    f"env.{key}: unknown key (neither an env setting nor a registered tool; "
+                    f"tools: {', '.join(TOOLS.names())}): remove it or fix its spelling"
+                )
             model = tool_options(key)
             if model is None:
                 raise ValueError(f"env.{key}: tool {key!r} takes no options: remove the section")
@@ -87,12 +95,14 @@ class ProcessRewardConfig(_Section):
     successful_search: float = Field(0.1, ge=-1, le=1)
 
     @model_validator(mode="after")
-    def _tool_rewards(self) -> "ProcessRewardConfig":
+    def _tool_rewards(self) -> ProcessRewardConfig:
         def reward_key(key: str) -> Any:
             tool = key.removeprefix("successful_")
             if not key.startswith("successful_") or tool not in TOOLS:
-                raise ValueError(f"reward.process.{key}: unknown key (allowed extra keys: successful_<tool> for "
-                                 f"the tools {', '.join(TOOLS.names())}): remove it or fix its spelling")
+                raise ValueError(
+                    f"reward.process.{key}: unknown key (allowed extra keys: successful_<tool> for "
+                    f"the tools {', '.join(TOOLS.names())}): remove it or fix its spelling"
+                )
             return Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-1, le=1)]  # strict: no "0.5"
 
         self.__pydantic_extra__ = _registered_sections(self, "reward.process", reward_key)

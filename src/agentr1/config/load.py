@@ -56,7 +56,9 @@ def read_params_text(path: str | Path, what: str = "params file") -> str:
         hint = " (run from the project root or pass --params)" if what == "params file" else ""
         raise ConfigError(f"{what} not found: {path}{hint}")
     if path.is_dir():
-        raise ConfigError(f"{what} {path} is a directory: pass the YAML file itself (e.g. --params {path / 'params.yaml'})")
+        raise ConfigError(
+            f"{what} {path} is a directory: pass the YAML file itself (e.g. --params {path / 'params.yaml'})"
+        )
     try:
         if not path.is_file():
             raise ConfigError(f"{what} {path} is not a regular file (a device, FIFO or socket): pass a YAML file")
@@ -65,14 +67,18 @@ def read_params_text(path: str | Path, what: str = "params file") -> str:
     except OSError as exc:
         raise ConfigError(f"cannot read the {what} {path}: {exc.strerror or exc}") from None
     if len(data) > MAX_PARAMS_BYTES:
-        raise ConfigError(f"{what} {path} is over {MAX_PARAMS_BYTES >> 20} MiB: a params file is a few kB of YAML; "
-                          "pass the right file")
+        raise ConfigError(
+            f"{what} {path} is over {MAX_PARAMS_BYTES >> 20} MiB: a params file is a few kB of YAML; "
+            "pass the right file"
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"{what} {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line}): save it as "
-                          "UTF-8 (e.g. `iconv -f latin1 -t utf-8`)") from None
+        raise ConfigError(
+            f"{what} {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line}): save it as "
+            "UTF-8 (e.g. `iconv -f latin1 -t utf-8`)"
+        ) from None
 
 
 def read_params(path: str | Path, what: str = "params file") -> dict[str, Any]:
@@ -111,8 +117,10 @@ def set_override(raw: dict[str, Any], dotted: str, value: Any) -> None:
         if not isinstance(node[key], dict):
             here = node[key]
             kind = "a list" if isinstance(here, list) else repr(here)
-            raise ConfigError(f"{where}: {'.'.join(parts[: i + 1])} is {kind}, not a mapping, so it has no key "
-                              f"{parts[i + 1]!r}: set {'.'.join(parts[: i + 1])}=<value> itself, or fix the key path")
+            raise ConfigError(
+                f"{where}: {'.'.join(parts[: i + 1])} is {kind}, not a mapping, so it has no key "
+                f"{parts[i + 1]!r}: set {'.'.join(parts[: i + 1])}=<value> itself, or fix the key path"
+            )
         node = node[key]
     node[parts[-1]] = value
 
@@ -132,8 +140,10 @@ def parse_set(text: str) -> tuple[str, Any]:
         return key.strip(), yamlparams.load(value)
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise ConfigError(f"--set {_clip_text(text)}: the value is not valid YAML ({problem}); quote it "
-                          f"(--set '{_clip_text(key.strip())}=\"...\"') or fix it") from None
+        raise ConfigError(
+            f"--set {_clip_text(text)}: the value is not valid YAML ({problem}); quote it "
+            f"(--set '{_clip_text(key.strip())}=\"...\"') or fix it"
+        ) from None
 
 
 def parse_sets(texts: Iterable[str] | None) -> dict[str, Any]:

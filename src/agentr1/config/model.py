@@ -26,7 +26,7 @@ class ScratchModelConfig(_Section):
     tie_embeddings: bool = True
 
     @model_validator(mode="after")
-    def _heads_divide(self) -> "ScratchModelConfig":
+    def _heads_divide(self) -> ScratchModelConfig:
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})")
         if self.num_heads % self.num_kv_heads:
@@ -53,7 +53,7 @@ class ModelConfig(_Section):
     scratch: ScratchModelConfig = ScratchModelConfig()
 
     @model_validator(mode="after")
-    def _hf_has_path(self) -> "ModelConfig":
+    def _hf_has_path(self) -> ModelConfig:
         if self.kind == "hf" and not self.name_or_path:
             raise ValueError("kind is 'hf' but name_or_path is empty: set a hub id or a local directory")
         return self

@@ -36,13 +36,15 @@ class RolloutConfig(_Section):
     vllm: VLLMConfig = VLLMConfig()
 
     @model_validator(mode="after")
-    def _room_for_a_turn(self) -> "RolloutConfig":
+    def _room_for_a_turn(self) -> RolloutConfig:
         # the first turn gets min(max_turn_tokens, max_total_tokens - prompt) tokens and a prompt is
         # at least one token: below max_turn_tokens + 1 not even one full turn fits after any prompt
         # (the exact prompt length needs the tokenizer: the trainer refuses episodes left with no turn)
         if self.max_total_tokens <= self.max_turn_tokens:
-            raise ValueError(f"max_total_tokens ({self.max_total_tokens}) leaves no room for a prompt plus one turn of "
-                             f"max_turn_tokens ({self.max_turn_tokens}): raise rollout.max_total_tokens above "
-                             f"max_turn_tokens + the prompt's length (at least {self.max_turn_tokens + 1}), or lower "
-                             "rollout.max_turn_tokens")
+            raise ValueError(
+                f"max_total_tokens ({self.max_total_tokens}) leaves no room for a prompt plus one turn of "
+                f"max_turn_tokens ({self.max_turn_tokens}): raise rollout.max_total_tokens above "
+                f"max_turn_tokens + the prompt's length (at least {self.max_turn_tokens + 1}), or lower "
+                "rollout.max_turn_tokens"
+            )
         return self

@@ -72,35 +72,46 @@ class Config(_Section):
     def _run_names(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for name, override in v.items():  # a run's name becomes a path component and a DVC stage key
             if not isinstance(name, str) or not RUN_NAME.fullmatch(name):
-                raise ValueError(f"run name {_clip_value(name)} is not usable as a folder and stage name: use 1-64 "
-                                 "letters, digits, '_' or '.', starting with a letter or digit (no '/', no '..', no "
-                                 "'-': it separates a run from its seed in train@<run>-<seed>)")
+                raise ValueError(
+                    f"run name {_clip_value(name)} is not usable as a folder and stage name: use 1-64 "
+                    "letters, digits, '_' or '.', starting with a letter or digit (no '/', no '..', no "
+                    "'-': it separates a run from its seed in train@<run>-<seed>)"
+                )
             if isinstance(override, dict) and "seed" in override:
-                raise ValueError(f"runs.{name}.seed: a run trains once per seed of the top-level `seeds` list "
-                                 f"(train@{name}-<seed>); remove runs.{name}.seed (a seed replica is no run of its own)")
+                raise ValueError(
+                    f"runs.{name}.seed: a run trains once per seed of the top-level `seeds` list "
+                    f"(train@{name}-<seed>); remove runs.{name}.seed (a seed replica is no run of its own)"
+                )
         canonical: dict[str, str] = {}
         for name, override in v.items():
             key = json.dumps(override or {}, sort_keys=True, default=str)
             if key in canonical:
-                raise ValueError(f"runs.{name} and runs.{canonical[key]} have the same overrides, so they train the same "
-                                 "policy for every seed: remove one (more seeds go in the top-level `seeds` list)")
+                raise ValueError(
+                    f"runs.{name} and runs.{canonical[key]} have the same overrides, so they train the same "
+                    "policy for every seed: remove one (more seeds go in the top-level `seeds` list)"
+                )
             canonical[key] = name
         return v
 
     @model_validator(mode="after")
-    def _runs_valid(self) -> "Config":
+    def _runs_valid(self) -> Config:
         reference = self.sft_for("reference") if self.sft_reference is not None else None
         if reference is not None:
             for key in ("out_dir", "report_dir"):
                 if getattr(reference, key) == getattr(self.sft, key):
-                    raise ValueError(f"sft_reference.{key} is sft.{key} ({getattr(self.sft, key)}): the reference cold "
-                                     f"start would overwrite the cold start; give it its own {key}")
-        starts = {"train": self.train.cold_start} | {f"runs.{n}": merge_run(self.train, o, n).cold_start
-                                                     for n, o in self.runs.items()}
+                    raise ValueError(
+                        f"sft_reference.{key} is sft.{key} ({getattr(self.sft, key)}): the reference cold "
+                        f"start would overwrite the cold start; give it its own {key}"
+                    )
+        starts = {"train": self.train.cold_start} | {
+            f"runs.{n}": merge_run(self.train, o, n).cold_start for n, o in self.runs.items()
+        }
         if reference is None and "reference" in starts.values():
             who = ", ".join(k for k, v in starts.items() if v == "reference")
-            raise ValueError(f"{who} train(s) from the reference cold start (cold_start: reference), but params define no "
-                             "sft_reference: add it (the keys of sft the reference demonstrator changes) or use cold_start: sft")
+            raise ValueError(
+                f"{who} train(s) from the reference cold start (cold_start: reference), but params define no "
+                "sft_reference: add it (the keys of sft the reference demonstrator changes) or use cold_start: sft"
+            )
         return self
 
     def sft_for(self, cold_start: str = "sft") -> SFTConfig:
@@ -112,7 +123,7 @@ class Config(_Section):
             raise ConfigError("params define no sft_reference: there is no reference cold start")
         return merge_section(self.sft, self.sft_reference, "sft_reference")
 
-    def reference_config(self) -> "Config":
+    def reference_config(self) -> Config:
         """This config as the reference cold start's SFT runs with it (``sft`` = :meth:`sft_for`
         ``("reference")``): what stage ``sft_reference`` runs the sft stage with."""
         return self.model_copy(update={"sft": self.sft_for("reference")})
@@ -129,8 +140,10 @@ class Config(_Section):
         m = REPLICA.fullmatch(name)
         run, seed = (m.group("run"), int(m.group("seed"))) if m else (name, None)
         if run not in self.runs:
-            raise ConfigError(f"unknown run {name!r}; params define runs {sorted(self.runs)}, trained once per seed of "
-                              f"`seeds` {self.seeds} as <run>-<seed> (e.g. {replica(next(iter(self.runs), 'grpo'), self.seeds[0])})")
+            raise ConfigError(
+                f"unknown run {name!r}; params define runs {sorted(self.runs)}, trained once per seed of "
+                f"`seeds` {self.seeds} as <run>-<seed> (e.g. {replica(next(iter(self.runs), 'grpo'), self.seeds[0])})"
+            )
         return run, seed
 
     def is_run(self, name: str) -> bool:
@@ -150,7 +163,7 @@ class Config(_Section):
         tcfg = merge_run(self.train, self.runs[name], name)
         return tcfg if seed is None else tcfg.model_copy(update={"seed": seed})
 
-    def for_run(self, run: str) -> "Config":
+    def for_run(self, run: str) -> Config:
         """This config as the named run (or replica) trains with it: ``train`` = :meth:`train_for`
         ``(run)`` and ``seed`` = the run's seed (a replica's, else ``train.seed``, else ``seed``).
         What a run's MLflow params show, so that runs differ in exactly what differs between them."""

@@ -77,10 +77,12 @@ class SFTConfig(_Section):
     num_threads: int | None = Field(2, ge=1)
 
     @model_validator(mode="after")
-    def _demonstrates_something(self) -> "SFTConfig":
+    def _demonstrates_something(self) -> SFTConfig:
         if self.train_examples == 0 and self.fresh.worlds == 0 and self.enabled and self.steps > 0:
-            raise ValueError("sft.train_examples is 0 and sft.fresh.worlds is 0: there is no demonstration to train "
-                             "on; set train_examples (null = every train question) or fresh.worlds")
+            raise ValueError(
+                "sft.train_examples is 0 and sft.fresh.worlds is 0: there is no demonstration to train "
+                "on; set train_examples (null = every train question) or fresh.worlds"
+            )
         return self
 
     @field_validator("oracle_noise")

@@ -153,22 +153,30 @@ class GiGPOConfig(_Section):
         # over them) overrides a default; beside a value of its own its name is a conflict
         if "step_advantage_w" in data:
             if data.get("step_weight", 1.0) != 1.0:
-                raise ValueError(f"step_weight {data['step_weight']!r} and its verl-agent alias "
-                                 f"step_advantage_w {data['step_advantage_w']!r} both given: keep one")
+                raise ValueError(
+                    f"step_weight {data['step_weight']!r} and its verl-agent alias "
+                    f"step_advantage_w {data['step_advantage_w']!r} both given: keep one"
+                )
             data["step_weight"] = data.pop("step_advantage_w")
         if "enable_similarity" in data or "similarity_thresh" in data:
             if data.get("similarity", 1.0) != 1.0:
-                raise ValueError(f"similarity {data['similarity']!r} and verl-agent's enable_similarity / "
-                                 "similarity_thresh both given: keep one")
+                raise ValueError(
+                    f"similarity {data['similarity']!r} and verl-agent's enable_similarity / "
+                    "similarity_thresh both given: keep one"
+                )
             enable, thresh = data.pop("enable_similarity", False), data.pop("similarity_thresh", 0.95)
             if not isinstance(enable, bool):
                 raise ValueError(f"train.gigpo.enable_similarity: {enable!r} is not true or false")
             if not enable and "similarity_thresh" in original:
-                raise ValueError("train.gigpo.similarity_thresh is used only with enable_similarity: true (verl-agent "
-                                 "ignores it otherwise): set enable_similarity: true, or drop similarity_thresh")
+                raise ValueError(
+                    "train.gigpo.similarity_thresh is used only with enable_similarity: true (verl-agent "
+                    "ignores it otherwise): set enable_similarity: true, or drop similarity_thresh"
+                )
             if enable and not (isinstance(thresh, (int, float)) and not isinstance(thresh, bool) and 0 < thresh < 1):
-                raise ValueError(f"train.gigpo.similarity_thresh: {thresh!r} must be a number in (0, 1) with "
-                                 "enable_similarity: true (verl-agent's rule; 1 = exact states: enable_similarity: false)")
+                raise ValueError(
+                    f"train.gigpo.similarity_thresh: {thresh!r} must be a number in (0, 1) with "
+                    "enable_similarity: true (verl-agent's rule; 1 = exact states: enable_similarity: false)"
+                )
             data["similarity"] = thresh if enable else 1.0
         return data
 
@@ -247,18 +255,24 @@ class TrainConfig(_Section):
     gigpo: GiGPOConfig = GiGPOConfig()
 
     @model_validator(mode="after")
-    def _trains_something(self) -> "TrainConfig":
+    def _trains_something(self) -> TrainConfig:
         if ESTIMATORS.spec(self.estimator).meta.get("grouped") and self.group_size < 2 and self.steps > 0:
-            raise ValueError(f"estimator {self.estimator} compares the rollouts of one question, so group_size "
-                             f"{self.group_size} gives every episode advantage 0 and training would not move the "
-                             f"policy: set group_size >= 2 (or estimator {' / '.join(ESTIMATORS.names(grouped=False))})")
+            raise ValueError(
+                f"estimator {self.estimator} compares the rollouts of one question, so group_size "
+                f"{self.group_size} gives every episode advantage 0 and training would not move the "
+                f"policy: set group_size >= 2 (or estimator {' / '.join(ESTIMATORS.names(grouped=False))})"
+            )
         batch = self.batch_questions * self.group_size
         if batch % self.mini_batches:
-            raise ValueError(f"mini_batches {self.mini_batches} does not divide the batch of {batch} episodes "
-                             f"(batch_questions x group_size): pick a divisor of {batch}")
+            raise ValueError(
+                f"mini_batches {self.mini_batches} does not divide the batch of {batch} episodes "
+                f"(batch_questions x group_size): pick a divisor of {batch}"
+            )
         if self.questions == "fresh" and self.fresh.questions < self.batch_questions:
-            raise ValueError(f"train.fresh.questions ({self.fresh.questions}) < train.batch_questions "
-                             f"({self.batch_questions}): a fresh world must hold a step's questions; raise it")
+            raise ValueError(
+                f"train.fresh.questions ({self.fresh.questions}) < train.batch_questions "
+                f"({self.batch_questions}): a fresh world must hold a step's questions; raise it"
+            )
         if self.filter_groups.enabled and self.group_size < 2:
             raise ValueError("filter_groups keeps groups whose rewards differ, which needs group_size >= 2")
         return self

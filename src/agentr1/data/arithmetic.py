@@ -43,8 +43,15 @@ from agentr1.config.base import _Section
 
 _ALLOWED_CHARS = re.compile(r"[0-9.eE_+\-*/%() \t\n]*")
 _NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant)
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 _EXACT_FLOAT_INT = 2**53
 
@@ -85,8 +92,14 @@ def _char_problem(expression: str) -> str | None:
     where = f"{c!r} (U+{ord(c):04X})"
     if c.isdigit() or c.isnumeric():
         return f"{where} is not a digit the calculator reads: write numbers with the digits 0-9"
-    hints = {"x": "use * to multiply", "×": "use * to multiply", "÷": "use / to divide", "^": "use ** for powers",
-             ",": "write numbers without thousands separators (1000, not 1,000)", "=": "write only the expression, without '='"}
+    hints = {
+        "x": "use * to multiply",
+        "×": "use * to multiply",
+        "÷": "use / to divide",
+        "^": "use ** for powers",
+        ",": "write numbers without thousands separators (1000, not 1,000)",
+        "=": "write only the expression, without '='",
+    }
     if c in hints:
         return f"{where} is not allowed: {hints[c]}"
     if c.isalpha() or c == "_":
@@ -100,7 +113,11 @@ class Arithmetic:
 
     def __init__(self, limits: CalculatorToolConfig | None = None) -> None:
         limits = limits or CalculatorToolConfig()
-        self.max_chars, self.max_exponent, self.max_magnitude = limits.max_chars, limits.max_exponent, limits.max_magnitude
+        self.max_chars, self.max_exponent, self.max_magnitude = (
+            limits.max_chars,
+            limits.max_exponent,
+            limits.max_magnitude,
+        )
 
     def parse(self, expression: Any) -> ast.expr | str:
         """The expression's syntax tree, or why it is not a calculator expression."""
@@ -156,8 +173,11 @@ class Arithmetic:
             ops: dict[type, Callable[..., Any]] = {**_BINARY, **_UNARY, ast.Pow: self._power}
             ev = simpleeval.SimpleEval(operators={k: self._checked(f) for k, f in ops.items()}, functions={}, names={})
             constant = ev.nodes[ast.Constant]
-            ev.nodes = {ast.BinOp: ev.nodes[ast.BinOp], ast.UnaryOp: ev.nodes[ast.UnaryOp],
-                        ast.Constant: lambda node: self._check(constant(node))}
+            ev.nodes = {
+                ast.BinOp: ev.nodes[ast.BinOp],
+                ast.UnaryOp: ev.nodes[ast.UnaryOp],
+                ast.Constant: lambda node: self._check(constant(node)),
+            }
             self._ev = ev
         return ev
 
@@ -175,7 +195,15 @@ class Arithmetic:
         except ZeroDivisionError:
             raise CalculationError("division by zero") from None
         except (OverflowError, simpleeval.NumberTooHigh):
-            raise CalculationError(f"a number exceeds the calculator's limit of {self.max_magnitude:g} in magnitude") from None
-        except (ArithmeticError, ValueError, TypeError, RecursionError, MemoryError, simpleeval.InvalidExpression) as exc:
+            raise CalculationError(
+                f"a number exceeds the calculator's limit of {self.max_magnitude:g} in magnitude"
+            ) from None
+        except (
+            ArithmeticError,
+            ValueError,
+            TypeError,
+            RecursionError,
+            MemoryError,
+            simpleeval.InvalidExpression,
+        ) as exc:
             raise CalculationError(f"cannot evaluate ({type(exc).__name__}: {exc})") from None
-

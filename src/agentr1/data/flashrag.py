@@ -46,8 +46,8 @@ from typing import Any
 from agentr1.config import SPLITS
 from agentr1.data.realformat import (
     CorpusBuilder,
-    RealDataError,
     Loaded,
+    RealDataError,
     Record,
     answer_list,
     log_skipped,

@@ -41,8 +41,15 @@ class FreshWorld:
     questions: list[dict[str, Any]]
 
 
-def make_world(cfg: SyntheticConfig, index: int, families: int, questions: int, seed: int | str,
-               taken: Iterable[str] = (), param: str = "train.fresh") -> FreshWorld:
+def make_world(
+    cfg: SyntheticConfig,
+    index: int,
+    families: int,
+    questions: int,
+    seed: int | str,
+    taken: Iterable[str] = (),
+    param: str = "train.fresh",
+) -> FreshWorld:
     """World ``index`` of the stream seeded ``seed`` (module docstring; the RL stream is the run's
     seed, the SFT demonstrations' ``"<seed>/sft"``); deterministic in its arguments.
     :class:`ValueError` naming the params (``<param>.families`` / ``.questions``: ``train.fresh``
@@ -55,8 +62,10 @@ def make_world(cfg: SyntheticConfig, index: int, families: int, questions: int, 
         if not str(exc).startswith("the synthetic name inventory"):
             raise
         room = str(exc).split(", and this world")[0]
-        raise ValueError(f"{param}.families={families}: one fresh world of that many clusters needs more names than "
-                         f"{room} (the dataset's own names excluded): lower {param}.families") from None
+        raise ValueError(
+            f"{param}.families={families}: one fresh world of that many clusters needs more names than "
+            f"{room} (the dataset's own names excluded): lower {param}.families"
+        ) from None
     prefix = f"fresh{index}-"
     for e in w.entities:
         e.pid = prefix + e.pid
@@ -64,9 +73,11 @@ def make_world(cfg: SyntheticConfig, index: int, families: int, questions: int, 
     try:
         qs = split_questions(w, cfg, SPLIT, rng, Registry(), type_counts(cfg, "train", questions))
     except TooSmall as exc:
-        raise ValueError(f"a fresh world of {param}.families={families} clusters cannot supply "
-                         f"{param}.questions={questions} questions (only {exc}): raise families or lower "
-                         "questions") from None
+        raise ValueError(
+            f"a fresh world of {param}.families={families} clusters cannot supply "
+            f"{param}.questions={questions} questions (only {exc}): raise families or lower "
+            "questions"
+        ) from None
     rng.shuffle(qs)
     for i, q in enumerate(qs):
         q.id, q.split = f"{prefix}q{i:05d}", SPLIT

@@ -35,5 +35,6 @@ log = logging.getLogger(__name__)
 def load_hotpotqa(records: Iterable[Record], limit: int | None = None, origin: str = SOURCE) -> Loaded:
     """Map HotpotQA records (``(where, record)`` pairs, see ``read_records``); stop after
     ``limit`` questions."""
-    return load_context_records(records, limit, origin, source=SOURCE, label="HotpotQA",
-                                hops=dict.fromkeys(TYPES, HOPS), logger=log)
+    return load_context_records(
+        records, limit, origin, source=SOURCE, label="HotpotQA", hops=dict.fromkeys(TYPES, HOPS), logger=log
+    )

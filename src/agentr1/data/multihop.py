@@ -42,7 +42,7 @@ from typing import Any
 from agentr1.config import SPLITS, RealConfig, RealSource, SplitRatios
 from agentr1.data.answers import normalize_text
 from agentr1.data.flashrag import export_flashrag, import_flashrag, read_flashrag_corpus
-from agentr1.data.realformat import CorpusBuilder, Loaded, Record, RealDataError, clean_value, read_records
+from agentr1.data.realformat import CorpusBuilder, Loaded, RealDataError, Record, clean_value, read_records
 from agentr1.data.schema import Dataset, gold_unknown
 from agentr1.registry import DATASETS, UnknownName
 
@@ -114,7 +114,9 @@ def load_source(src: RealSource) -> Loaded:
         return load_file(src.dataset, src.path, src.limit)
     assert src.hub_id is not None  # RealSource guarantees path or hub_id
     rows = hub_rows(src.hub_id, src.hub_config, src.hub_split)
-    return run_loader(src.dataset, rows, src.limit, src.hub_id, namespace=src.hub_config or src.hub_id.rsplit("/", 1)[-1])
+    return run_loader(
+        src.dataset, rows, src.limit, src.hub_id, namespace=src.hub_config or src.hub_id.rsplit("/", 1)[-1]
+    )
 
 
 def split_counts(n: int, ratios: SplitRatios) -> dict[str, int]:
@@ -164,7 +166,9 @@ def _source_entry(i: int, src: RealSource, loaded: Loaded) -> dict[str, Any]:
     return {
         "source": f"data.real.sources[{i}]",
         "dataset": src.dataset,
-        "location": str(src.path) if src.path is not None else f"{src.hub_id}[{src.hub_config or 'default'}:{src.hub_split}]",
+        "location": str(src.path)
+        if src.path is not None
+        else f"{src.hub_id}[{src.hub_config or 'default'}:{src.hub_split}]",
         "split": src.split,
         "questions": 0,
         "skipped": dict(sorted(loaded.skipped.items())),
@@ -209,9 +213,11 @@ def load_real(real_cfg: RealConfig, seed: int) -> tuple[Dataset, dict[str, Any]]
                 owner[q["id"]] = (i, where, q)
             elif owner[q["id"]][2] != q:  # the same content falls to the text check below: a counted copy
                 j, first, _ = owner[q["id"]]
-                raise RealDataError(f"{label}: question id {q['id']!r} at {where} is also at {first} "
-                                    f"(data.real.sources[{j}]) with other content: remove one of the two records "
-                                    "or give them distinct ids")
+                raise RealDataError(
+                    f"{label}: question id {q['id']!r} at {where} is also at {first} "
+                    f"(data.real.sources[{j}]) with other content: remove one of the two records "
+                    "or give them distinct ids"
+                )
             key = normalize_text(q["question"])
             if key in texts:
                 j, first = texts[key]
@@ -222,8 +228,13 @@ def load_real(real_cfg: RealConfig, seed: int) -> tuple[Dataset, dict[str, Any]]
             texts[key] = (i, q["id"])
             kept.append(q)
         if duplicates:
-            log.warning("%s: dropped %d question(s) whose text an earlier question has: %s%s", label, len(duplicates),
-                        ", ".join(duplicates[:5]), f" (+{len(duplicates) - 5} more)" if len(duplicates) > 5 else "")
+            log.warning(
+                "%s: dropped %d question(s) whose text an earlier question has: %s%s",
+                label,
+                len(duplicates),
+                ", ".join(duplicates[:5]),
+                f" (+{len(duplicates) - 5} more)" if len(duplicates) > 5 else "",
+            )
         entry["skipped"] = dict(sorted(entry["skipped"].items()))
         entry["questions"] = len(kept)
         entry["without_gold"] = sum(gold_unknown(q) for q in kept)
@@ -238,8 +249,11 @@ def load_real(real_cfg: RealConfig, seed: int) -> tuple[Dataset, dict[str, Any]]
     if real_cfg.corpus is not None:
         try:
             passages = read_flashrag_corpus(real_cfg.corpus)
-            records["corpus"] = {"location": str(real_cfg.corpus), "passages": len(passages),
-                                 "passages_already_in_corpus": corpus.extend(passages, "data.real.corpus")}
+            records["corpus"] = {
+                "location": str(real_cfg.corpus),
+                "passages": len(passages),
+                "passages_already_in_corpus": corpus.extend(passages, "data.real.corpus"),
+            }
         except RealDataError as exc:
             raise RealDataError(f"data.real.corpus: {exc}") from None
     return Dataset(questions=questions, corpus=corpus.passages()), records

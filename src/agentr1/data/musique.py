@@ -20,8 +20,20 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from agentr1.data.realformat import (CorpusBuilder, Loaded, RealDataError, Record, answer_list, log_skipped, passage_id,
-                                     question, record_id, require, require_text, where_id)
+from agentr1.data.realformat import (
+    CorpusBuilder,
+    Loaded,
+    RealDataError,
+    Record,
+    answer_list,
+    log_skipped,
+    passage_id,
+    question,
+    record_id,
+    require,
+    require_text,
+    where_id,
+)
 
 SOURCE = "musique"
 UNANSWERABLE = "answerable is false"

@@ -79,106 +79,265 @@ class SameTemplate:
 
 PATH_TEMPLATES: tuple[PathTemplate, ...] = (
     # bridge (HotpotQA)
-    PathTemplate("bridge/director_birthplace", "bridge", "film", ("directed_by", "born_in"),
-                 "Where was the director of {x} born?"),
-    PathTemplate("bridge/founder_birthplace", "bridge", "company", ("founded_by", "born_in"),
-                 "Where was the founder of {x} born?"),
-    PathTemplate("bridge/person_birth_country", "bridge", "person", ("born_in", "located_in"),
-                 "In which country was {x} born?"),
-    PathTemplate("bridge/company_country", "bridge", "company", ("headquartered_in", "located_in"),
-                 "In which country is {x} headquartered?"),
-    PathTemplate("bridge/director_birth_year", "bridge", "film", ("directed_by", "@birth_year"),
-                 "In which year was the director of {x} born?"),
-    PathTemplate("bridge/producer_founder", "bridge", "film", ("produced_by", "founded_by"),
-                 "Who founded the company that produced {x}?"),
+    PathTemplate(
+        "bridge/director_birthplace",
+        "bridge",
+        "film",
+        ("directed_by", "born_in"),
+        "Where was the director of {x} born?",
+    ),
+    PathTemplate(
+        "bridge/founder_birthplace",
+        "bridge",
+        "company",
+        ("founded_by", "born_in"),
+        "Where was the founder of {x} born?",
+    ),
+    PathTemplate(
+        "bridge/person_birth_country", "bridge", "person", ("born_in", "located_in"), "In which country was {x} born?"
+    ),
+    PathTemplate(
+        "bridge/company_country",
+        "bridge",
+        "company",
+        ("headquartered_in", "located_in"),
+        "In which country is {x} headquartered?",
+    ),
+    PathTemplate(
+        "bridge/director_birth_year",
+        "bridge",
+        "film",
+        ("directed_by", "@birth_year"),
+        "In which year was the director of {x} born?",
+    ),
+    PathTemplate(
+        "bridge/producer_founder",
+        "bridge",
+        "film",
+        ("produced_by", "founded_by"),
+        "Who founded the company that produced {x}?",
+    ),
     # compositional (2WikiMultihopQA)
-    PathTemplate("compositional/founder_spouse", "compositional", "company", ("founded_by", "spouse"),
-                 "Who is the spouse of the founder of {x}?"),
-    PathTemplate("compositional/director_spouse", "compositional", "film", ("directed_by", "spouse"),
-                 "Who is the spouse of the director of {x}?"),
-    PathTemplate("compositional/director_father", "compositional", "film", ("directed_by", "father"),
-                 "Who is the father of the director of {x}?"),
-    PathTemplate("compositional/director_mother", "compositional", "film", ("directed_by", "mother"),
-                 "Who is the mother of the director of {x}?"),
-    PathTemplate("compositional/founder_father", "compositional", "company", ("founded_by", "father"),
-                 "Who is the father of the founder of {x}?"),
-    PathTemplate("compositional/producer_headquarters", "compositional", "film",
-                 ("produced_by", "headquartered_in"), "Where is the company that produced {x} headquartered?"),
-    PathTemplate("compositional/producer_founded_year", "compositional", "film",
-                 ("produced_by", "@founded_year"), "When was the company that produced {x} founded?"),
+    PathTemplate(
+        "compositional/founder_spouse",
+        "compositional",
+        "company",
+        ("founded_by", "spouse"),
+        "Who is the spouse of the founder of {x}?",
+    ),
+    PathTemplate(
+        "compositional/director_spouse",
+        "compositional",
+        "film",
+        ("directed_by", "spouse"),
+        "Who is the spouse of the director of {x}?",
+    ),
+    PathTemplate(
+        "compositional/director_father",
+        "compositional",
+        "film",
+        ("directed_by", "father"),
+        "Who is the father of the director of {x}?",
+    ),
+    PathTemplate(
+        "compositional/director_mother",
+        "compositional",
+        "film",
+        ("directed_by", "mother"),
+        "Who is the mother of the director of {x}?",
+    ),
+    PathTemplate(
+        "compositional/founder_father",
+        "compositional",
+        "company",
+        ("founded_by", "father"),
+        "Who is the father of the founder of {x}?",
+    ),
+    PathTemplate(
+        "compositional/producer_headquarters",
+        "compositional",
+        "film",
+        ("produced_by", "headquartered_in"),
+        "Where is the company that produced {x} headquartered?",
+    ),
+    PathTemplate(
+        "compositional/producer_founded_year",
+        "compositional",
+        "film",
+        ("produced_by", "@founded_year"),
+        "When was the company that produced {x} founded?",
+    ),
     # inference (2WikiMultihopQA)
-    PathTemplate("inference/paternal_grandfather", "inference", "person", ("father", "father"),
-                 "Who is the paternal grandfather of {x}?"),
-    PathTemplate("inference/paternal_grandmother", "inference", "person", ("father", "mother"),
-                 "Who is the paternal grandmother of {x}?"),
-    PathTemplate("inference/maternal_grandfather", "inference", "person", ("mother", "father"),
-                 "Who is the maternal grandfather of {x}?"),
-    PathTemplate("inference/maternal_grandmother", "inference", "person", ("mother", "mother"),
-                 "Who is {x}'s maternal grandmother?"),
-    PathTemplate("inference/father_in_law", "inference", "person", ("spouse", "father"),
-                 "Who is the father-in-law of {x}?"),
-    PathTemplate("inference/mother_in_law", "inference", "person", ("spouse", "mother"),
-                 "Who is {x}'s mother-in-law?"),
+    PathTemplate(
+        "inference/paternal_grandfather",
+        "inference",
+        "person",
+        ("father", "father"),
+        "Who is the paternal grandfather of {x}?",
+    ),
+    PathTemplate(
+        "inference/paternal_grandmother",
+        "inference",
+        "person",
+        ("father", "mother"),
+        "Who is the paternal grandmother of {x}?",
+    ),
+    PathTemplate(
+        "inference/maternal_grandfather",
+        "inference",
+        "person",
+        ("mother", "father"),
+        "Who is the maternal grandfather of {x}?",
+    ),
+    PathTemplate(
+        "inference/maternal_grandmother",
+        "inference",
+        "person",
+        ("mother", "mother"),
+        "Who is {x}'s maternal grandmother?",
+    ),
+    PathTemplate(
+        "inference/father_in_law", "inference", "person", ("spouse", "father"), "Who is the father-in-law of {x}?"
+    ),
+    PathTemplate("inference/mother_in_law", "inference", "person", ("spouse", "mother"), "Who is {x}'s mother-in-law?"),
     # chain (MuSiQue-like, out-of-domain), 3 hops
-    PathTemplate("chain/director_birth_country", "chain", "film", ("directed_by", "born_in", "located_in"),
-                 "In which country is the city where the director of {x} was born?"),
-    PathTemplate("chain/founder_birth_country", "chain", "company", ("founded_by", "born_in", "located_in"),
-                 "In which country is the city where the founder of {x} was born?"),
-    PathTemplate("chain/director_spouse_birthplace", "chain", "film", ("directed_by", "spouse", "born_in"),
-                 "Where was the spouse of the director of {x} born?"),
-    PathTemplate("chain/producer_founder_father", "chain", "film", ("produced_by", "founded_by", "father"),
-                 "Who is the father of the person who founded the company that produced {x}?"),
-    PathTemplate("chain/producer_country", "chain", "film", ("produced_by", "headquartered_in", "located_in"),
-                 "In which country is the headquarters of the company that produced {x}?"),
-    PathTemplate("chain/grandfather_birthplace", "chain", "person", ("father", "father", "born_in"),
-                 "Where was the paternal grandfather of {x} born?"),
+    PathTemplate(
+        "chain/director_birth_country",
+        "chain",
+        "film",
+        ("directed_by", "born_in", "located_in"),
+        "In which country is the city where the director of {x} was born?",
+    ),
+    PathTemplate(
+        "chain/founder_birth_country",
+        "chain",
+        "company",
+        ("founded_by", "born_in", "located_in"),
+        "In which country is the city where the founder of {x} was born?",
+    ),
+    PathTemplate(
+        "chain/director_spouse_birthplace",
+        "chain",
+        "film",
+        ("directed_by", "spouse", "born_in"),
+        "Where was the spouse of the director of {x} born?",
+    ),
+    PathTemplate(
+        "chain/producer_founder_father",
+        "chain",
+        "film",
+        ("produced_by", "founded_by", "father"),
+        "Who is the father of the person who founded the company that produced {x}?",
+    ),
+    PathTemplate(
+        "chain/producer_country",
+        "chain",
+        "film",
+        ("produced_by", "headquartered_in", "located_in"),
+        "In which country is the headquarters of the company that produced {x}?",
+    ),
+    PathTemplate(
+        "chain/grandfather_birthplace",
+        "chain",
+        "person",
+        ("father", "father", "born_in"),
+        "Where was the paternal grandfather of {x} born?",
+    ),
     # chain, 4 hops
-    PathTemplate("chain/director_spouse_country", "chain", "film",
-                 ("directed_by", "spouse", "born_in", "located_in"),
-                 "In which country is the birthplace of the spouse of the director of {x}?"),
-    PathTemplate("chain/producer_founder_country", "chain", "film",
-                 ("produced_by", "founded_by", "born_in", "located_in"),
-                 "In which country was the founder of the company that produced {x} born?"),
-    PathTemplate("chain/grandfather_country", "chain", "person", ("mother", "father", "born_in", "located_in"),
-                 "In which country was the maternal grandfather of {x} born?"),
-    PathTemplate("chain/producer_founder_spouse_birthplace", "chain", "film",
-                 ("produced_by", "founded_by", "spouse", "born_in"),
-                 "Where was the spouse of the founder of the company that produced {x} born?"),
+    PathTemplate(
+        "chain/director_spouse_country",
+        "chain",
+        "film",
+        ("directed_by", "spouse", "born_in", "located_in"),
+        "In which country is the birthplace of the spouse of the director of {x}?",
+    ),
+    PathTemplate(
+        "chain/producer_founder_country",
+        "chain",
+        "film",
+        ("produced_by", "founded_by", "born_in", "located_in"),
+        "In which country was the founder of the company that produced {x} born?",
+    ),
+    PathTemplate(
+        "chain/grandfather_country",
+        "chain",
+        "person",
+        ("mother", "father", "born_in", "located_in"),
+        "In which country was the maternal grandfather of {x} born?",
+    ),
+    PathTemplate(
+        "chain/producer_founder_spouse_birthplace",
+        "chain",
+        "film",
+        ("produced_by", "founded_by", "spouse", "born_in"),
+        "Where was the spouse of the founder of the company that produced {x} born?",
+    ),
 )
 
 # 3-hop chains of the train split only: none is an ood template (their relation paths differ)
 TRAIN_CHAIN_TEMPLATES: tuple[PathTemplate, ...] = (
-    PathTemplate("train_chain/director_father_birthplace", "chain", "film", ("directed_by", "father", "born_in"),
-                 "Where was the father of the director of {x} born?"),
-    PathTemplate("train_chain/director_mother_birthplace", "chain", "film", ("directed_by", "mother", "born_in"),
-                 "Where was the mother of the director of {x} born?"),
-    PathTemplate("train_chain/founder_spouse_birthplace", "chain", "company", ("founded_by", "spouse", "born_in"),
-                 "Where was the spouse of the founder of {x} born?"),
-    PathTemplate("train_chain/producer_founder_birthplace", "chain", "film", ("produced_by", "founded_by", "born_in"),
-                 "Where was the founder of the company that produced {x} born?"),
-    PathTemplate("train_chain/grandmother_birthplace", "chain", "person", ("father", "mother", "born_in"),
-                 "Where was the paternal grandmother of {x} born?"),
-    PathTemplate("train_chain/founder_mother_birth_year", "chain", "company", ("founded_by", "mother", "@birth_year"),
-                 "In which year was the mother of the founder of {x} born?"),
+    PathTemplate(
+        "train_chain/director_father_birthplace",
+        "chain",
+        "film",
+        ("directed_by", "father", "born_in"),
+        "Where was the father of the director of {x} born?",
+    ),
+    PathTemplate(
+        "train_chain/director_mother_birthplace",
+        "chain",
+        "film",
+        ("directed_by", "mother", "born_in"),
+        "Where was the mother of the director of {x} born?",
+    ),
+    PathTemplate(
+        "train_chain/founder_spouse_birthplace",
+        "chain",
+        "company",
+        ("founded_by", "spouse", "born_in"),
+        "Where was the spouse of the founder of {x} born?",
+    ),
+    PathTemplate(
+        "train_chain/producer_founder_birthplace",
+        "chain",
+        "film",
+        ("produced_by", "founded_by", "born_in"),
+        "Where was the founder of the company that produced {x} born?",
+    ),
+    PathTemplate(
+        "train_chain/grandmother_birthplace",
+        "chain",
+        "person",
+        ("father", "mother", "born_in"),
+        "Where was the paternal grandmother of {x} born?",
+    ),
+    PathTemplate(
+        "train_chain/founder_mother_birth_year",
+        "chain",
+        "company",
+        ("founded_by", "mother", "@birth_year"),
+        "In which year was the mother of the founder of {x} born?",
+    ),
 )
 
 WHICH_TEMPLATES: tuple[WhichTemplate, ...] = (
-    WhichTemplate("comparison/film_first", "film", "release_year", "min",
-                  "Which film was released first, {a} or {b}?"),
-    WhichTemplate("comparison/film_latest", "film", "release_year", "max",
-                  "Which film came out more recently, {a} or {b}?"),
+    WhichTemplate("comparison/film_first", "film", "release_year", "min", "Which film was released first, {a} or {b}?"),
+    WhichTemplate(
+        "comparison/film_latest", "film", "release_year", "max", "Which film came out more recently, {a} or {b}?"
+    ),
     WhichTemplate("comparison/person_older", "person", "birth_year", "min", "Who was born first, {a} or {b}?"),
     WhichTemplate("comparison/person_younger", "person", "birth_year", "max", "Who is younger, {a} or {b}?"),
-    WhichTemplate("comparison/company_older", "company", "founded_year", "min",
-                  "Which company was founded earlier, {a} or {b}?"),
+    WhichTemplate(
+        "comparison/company_older", "company", "founded_year", "min", "Which company was founded earlier, {a} or {b}?"
+    ),
 )
 
 SAME_TEMPLATES: tuple[SameTemplate, ...] = (
-    SameTemplate("comparison/same_director", "film", "directed_by",
-                 "Were {a} and {b} directed by the same person?"),
+    SameTemplate("comparison/same_director", "film", "directed_by", "Were {a} and {b} directed by the same person?"),
     SameTemplate("comparison/same_birthplace", "person", "born_in", "Were {a} and {b} born in the same city?"),
-    SameTemplate("comparison/same_headquarters", "company", "headquartered_in",
-                 "Are {a} and {b} headquartered in the same city?"),
+    SameTemplate(
+        "comparison/same_headquarters", "company", "headquartered_in", "Are {a} and {b} headquartered in the same city?"
+    ),
     SameTemplate("comparison/same_country", "city", "located_in", "Are {a} and {b} in the same country?"),
 )
 
@@ -198,9 +357,16 @@ class SynQuestion:
     expression: str | None = None  # calculator questions (agentr1.data.toolquestions): value = answers[0]
 
     def to_row(self) -> dict[str, Any]:
-        row = {"id": self.id, "question": self.question, "answers": list(self.answers), "type": self.type,
-               "hops": self.hops, "supporting_ids": [e.pid for e in self.supporting],
-               "source": "synthetic", "split": self.split}
+        row = {
+            "id": self.id,
+            "question": self.question,
+            "answers": list(self.answers),
+            "type": self.type,
+            "hops": self.hops,
+            "supporting_ids": [e.pid for e in self.supporting],
+            "source": "synthetic",
+            "split": self.split,
+        }
         if self.expression is not None:
             row["expression"] = self.expression
         return row
@@ -259,8 +425,9 @@ def follow(w: World, t: PathTemplate, anchor: Entity) -> SynQuestion | None:
     return SynQuestion(text, answers, t.qtype, t.hops, chain, t.key)
 
 
-def sample_path_questions(w: World, split: str, templates: list[PathTemplate], n: int,
-                          rng: random.Random, reg: Registry) -> list[SynQuestion]:
+def sample_path_questions(
+    w: World, split: str, templates: list[PathTemplate], n: int, rng: random.Random, reg: Registry
+) -> list[SynQuestion]:
     """``n`` questions drawn round-robin over ``templates`` (balanced until one runs out)."""
     anchors: dict[str, list[Entity]] = {}
     for t in templates:
@@ -295,8 +462,9 @@ def _pair_draws(pool: list[Entity], rng: random.Random, budget: int) -> Iterator
         yield tuple(rng.sample(pool, 2))
 
 
-def _pair_question(t: WhichTemplate | SameTemplate, a: Entity, b: Entity, answer: str,
-                   reg: Registry, split: str) -> SynQuestion | None:
+def _pair_question(
+    t: WhichTemplate | SameTemplate, a: Entity, b: Entity, answer: str, reg: Registry, split: str
+) -> SynQuestion | None:
     """The comparison of ``a`` and ``b``, unless that pair was already asked (in either order)."""
     if t.text.format(a=b.name, b=a.name) in reg.texts:
         return None
@@ -339,8 +507,9 @@ def _same(split: str, t: SameTemplate, want: str, reg: Registry, draws: dict[Any
     return None
 
 
-def sample_comparisons(w: World, split: str, n: int, yes_no_fraction: float, rng: random.Random,
-                       reg: Registry) -> list[SynQuestion]:
+def sample_comparisons(
+    w: World, split: str, n: int, yes_no_fraction: float, rng: random.Random, reg: Registry
+) -> list[SynQuestion]:
     """``n`` comparison questions, ``round(n * yes_no_fraction)`` of them yes/no (half yes)."""
     n_yn = round(n * yes_no_fraction)
     budget = 40 * n + 200
@@ -366,7 +535,7 @@ def sample_comparisons(w: World, split: str, n: int, yes_no_fraction: float, rng
     live = {"yes": list(same), "no": list(same)}
     for k in range(n_yn):
         q = None
-        for want in (("yes", "no") if k % 2 == 0 else ("no", "yes")):
+        for want in ("yes", "no") if k % 2 == 0 else ("no", "yes"):
             while live[want] and q is None:
                 t = live[want][k % len(live[want])]
                 q = _same(split, t, want, reg, draws)

@@ -60,8 +60,12 @@ MAX_DEPTH = 64  # nesting levels a record may have (the datasets' records have f
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _FIX_TEXT = "correct or drop the record in the source file"
 # byte-order marks of the encodings the loaders refuse (UTF-32 first: its LE mark starts with UTF-16's)
-_OTHER_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32", "little-endian"), (codecs.BOM_UTF32_BE, "UTF-32", "big-endian"),
-               (codecs.BOM_UTF16_LE, "UTF-16", "little-endian"), (codecs.BOM_UTF16_BE, "UTF-16", "big-endian"))
+_OTHER_BOMS = (
+    (codecs.BOM_UTF32_LE, "UTF-32", "little-endian"),
+    (codecs.BOM_UTF32_BE, "UTF-32", "big-endian"),
+    (codecs.BOM_UTF16_LE, "UTF-16", "little-endian"),
+    (codecs.BOM_UTF16_BE, "UTF-16", "big-endian"),
+)
 
 
 class RealDataError(ValueError):
@@ -93,8 +97,10 @@ class Loaded:
         if q["id"] in self.where:
             first, kept = self.where[q["id"]]
             if kept != q:
-                raise RealDataError(f"{where}: question id {q['id']!r} repeats {first} with other content: "
-                                    "give each question its own id, or remove one of the two records")
+                raise RealDataError(
+                    f"{where}: question id {q['id']!r} repeats {first} with other content: "
+                    "give each question its own id, or remove one of the two records"
+                )
             self.skipped[REPEATED_ID] += 1
             return
         self.where[q["id"]] = (where, q)
@@ -121,8 +127,13 @@ def file_problem(path: Path) -> str | None:
         return f"cannot be read ({exc.strerror})"
     if stat.S_ISREG(mode):
         return None
-    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-             (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"))
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+    )
     kind = next((name for test, name in kinds if test(mode)), "not a regular file")
     return f"{kind}, not a data file: name a JSON, JSON Lines or .parquet file"
 
@@ -167,12 +178,16 @@ def _check_encoding(path: Path, head: bytes) -> None:
     fix = f"convert it to UTF-8 (e.g. `iconv -f {{enc}} -t UTF-8 {path} > {path.stem}.utf8{path.suffix}`)"
     for bom, enc, order in _OTHER_BOMS:
         if head.startswith(bom):
-            raise RealDataError(f"{path}: the file is {enc} ({order} byte-order mark {bom.hex(' ')}), "
-                                f"but JSON files must be UTF-8: {fix.format(enc=enc)}")
+            raise RealDataError(
+                f"{path}: the file is {enc} ({order} byte-order mark {bom.hex(' ')}), "
+                f"but JSON files must be UTF-8: {fix.format(enc=enc)}"
+            )
     if b"\x00" in head:
         enc = "UTF-16LE" if head[1:2] == b"\x00" else "UTF-16BE" if head[:1] == b"\x00" else "UTF-16"
-        raise RealDataError(f"{path}: the file holds NUL bytes: it looks like {enc} without a byte-order mark "
-                            f"(or a binary file), but JSON files must be UTF-8: {fix.format(enc=enc)}")
+        raise RealDataError(
+            f"{path}: the file holds NUL bytes: it looks like {enc} without a byte-order mark "
+            f"(or a binary file), but JSON files must be UTF-8: {fix.format(enc=enc)}"
+        )
 
 
 def _utf8(data: bytes, path: Path, lineno: int | None = None) -> str:
@@ -197,8 +212,10 @@ def _json(text: str, path: Path, lineno: int | None = None) -> Any:
     except json.JSONDecodeError as exc:
         if lineno is None:
             raise RealDataError(f"{path}: not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})") from None
-        raise RealDataError(f"{path}: line {lineno} is not valid JSON (column {exc.colno}: {exc.msg}); JSON Lines "
-                            "needs one complete object per line") from None
+        raise RealDataError(
+            f"{path}: line {lineno} is not valid JSON (column {exc.colno}: {exc.msg}); JSON Lines "
+            "needs one complete object per line"
+        ) from None
     except RecursionError:
         what = "the file" if lineno is None else f"line {lineno}"
         raise RealDataError(
@@ -214,8 +231,10 @@ def _read_parquet(path: Path, name: str) -> Iterator[Record]:
     try:
         rows = pq.read_table(path).to_pylist()
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
-        raise RealDataError(f"{path}: not a readable parquet file ({type(exc).__name__}: "
-                            f"{str(exc).splitlines()[0] if str(exc) else ''}): re-download or re-export it") from None
+        raise RealDataError(
+            f"{path}: not a readable parquet file ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}): re-download or re-export it"
+        ) from None
     for i, rec in enumerate(rows):
         yield f"{name} row {i}", clean_value(rec, f"{name} row {i}")
 
@@ -266,8 +285,10 @@ def clean_value(value: Any, where: str, name: str = "", depth: int = 0) -> Any:
     if isinstance(value, str):
         return clean_text(value, where, name or "record")
     if isinstance(value, (Mapping, list, tuple)) and depth >= MAX_DEPTH:
-        raise RealDataError(f"{where}: field {name or 'record'!r} is nested more than {MAX_DEPTH} levels deep "
-                            f"(a record has fewer than 8): {_FIX_TEXT}")
+        raise RealDataError(
+            f"{where}: field {name or 'record'!r} is nested more than {MAX_DEPTH} levels deep "
+            f"(a record has fewer than 8): {_FIX_TEXT}"
+        )
     if isinstance(value, Mapping):
         return {k: clean_value(v, where, f"{name}.{k}" if name else str(k), depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -367,7 +388,7 @@ def passage_id(title: str, text: str) -> str:
     both in Unicode NFC (:func:`~agentr1.data.schema.passage_key`); equal passages of any source
     get the same id."""
     title, text = passage_key(title, text)
-    digest = hashlib.sha1(f"{title}\x00{text}".encode("utf-8")).hexdigest()[:16]
+    digest = hashlib.sha1(f"{title}\x00{text}".encode()).hexdigest()[:16]
     return f"{PASSAGE_PREFIX}:{digest}"
 
 
@@ -456,13 +477,9 @@ def parse_context(value: Any, where: str, name: str = "context") -> list[tuple[s
         titles = value.get("title")
         sents = value.get("sentences", value.get("content"))
         if not isinstance(titles, list) or not isinstance(sents, list):
-            raise RealDataError(
-                f"{where}: field {name!r} must hold lists 'title' and 'sentences' (or 'content')"
-            )
+            raise RealDataError(f"{where}: field {name!r} must hold lists 'title' and 'sentences' (or 'content')")
         if len(titles) != len(sents):
-            raise RealDataError(
-                f"{where}: field {name!r} has {len(titles)} titles but {len(sents)} sentence lists"
-            )
+            raise RealDataError(f"{where}: field {name!r} has {len(titles)} titles but {len(sents)} sentence lists")
         pairs = list(zip(titles, sents))
     elif isinstance(value, list):
         pairs = []

@@ -156,8 +156,10 @@ def _write(rows: list[dict[str, Any]], schema: pa.Schema, path: Path) -> None:
     except UnicodeEncodeError as exc:  # a lone surrogate: the loaders refuse them, a plug-in may not
         from agentr1.errors import StageError
 
-        raise StageError(f"{path.name}: {_unencodable(rows)} holds a lone surrogate ({exc.reason}), which no "
-                         "UTF-8 file can hold: fix the loader or the source record that produced it") from None
+        raise StageError(
+            f"{path.name}: {_unencodable(rows)} holds a lone surrogate ({exc.reason}), which no "
+            "UTF-8 file can hold: fix the loader or the source record that produced it"
+        ) from None
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path, compression="zstd", write_statistics=False)
 

@@ -71,8 +71,9 @@ def type_counts(cfg: SyntheticConfig, split: str, n: int | None = None) -> dict[
     return {**counts, "train_chain": chains} if chains else counts
 
 
-def split_questions(w: World, cfg: SyntheticConfig, split: str, rng: random.Random, reg: Registry,
-                    counts: dict[str, int] | None = None) -> list[SynQuestion]:
+def split_questions(
+    w: World, cfg: SyntheticConfig, split: str, rng: random.Random, reg: Registry, counts: dict[str, int] | None = None
+) -> list[SynQuestion]:
     """The questions of ``split`` of ``w``, ``counts`` per type (default :func:`type_counts`);
     :class:`TooSmall` when the world cannot supply them."""
     out: list[SynQuestion] = []
@@ -93,8 +94,9 @@ def split_questions(w: World, cfg: SyntheticConfig, split: str, rng: random.Rand
     return out
 
 
-def generate(cfg: SyntheticConfig, seed: int,
-             tool_questions: ToolQuestionsConfig | None = None) -> tuple[World, dict[str, list[SynQuestion]]]:
+def generate(
+    cfg: SyntheticConfig, seed: int, tool_questions: ToolQuestionsConfig | None = None
+) -> tuple[World, dict[str, list[SynQuestion]]]:
     """Build the world and its questions (with template keys); ids assigned, order shuffled.
 
     ``tool_questions`` (``data.task: tools``) adds each split's arithmetic and multi-tool

@@ -40,14 +40,28 @@ ARITHMETIC, MULTI_TOOL = "arithmetic", "multi_tool"
 TOOL_TYPES = (ARITHMETIC, MULTI_TOOL)
 MAX_AMOUNT = 10**9
 FACTORS = range(2, 13)
-_UNITS = ("apples", "coins", "books", "stamps", "bricks", "tickets", "bottles", "marbles", "seeds", "nails",
-          "shells", "candles")
+_UNITS = (
+    "apples",
+    "coins",
+    "books",
+    "stamps",
+    "bricks",
+    "tickets",
+    "bottles",
+    "marbles",
+    "seeds",
+    "nails",
+    "shells",
+    "candles",
+)
 _STEPS: dict[str, tuple[str, ...]] = {
     "+": ("{S} then gets {n} more {unit}.", "Later {s} buys another {n} {unit}.", "A friend gives {o} {n} {unit}."),
     "-": ("{S} then gives away {n} {unit}.", "Later {s} sells {n} {unit}.", "{S} loses {n} {unit}."),
     "*": ("{S} then ends up with {n} times as many {unit}.", "Later {p} stock of {unit} grows {n} times larger."),
-    "/": ("{S} then splits the {unit} into {n} equal boxes and keeps one box.",
-          "Later {s} shares the {unit} equally among {n} people, {o}self included, and keeps {p} share."),
+    "/": (
+        "{S} then splits the {unit} into {n} equal boxes and keeps one box.",
+        "Later {s} shares the {unit} equally among {n} people, {o}self included, and keeps {p} share.",
+    ),
 }
 
 
@@ -64,12 +78,30 @@ class YearPath:
 
 
 YEAR_PATHS = (
-    YearPath("multi_tool/founder_age", "company", "founded_year", "founded_by", "birth_year",
-             "How many years after the birth of its founder was {x} founded?"),
-    YearPath("multi_tool/director_age", "film", "release_year", "directed_by", "birth_year",
-             "How many years after the birth of its director was {x} released?"),
-    YearPath("multi_tool/producer_age", "film", "release_year", "produced_by", "founded_year",
-             "How many years after the founding of the company that produced {x} was {x} released?"),
+    YearPath(
+        "multi_tool/founder_age",
+        "company",
+        "founded_year",
+        "founded_by",
+        "birth_year",
+        "How many years after the birth of its founder was {x} founded?",
+    ),
+    YearPath(
+        "multi_tool/director_age",
+        "film",
+        "release_year",
+        "directed_by",
+        "birth_year",
+        "How many years after the birth of its director was {x} released?",
+    ),
+    YearPath(
+        "multi_tool/producer_age",
+        "film",
+        "release_year",
+        "produced_by",
+        "founded_year",
+        "How many years after the founding of the company that produced {x} was {x} released?",
+    ),
 )
 BIRTH_GAP_KEY = "multi_tool/birth_gap"
 BIRTH_GAP_TEXT = "How many years apart were {a} and {b} born?"
@@ -83,8 +115,12 @@ def _admit(q: SynQuestion, reg: Registry, *also: str) -> bool:
 # ------------------------------------------------------------------------------------ arithmetic
 def _pronouns(person: Entity) -> dict[str, str]:
     male = person.attrs.get("gender") == "male"
-    return {"S": "He" if male else "She", "s": "he" if male else "she", "o": "him" if male else "her",
-            "p": "his" if male else "her"}
+    return {
+        "S": "He" if male else "She",
+        "s": "he" if male else "she",
+        "o": "him" if male else "her",
+        "p": "his" if male else "her",
+    }
 
 
 def _operand(rng: random.Random, cfg: ToolQuestionsConfig) -> int:
@@ -130,12 +166,12 @@ def arithmetic_problem(person: Entity, n_ops: int, rng: random.Random, cfg: Tool
             expr, low = (f"({expr}) {op} {n}" if low else f"{expr} {op} {n}"), False
         total = _apply(total, op, n)
     sentences.append(f"How many {unit} does {person.name} have now?")
-    return SynQuestion(" ".join(sentences), [str(total)], ARITHMETIC, 0, [], f"arithmetic/{n_ops}ops",
-                       expression=expr)
+    return SynQuestion(" ".join(sentences), [str(total)], ARITHMETIC, 0, [], f"arithmetic/{n_ops}ops", expression=expr)
 
 
-def sample_arithmetic(w: World, split: str, n: int, cfg: ToolQuestionsConfig, rng: random.Random,
-                      reg: Registry) -> list[SynQuestion]:
+def sample_arithmetic(
+    w: World, split: str, n: int, cfg: ToolQuestionsConfig, rng: random.Random, reg: Registry
+) -> list[SynQuestion]:
     """``n`` arithmetic problems about the split's people, operation counts uniform in
     ``cfg.operations``."""
     people = w.of(split, "person")
@@ -161,8 +197,15 @@ def year_question(w: World, t: YearPath, anchor: Entity) -> SynQuestion | None:
     later, earlier = anchor.attrs[t.year], target.attrs[t.target_year]
     if later <= earlier:
         return None
-    return SynQuestion(t.text.format(x=anchor.name), [str(later - earlier)], MULTI_TOOL, 2, [anchor, target], t.key,
-                       expression=f"{later} - {earlier}")
+    return SynQuestion(
+        t.text.format(x=anchor.name),
+        [str(later - earlier)],
+        MULTI_TOOL,
+        2,
+        [anchor, target],
+        t.key,
+        expression=f"{later} - {earlier}",
+    )
 
 
 def birth_gap_question(a: Entity, b: Entity) -> SynQuestion | None:
@@ -170,8 +213,15 @@ def birth_gap_question(a: Entity, b: Entity) -> SynQuestion | None:
     ya, yb = a.attrs["birth_year"], b.attrs["birth_year"]
     if ya == yb:
         return None
-    return SynQuestion(BIRTH_GAP_TEXT.format(a=a.name, b=b.name), [str(abs(ya - yb))], MULTI_TOOL, 2, [a, b],
-                       BIRTH_GAP_KEY, expression=f"{max(ya, yb)} - {min(ya, yb)}")
+    return SynQuestion(
+        BIRTH_GAP_TEXT.format(a=a.name, b=b.name),
+        [str(abs(ya - yb))],
+        MULTI_TOOL,
+        2,
+        [a, b],
+        BIRTH_GAP_KEY,
+        expression=f"{max(ya, yb)} - {min(ya, yb)}",
+    )
 
 
 def _year_stream(w: World, split: str, t: YearPath, rng: random.Random, reg: Registry) -> Iterator[SynQuestion]:

@@ -31,5 +31,6 @@ log = logging.getLogger(__name__)
 
 def load_twowiki(records: Iterable[Record], limit: int | None = None, origin: str = SOURCE) -> Loaded:
     """Map 2WikiMultihopQA records (``(where, record)`` pairs); stop after ``limit`` questions."""
-    return load_context_records(records, limit, origin, source=SOURCE, label="2Wiki", hops=HOPS, logger=log,
-                                no_context=NO_CONTEXT)
+    return load_context_records(
+        records, limit, origin, source=SOURCE, label="2Wiki", hops=HOPS, logger=log, no_context=NO_CONTEXT
+    )

@@ -79,11 +79,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from agentr1.config import SPLITS, Config, ValidateConfig
+from agentr1.data.answers import normalize_answer, normalize_number, normalize_text
 from agentr1.data.gx_suite import Check, CheckResult, run_checks
 from agentr1.data.prepare import MANIFEST_FILE
-from agentr1.data.schema import (CORPUS_FILE, CORPUS_SCHEMA, OPTIONAL_QUESTION_FIELDS, QUESTION_FIELDS, QUESTION_SCHEMA,
-                                 HTML_REFERENCE, Dataset, gold_unknown)
-from agentr1.data.answers import normalize_answer, normalize_number, normalize_text
+from agentr1.data.schema import (
+    CORPUS_FILE,
+    CORPUS_SCHEMA,
+    HTML_REFERENCE,
+    OPTIONAL_QUESTION_FIELDS,
+    QUESTION_FIELDS,
+    QUESTION_SCHEMA,
+    Dataset,
+    gold_unknown,
+)
 from agentr1.errors import StageError
 
 log = logging.getLogger(__name__)
@@ -96,15 +104,21 @@ _NOT_BLANK = r"\S"  # a value with at least one non-space character
 
 # what to do when a check fails (printed after it in the error message)
 _FIX_FILES = "run `agentr1 prepare` (or `dvc repro prepare`) to rewrite data.processed_dir"
-_FIX_SPLIT = ("give the split questions (data.synthetic.questions, or data.real.sources / ratios) and run "
-              "`agentr1 prepare`, or leave it out of validate.required_splits")
+_FIX_SPLIT = (
+    "give the split questions (data.synthetic.questions, or data.real.sources / ratios) and run "
+    "`agentr1 prepare`, or leave it out of validate.required_splits"
+)
 _FIX_DATA = "correct or drop the offending records in the source data (or the generator), then run `agentr1 prepare`"
-_FIX_COPY = ("build held-out names from parts train names use (agentr1.data.names), or give train more questions; "
-             "for data whose answers need not be copyable, drop its source from validate.copy_sources")
+_FIX_COPY = (
+    "build held-out names from parts train names use (agentr1.data.names), or give train more questions; "
+    "for data whose answers need not be copyable, drop its source from validate.copy_sources"
+)
 _FIX_CORPUS = "add the missing passages (data.real.corpus or the records' contexts) or fix supporting_ids"
 _FIX_HOPS = "fix the records' hop counts, or widen data.hops"
-_FIX_LEAK = ("rephrase or drop the leaking questions, exempt their type (validate.leak_allowed_types) or allow "
-             "a share per source (validate.max_leak_share)")
+_FIX_LEAK = (
+    "rephrase or drop the leaking questions, exempt their type (validate.leak_allowed_types) or allow "
+    "a share per source (validate.max_leak_share)"
+)
 
 
 # --------------------------------------------------------------------------------------- files
@@ -147,8 +161,14 @@ def _empty_split(split: str | None, n_rows: int, required: list[str]) -> str | N
 
 
 def _file_row(name: str, n_rows: int | None = None, **problems: str | None) -> dict[str, Any]:
-    row: dict[str, Any] = {"id": name, "missing_file": None, "read_error": None, "schema_error": None,
-                           "empty_split": None, "rows": n_rows}
+    row: dict[str, Any] = {
+        "id": name,
+        "missing_file": None,
+        "read_error": None,
+        "schema_error": None,
+        "empty_split": None,
+        "rows": n_rows,
+    }
     row.update(problems)
     return row
 
@@ -190,8 +210,14 @@ def read_processed(processed_dir: str | Path, required_splits: list[str]) -> tup
             rows.append(_file_row(name, read_error=_read_error(exc)))
             continue
         problem = schema_problems(table.schema, schema)
-        rows.append(_file_row(name, table.num_rows, schema_error=problem,
-                              empty_split=_empty_split(split, table.num_rows, required_splits)))
+        rows.append(
+            _file_row(
+                name,
+                table.num_rows,
+                schema_error=problem,
+                empty_split=_empty_split(split, table.num_rows, required_splits),
+            )
+        )
         if problem is None:
             optional = [f.name for f in OPTIONAL_QUESTION_FIELDS if split is not None and f.name in table.schema.names]
             records = table.select([*schema.names, *optional]).to_pylist()
@@ -206,8 +232,10 @@ def read_processed(processed_dir: str | Path, required_splits: list[str]) -> tup
 
 def files_frame_for(ds: Dataset, required_splits: list[str]) -> pd.DataFrame:
     """The files table of an in-memory dataset (every file present and well-formed)."""
-    rows = [_file_row(f"{s}.parquet", len(ds.split(s)), empty_split=_empty_split(s, len(ds.split(s)), required_splits))
-            for s in SPLITS]
+    rows = [
+        _file_row(f"{s}.parquet", len(ds.split(s)), empty_split=_empty_split(s, len(ds.split(s)), required_splits))
+        for s in SPLITS
+    ]
     return _files_frame(rows + [_file_row(CORPUS_FILE, len(ds.corpus))])
 
 
@@ -276,7 +304,7 @@ def special_tokens_in(texts: Any, tokens: list[str]) -> str | None:
     """The special-token strings found in ``texts`` (one string or a list), comma-joined, or None:
     each of ``tokens`` and every ``<|name|>`` form (ChatML, Qwen, Llama-3 markers)."""
     found: list[str] = []
-    for text in ([texts] if isinstance(texts, str) else list(texts) if texts is not None else []):
+    for text in [texts] if isinstance(texts, str) else list(texts) if texts is not None else []:
         if not isinstance(text, str):
             continue
         found += [t for t in tokens if t in text] + _CHATML_LIKE.findall(text)
@@ -325,7 +353,9 @@ def not_nfc(texts: Iterable[tuple[str, Any]]) -> str | None:
             continue
         nfc = unicodedata.normalize("NFC", text)
         i = next((k for k, (a, b) in enumerate(zip(text, nfc)) if a != b), min(len(text), len(nfc)))
-        return f"{where}: not NFC from character {i} ({_code_points(text[i:i + 3])}; NFC {_code_points(nfc[i:i + 2])})"
+        return (
+            f"{where}: not NFC from character {i} ({_code_points(text[i : i + 3])}; NFC {_code_points(nfc[i : i + 2])})"
+        )
     return None
 
 
@@ -361,7 +391,7 @@ def first_of(*columns: Sequence[str | None]) -> list[str | None]:
 
 def too_long(texts: Any, limit: int, what: str) -> str | None:
     """``"<what> of N chars (at most limit)"`` for the first of ``texts`` over ``limit``, or None."""
-    for text in ([texts] if isinstance(texts, str) else list(texts) if texts is not None else []):
+    for text in [texts] if isinstance(texts, str) else list(texts) if texts is not None else []:
         if isinstance(text, str) and len(text) > limit:
             return f"{what} of {len(text)} chars (at most {limit})"
     return None
@@ -397,16 +427,30 @@ def hops_support_problem(hops: Any, supporting_ids: Any) -> str | None:
 def _conflicting_answers(q: pd.DataFrame) -> pd.Series:
     """Per row: the answer sets of its split's other rows with the same normalized question text,
     when they differ from its own (``"'a' vs 'b'"``), else None."""
-    key = pd.Series([(split, normalize_text(text)) if isinstance(text, str) else None
-                     for split, text in zip(q["file_split"], q["question"])], index=q.index, dtype=object)
-    answers = [tuple(sorted({normalize_answer(a) for a in ans if isinstance(a, str)})) if ans is not None else ()
-               for ans in q["answers"]]
+    key = pd.Series(
+        [
+            (split, normalize_text(text)) if isinstance(text, str) else None
+            for split, text in zip(q["file_split"], q["question"])
+        ],
+        index=q.index,
+        dtype=object,
+    )
+    answers = [
+        tuple(sorted({normalize_answer(a) for a in ans if isinstance(a, str)})) if ans is not None else ()
+        for ans in q["answers"]
+    ]
     seen: dict[Any, set[tuple[str, ...]]] = {}
     for k, a in zip(key, answers):
         if k is not None:
             seen.setdefault(k, set()).add(a)
-    return pd.Series([" vs ".join(repr(list(x)) for x in sorted(seen[k])) if k is not None and len(seen[k]) > 1
-                      else None for k in key], index=q.index, dtype=object)
+    return pd.Series(
+        [
+            " vs ".join(repr(list(x)) for x in sorted(seen[k])) if k is not None and len(seen[k]) > 1 else None
+            for k in key
+        ],
+        index=q.index,
+        dtype=object,
+    )
 
 
 # Calculator question types (data.task: tools, GSM8K): numeric answers; the synthetic ones carry an
@@ -451,8 +495,12 @@ def copy_cap(q: pd.DataFrame, n_words: int) -> dict[str, Any]:
             continue
         bad = q.loc[rows & q["uncopyable_answer"].notna(), "uncopyable_answer"]
         words = sorted({w for text in bad for w in text.split()})
-        out[split] = {"questions": int(rows.sum()), "copyable": int(rows.sum()) - len(bad),
-                      "share": (int(rows.sum()) - len(bad)) / int(rows.sum()), "missing_words": words[:n_words]}
+        out[split] = {
+            "questions": int(rows.sum()),
+            "copyable": int(rows.sum()) - len(bad),
+            "share": (int(rows.sum()) - len(bad)) / int(rows.sum()),
+            "missing_words": words[:n_words],
+        }
     return out
 
 
@@ -498,8 +546,13 @@ def tool_question_problem(qtype: Any, hops: Any, supporting_ids: Any, answers: A
     return None
 
 
-def build_question_frame(ds: Dataset, corpus_ids: set[str], leak_allowed_types: list[str],
-                         tool_checks: bool = False, bounds: ValidateConfig | None = None) -> pd.DataFrame:
+def build_question_frame(
+    ds: Dataset,
+    corpus_ids: set[str],
+    leak_allowed_types: list[str],
+    tool_checks: bool = False,
+    bounds: ValidateConfig | None = None,
+) -> pd.DataFrame:
     """All splits concatenated, plus the derived columns the GX checks assert on.
 
     Derived columns: ``file_split`` (the file the row came from), ``n_answers``, ``blank_question``
@@ -538,7 +591,8 @@ def build_question_frame(ds: Dataset, corpus_ids: set[str], leak_allowed_types: 
     allowed = set(leak_allowed_types)
     q["answer_in_question"] = pd.Series(
         [None if t in allowed else leaked_answer(qt, a) for qt, a, t in zip(q["question"], q["answers"], q["type"])],
-        index=q.index, dtype=object,
+        index=q.index,
+        dtype=object,
     )
     q["id_in_splits"] = _splits_sharing(q, q["id"])
     norm_q = q["question"].map(lambda s: (normalize_text(s) or None) if isinstance(s, str) else None)
@@ -546,22 +600,33 @@ def build_question_frame(ds: Dataset, corpus_ids: set[str], leak_allowed_types: 
     bounds = bounds or ValidateConfig()
     known = train_words(ds) if bounds.copy_sources else set()
     q["uncopyable_answer"] = pd.Series(
-        [uncopyable_words(a, known) if sp != "train" and src in bounds.copy_sources else None
-         for a, sp, src in zip(q["answers"], q["file_split"], q["source"])], index=q.index, dtype=object)
+        [
+            uncopyable_words(a, known) if sp != "train" and src in bounds.copy_sources else None
+            for a, sp, src in zip(q["answers"], q["file_split"], q["source"])
+        ],
+        index=q.index,
+        dtype=object,
+    )
     _add_bound_columns(q, bounds)
     if not tool_checks:
         return q.drop(columns=["answers", "supporting_ids"])
     q["tool_question_problem"] = pd.Series(
-        [tool_question_problem(t, None if pd.isna(h) else int(h), ids, a, e if isinstance(e, str) else None)
-         for t, h, ids, a, e in zip(q["type"], q["hops"], q["supporting_ids"], q["answers"], q["expression"])],
-        index=q.index, dtype=object)
-    q["unknown_type"] = pd.Series([None if t in KNOWN_TOOL_TASK_TYPES else str(t) for t in q["type"]],
-                                  index=q.index, dtype=object)
+        [
+            tool_question_problem(t, None if pd.isna(h) else int(h), ids, a, e if isinstance(e, str) else None)
+            for t, h, ids, a, e in zip(q["type"], q["hops"], q["supporting_ids"], q["answers"], q["expression"])
+        ],
+        index=q.index,
+        dtype=object,
+    )
+    q["unknown_type"] = pd.Series(
+        [None if t in KNOWN_TOOL_TASK_TYPES else str(t) for t in q["type"]], index=q.index, dtype=object
+    )
     return q.drop(columns=["answers", "supporting_ids", *(f.name for f in OPTIONAL_QUESTION_FIELDS)])
 
 
 def _add_bound_columns(q: pd.DataFrame, v: ValidateConfig) -> None:
     """The derived columns of the content-bound checks (:func:`build_question_frame`)."""
+
     def column(values: Any) -> pd.Series:
         return pd.Series(list(values), index=q.index, dtype=object)
 
@@ -569,17 +634,33 @@ def _add_bound_columns(q: pd.DataFrame, v: ValidateConfig) -> None:
     q["conflicting_answers"] = _conflicting_answers(q)
     q["hops_support_problem"] = column(hops_support_problem(h, ids) for h, ids in zip(q["hops"], q["supporting_ids"]))
     q["control_chars"] = column(control_chars(t, a) for t, a in zip(q["question"], q["answers"]))
-    q["not_nfc"] = column(not_nfc([("id", i), ("question", t), *((f"answer {k + 1}", x) for k, x in enumerate(a or [])),
-                                   ("type", ty), ("source", src), *(("supporting id", x) for x in (ids or []))])
-                          for i, t, a, ty, src, ids in zip(q["id"], q["question"], q["answers"], q["type"], q["source"],
-                                                           q["supporting_ids"]))
-    q["nfc_duplicate"] = column(first_of(nfc_twins(list(q["id"]), list(q["id"]), "the id"),
-                                         nfc_twins(list(q["question"]), list(q["id"]), "the question text")))
+    q["not_nfc"] = column(
+        not_nfc(
+            [
+                ("id", i),
+                ("question", t),
+                *((f"answer {k + 1}", x) for k, x in enumerate(a or [])),
+                ("type", ty),
+                ("source", src),
+                *(("supporting id", x) for x in (ids or [])),
+            ]
+        )
+        for i, t, a, ty, src, ids in zip(
+            q["id"], q["question"], q["answers"], q["type"], q["source"], q["supporting_ids"]
+        )
+    )
+    q["nfc_duplicate"] = column(
+        first_of(
+            nfc_twins(list(q["id"]), list(q["id"]), "the id"),
+            nfc_twins(list(q["question"]), list(q["id"]), "the question text"),
+        )
+    )
     q["long_question"] = column(too_long(t, v.max_question_chars, "a question") for t in q["question"])
     q["long_answer"] = column(too_long(a, v.max_answer_chars, "an answer") for a in q["answers"])
     q["unsafe_id"] = column(unsafe_id(i, v.max_id_chars) for i in q["id"])
-    q["special_tokens"] = column(special_tokens_in([t, *(a if a is not None else [])], tokens)
-                                 for t, a in zip(q["question"], q["answers"]))
+    q["special_tokens"] = column(
+        special_tokens_in([t, *(a if a is not None else [])], tokens) for t, a in zip(q["question"], q["answers"])
+    )
 
 
 def apply_leak_tolerance(q: pd.DataFrame, max_share: float, n_ids: int) -> dict[str, Any]:
@@ -594,8 +675,13 @@ def apply_leak_tolerance(q: pd.DataFrame, max_share: float, n_ids: int) -> dict[
         rows = source == name
         ids = sorted(str(i) for i in q.loc[rows & leaks, "id"])
         share = len(ids) / int(rows.sum())
-        sources[name] = {"questions": int(rows.sum()), "leaking": len(ids), "share": share,
-                         "within_tolerance": share <= max_share, "ids": ids[:n_ids]}
+        sources[name] = {
+            "questions": int(rows.sum()),
+            "leaking": len(ids),
+            "share": share,
+            "within_tolerance": share <= max_share,
+            "ids": ids[:n_ids],
+        }
     over = [n for n, r in sources.items() if not r["within_tolerance"]]
     q["leaked_answer"] = q["answer_in_question"].where(source.isin(over), None)
     return {"max_share": max_share, "sources": sources}
@@ -609,17 +695,26 @@ def build_corpus_frame(ds: Dataset, bounds: ValidateConfig | None = None) -> pd.
     v = bounds or ValidateConfig()
     c = pd.DataFrame(ds.corpus).reindex(columns=list(CORPUS_SCHEMA.names))
     c["unsafe_id"] = pd.Series([unsafe_id(i, v.max_id_chars) for i in c["id"]], index=c.index, dtype=object)
-    c["special_tokens"] = pd.Series([special_tokens_in([t, x], list(v.special_tokens))
-                                     for t, x in zip(c["title"], c["text"])], index=c.index, dtype=object)
-    c["control_chars"] = pd.Series([passage_control_chars(t, x) for t, x in zip(c["title"], c["text"])],
-                                   index=c.index, dtype=object)
+    c["special_tokens"] = pd.Series(
+        [special_tokens_in([t, x], list(v.special_tokens)) for t, x in zip(c["title"], c["text"])],
+        index=c.index,
+        dtype=object,
+    )
+    c["control_chars"] = pd.Series(
+        [passage_control_chars(t, x) for t, x in zip(c["title"], c["text"])], index=c.index, dtype=object
+    )
     c["html_reference"] = pd.Series([html_reference(t) for t in c["title"]], index=c.index, dtype=object)
-    c["not_nfc"] = pd.Series([not_nfc([("id", i), ("title", t), ("text", x)])
-                              for i, t, x in zip(c["id"], c["title"], c["text"])], index=c.index, dtype=object)
+    c["not_nfc"] = pd.Series(
+        [not_nfc([("id", i), ("title", t), ("text", x)]) for i, t, x in zip(c["id"], c["title"], c["text"])],
+        index=c.index,
+        dtype=object,
+    )
     ids = list(c["id"])
-    c["nfc_duplicate"] = pd.Series(first_of(nfc_twins(ids, ids, "the id"),
-                                            nfc_twins(list(zip(c["title"], c["text"])), ids, "the title and text")),
-                                   index=c.index, dtype=object)
+    c["nfc_duplicate"] = pd.Series(
+        first_of(nfc_twins(ids, ids, "the id"), nfc_twins(list(zip(c["title"], c["text"])), ids, "the title and text")),
+        index=c.index,
+        dtype=object,
+    )
     return c
 
 
@@ -643,52 +738,109 @@ def build_checks(cfg: Config) -> list[Check]:
         f("present", "every processed file exists (value = the missing path)", "missing_file"),
         f("readable", "every processed file is a readable parquet file (value = the reader's error)", "read_error"),
         f("schema", "every processed file has the schema's columns and types (value = the problems)", "schema_error"),
-        f("split_not_empty", f"each split in {list(v.required_splits)} (validate.required_splits) holds a question",
-          "empty_split", _FIX_SPLIT),
+        f(
+            "split_not_empty",
+            f"each split in {list(v.required_splits)} (validate.required_splits) holds a question",
+            "empty_split",
+            _FIX_SPLIT,
+        ),
         q("not_empty", "ExpectTableRowCountToBeBetween", "the dataset has at least one question", min_value=1),
         q("id_not_null", "ExpectColumnValuesToNotBeNull", "every question has an id", column="id"),
         q("id_unique", "ExpectColumnValuesToBeUnique", "question ids are unique over all splits", column="id"),
         q("question_not_null", "ExpectColumnValuesToNotBeNull", "every question has a text", column="question"),
-        q("question_not_blank", "ExpectColumnValuesToBeNull",
-          "question texts are not blank once whitespace and invisible (Cf) characters are removed (value = the text)",
-          column="blank_question"),
-        q("answers_not_empty", "ExpectColumnValuesToBeBetween", "every question has at least one answer",
-          column="n_answers", min_value=1),
-        q("answers_not_blank", "ExpectColumnValuesToBeNull",
-          "no answer normalizes to nothing under the reward's normalize_answer (value = the answer)",
-          column="blank_answer"),
+        q(
+            "question_not_blank",
+            "ExpectColumnValuesToBeNull",
+            "question texts are not blank once whitespace and invisible (Cf) characters are removed (value = the text)",
+            column="blank_question",
+        ),
+        q(
+            "answers_not_empty",
+            "ExpectColumnValuesToBeBetween",
+            "every question has at least one answer",
+            column="n_answers",
+            min_value=1,
+        ),
+        q(
+            "answers_not_blank",
+            "ExpectColumnValuesToBeNull",
+            "no answer normalizes to nothing under the reward's normalize_answer (value = the answer)",
+            column="blank_answer",
+        ),
         q("hops_not_null", "ExpectColumnValuesToNotBeNull", "every question has a hop count", column="hops"),
-        q("hops_in_range", "ExpectColumnValuesToBeBetween", f"hops within data.hops [{hop_min}, {hop_max}]",
-          _FIX_HOPS, column="hops", min_value=hop_min, max_value=hop_max),
+        q(
+            "hops_in_range",
+            "ExpectColumnValuesToBeBetween",
+            f"hops within data.hops [{hop_min}, {hop_max}]",
+            _FIX_HOPS,
+            column="hops",
+            min_value=hop_min,
+            max_value=hop_max,
+        ),
         q("type_not_null", "ExpectColumnValuesToNotBeNull", "every question has a type", column="type"),
         q("source_not_null", "ExpectColumnValuesToNotBeNull", "every question has a source", column="source"),
-        q("split_known", "ExpectColumnValuesToBeInSet", f"split is one of {list(SPLITS)}",
-          column="split", value_set=list(SPLITS)),
-        q("split_matches_file", "ExpectColumnPairValuesToBeEqual", "the split column equals the file's split",
-          column_A="split", column_B="file_split"),
-        q("supporting_ids_in_corpus", "ExpectColumnValuesToBeNull",
-          "every supporting id exists in the corpus (value = the missing ids)", _FIX_CORPUS,
-          column="missing_supporting_ids"),
-        q("splits_disjoint_ids", "ExpectColumnValuesToBeNull",
-          "no id appears in two splits (value = the splits sharing it)", column="id_in_splits"),
-        q("splits_disjoint_questions", "ExpectColumnValuesToBeNull",
-          "no question text appears in two splits (value = the splits sharing it)", column="question_in_splits"),
-        q("no_answer_leak", "ExpectColumnValuesToBeNull",
-          f"the gold answer (the first) appears verbatim in its question (types {allowed} exempt) for at most "
-          f"{v.max_leak_share:.2%} of each source's questions (value = the leaked answer)", _FIX_LEAK,
-          column="leaked_answer"),
-        q("answers_copyable", "ExpectColumnValuesToBeNull",
-          f"every dev/test/ood answer of sources {list(v.copy_sources)} (validate.copy_sources) is made of words the "
-          "train split's texts hold, so it can be copied (value = the words no train text holds)", _FIX_COPY,
-          column="uncopyable_answer"),
+        q(
+            "split_known",
+            "ExpectColumnValuesToBeInSet",
+            f"split is one of {list(SPLITS)}",
+            column="split",
+            value_set=list(SPLITS),
+        ),
+        q(
+            "split_matches_file",
+            "ExpectColumnPairValuesToBeEqual",
+            "the split column equals the file's split",
+            column_A="split",
+            column_B="file_split",
+        ),
+        q(
+            "supporting_ids_in_corpus",
+            "ExpectColumnValuesToBeNull",
+            "every supporting id exists in the corpus (value = the missing ids)",
+            _FIX_CORPUS,
+            column="missing_supporting_ids",
+        ),
+        q(
+            "splits_disjoint_ids",
+            "ExpectColumnValuesToBeNull",
+            "no id appears in two splits (value = the splits sharing it)",
+            column="id_in_splits",
+        ),
+        q(
+            "splits_disjoint_questions",
+            "ExpectColumnValuesToBeNull",
+            "no question text appears in two splits (value = the splits sharing it)",
+            column="question_in_splits",
+        ),
+        q(
+            "no_answer_leak",
+            "ExpectColumnValuesToBeNull",
+            f"the gold answer (the first) appears verbatim in its question (types {allowed} exempt) for at most "
+            f"{v.max_leak_share:.2%} of each source's questions (value = the leaked answer)",
+            _FIX_LEAK,
+            column="leaked_answer",
+        ),
+        q(
+            "answers_copyable",
+            "ExpectColumnValuesToBeNull",
+            f"every dev/test/ood answer of sources {list(v.copy_sources)} (validate.copy_sources) is made of words the "
+            "train split's texts hold, so it can be copied (value = the words no train text holds)",
+            _FIX_COPY,
+            column="uncopyable_answer",
+        ),
         *(tool_checks(q) if tool_checks_on(cfg) else []),
         *bound_checks(cfg, q, c),
         c("not_empty", "ExpectTableRowCountToBeBetween", "the corpus has at least one passage", min_value=1),
         c("id_not_null", "ExpectColumnValuesToNotBeNull", "every passage has an id", column="id"),
         c("id_unique", "ExpectColumnValuesToBeUnique", "passage ids are unique", column="id"),
         c("title_not_null", "ExpectColumnValuesToNotBeNull", "every passage has a title", column="title"),
-        c("text_not_blank", "ExpectColumnValuesToMatchRegex", "passage texts are not blank",
-          column="text", regex=_NOT_BLANK),
+        c(
+            "text_not_blank",
+            "ExpectColumnValuesToMatchRegex",
+            "passage texts are not blank",
+            column="text",
+            regex=_NOT_BLANK,
+        ),
         c("text_not_null", "ExpectColumnValuesToNotBeNull", "every passage has a text", column="text"),
     ]
 
@@ -699,26 +851,70 @@ def bound_checks(cfg: Config, q, c) -> list[Check]:
     null = "ExpectColumnValuesToBeNull"
     tokens = f"{list(v.special_tokens)} or any <|name|> form (validate.special_tokens)"
     return [
-        q("answers_consistent", null, "the same question text in one split has the same answers (value = the "
-          "differing answer sets)", column="conflicting_answers"),
-        q("hops_match_supporting_ids", null, "supporting ids are distinct and as many as hops, or none (gold "
-          "passages not in the corpus) (value = the mismatch)", _FIX_HOPS, column="hops_support_problem"),
-        q("no_control_chars", null, "questions and answers hold no control characters besides tab and newline "
-          "(value = the first)", column="control_chars"),
-        q("question_length", null, f"questions are at most {v.max_question_chars} characters "
-          "(validate.max_question_chars)", column="long_question"),
-        q("answer_length", null, f"answers are at most {v.max_answer_chars} characters (validate.max_answer_chars)",
-          column="long_answer"),
-        q("id_plain", null, f"question ids are plain names of at most {v.max_id_chars} characters: no '/', '\\', "
-          "'..', leading '.', whitespace or control characters (validate.max_id_chars)", column="unsafe_id"),
-        q("no_special_tokens", null, f"no question or answer holds a special-token string: {tokens} (value = the "
-          "tokens)", column="special_tokens"),
-        c("title_not_blank", "ExpectColumnValuesToMatchRegex", "passage titles are not blank", column="title",
-          regex=_NOT_BLANK),
-        c("id_plain", null, f"passage ids are plain names of at most {v.max_id_chars} characters (as question ids)",
-          column="unsafe_id"),
-        c("no_special_tokens", null, f"no passage title or text holds a special-token string: {tokens} (value = "
-          "the tokens)", column="special_tokens"),
+        q(
+            "answers_consistent",
+            null,
+            "the same question text in one split has the same answers (value = the differing answer sets)",
+            column="conflicting_answers",
+        ),
+        q(
+            "hops_match_supporting_ids",
+            null,
+            "supporting ids are distinct and as many as hops, or none (gold "
+            "passages not in the corpus) (value = the mismatch)",
+            _FIX_HOPS,
+            column="hops_support_problem",
+        ),
+        q(
+            "no_control_chars",
+            null,
+            "questions and answers hold no control characters besides tab and newline (value = the first)",
+            column="control_chars",
+        ),
+        q(
+            "question_length",
+            null,
+            f"questions are at most {v.max_question_chars} characters (validate.max_question_chars)",
+            column="long_question",
+        ),
+        q(
+            "answer_length",
+            null,
+            f"answers are at most {v.max_answer_chars} characters (validate.max_answer_chars)",
+            column="long_answer",
+        ),
+        q(
+            "id_plain",
+            null,
+            f"question ids are plain names of at most {v.max_id_chars} characters: no '/', '\\', "
+            "'..', leading '.', whitespace or control characters (validate.max_id_chars)",
+            column="unsafe_id",
+        ),
+        q(
+            "no_special_tokens",
+            null,
+            f"no question or answer holds a special-token string: {tokens} (value = the tokens)",
+            column="special_tokens",
+        ),
+        c(
+            "title_not_blank",
+            "ExpectColumnValuesToMatchRegex",
+            "passage titles are not blank",
+            column="title",
+            regex=_NOT_BLANK,
+        ),
+        c(
+            "id_plain",
+            null,
+            f"passage ids are plain names of at most {v.max_id_chars} characters (as question ids)",
+            column="unsafe_id",
+        ),
+        c(
+            "no_special_tokens",
+            null,
+            f"no passage title or text holds a special-token string: {tokens} (value = the tokens)",
+            column="special_tokens",
+        ),
         *unicode_checks(q, c),
     ]
 
@@ -727,30 +923,65 @@ def unicode_checks(q, c) -> list[Check]:
     """Control characters in passages and Unicode normalization (issue 31; ``q``/``c`` as in :func:`bound_checks`)."""
     null = "ExpectColumnValuesToBeNull"
     return [
-        c("no_control_chars", null, "passage titles and texts hold no control characters besides tab and newline "
-          "(value = the first)", column="control_chars"),
-        c("title_unescaped", null, "passage titles hold no HTML character reference such as &amp; (value = the "
-          "first): decode them at load, as the HotpotQA loader does (realformat.unescape_entities)",
-          column="html_reference"),
-        q("text_nfc", null, "ids, questions, answers, types, sources and supporting ids are in Unicode NFC (value = "
-          "the first field that is not)", column="not_nfc"),
-        q("nfc_distinct", null, "no two questions have ids or question texts that differ only in Unicode "
-          "normalization (value = the other question)", column="nfc_duplicate"),
-        c("text_nfc", null, "passage ids, titles and texts are in Unicode NFC (value = the first field that is not)",
-          column="not_nfc"),
-        c("nfc_distinct", null, "no two passages have ids, or titles and texts, that differ only in Unicode "
-          "normalization (value = the other passage)", column="nfc_duplicate"),
+        c(
+            "no_control_chars",
+            null,
+            "passage titles and texts hold no control characters besides tab and newline (value = the first)",
+            column="control_chars",
+        ),
+        c(
+            "title_unescaped",
+            null,
+            "passage titles hold no HTML character reference such as &amp; (value = the "
+            "first): decode them at load, as the HotpotQA loader does (realformat.unescape_entities)",
+            column="html_reference",
+        ),
+        q(
+            "text_nfc",
+            null,
+            "ids, questions, answers, types, sources and supporting ids are in Unicode NFC (value = "
+            "the first field that is not)",
+            column="not_nfc",
+        ),
+        q(
+            "nfc_distinct",
+            null,
+            "no two questions have ids or question texts that differ only in Unicode "
+            "normalization (value = the other question)",
+            column="nfc_duplicate",
+        ),
+        c(
+            "text_nfc",
+            null,
+            "passage ids, titles and texts are in Unicode NFC (value = the first field that is not)",
+            column="not_nfc",
+        ),
+        c(
+            "nfc_distinct",
+            null,
+            "no two passages have ids, or titles and texts, that differ only in Unicode "
+            "normalization (value = the other passage)",
+            column="nfc_duplicate",
+        ),
     ]
 
 
 def tool_checks(q) -> list[Check]:
     """The calculator-question checks (``q`` = the question-check maker of :func:`build_checks`)."""
     return [
-        q("tool_questions_consistent", "ExpectColumnValuesToBeNull",
-          f"calculator questions ({', '.join(NUMERIC_TYPES)}) have a numeric answer; the synthetic ones an expression "
-          "of that value and their hop count (value = the problem)", column="tool_question_problem"),
-        q("type_known", "ExpectColumnValuesToBeNull",
-          f"every type is one of {list(KNOWN_TOOL_TASK_TYPES)} (value = the unknown type)", column="unknown_type"),
+        q(
+            "tool_questions_consistent",
+            "ExpectColumnValuesToBeNull",
+            f"calculator questions ({', '.join(NUMERIC_TYPES)}) have a numeric answer; the synthetic ones an expression "
+            "of that value and their hop count (value = the problem)",
+            column="tool_question_problem",
+        ),
+        q(
+            "type_known",
+            "ExpectColumnValuesToBeNull",
+            f"every type is one of {list(KNOWN_TOOL_TASK_TYPES)} (value = the unknown type)",
+            column="unknown_type",
+        ),
     ]
 
 
@@ -803,8 +1034,9 @@ def manifest_records(processed_dir: str | Path) -> dict[str, Any] | None:
     return records if isinstance(records, dict) else None
 
 
-def _validate(files: pd.DataFrame, ds: Dataset | None, cfg: Config,
-              prepared: dict[str, Any] | None = None) -> ValidationReport:
+def _validate(
+    files: pd.DataFrame, ds: Dataset | None, cfg: Config, prepared: dict[str, Any] | None = None
+) -> ValidationReport:
     """Run the file checks, and the content checks when ``ds`` is not None (the files are intact);
     with real data the summary gets :func:`records_report` (``prepared``: the manifest's)."""
     v: ValidateConfig = cfg.validate_
@@ -813,8 +1045,9 @@ def _validate(files: pd.DataFrame, ds: Dataset | None, cfg: Config,
     copyable: dict[str, Any] | None = None
     if ds is not None:
         corpus = build_corpus_frame(ds, v)
-        questions = build_question_frame(ds, {i for i in corpus["id"] if isinstance(i, str)}, v.leak_allowed_types,
-                                         tool_checks_on(cfg), v)
+        questions = build_question_frame(
+            ds, {i for i in corpus["id"] if isinstance(i, str)}, v.leak_allowed_types, tool_checks_on(cfg), v
+        )
         leaks = apply_leak_tolerance(questions, v.max_leak_share, v.max_examples)
         copyable = copy_cap(questions, v.max_examples) if v.copy_sources else None
         frames.update(questions=questions, corpus=corpus)

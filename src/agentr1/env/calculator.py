@@ -36,10 +36,15 @@ class CalculatorTool(Tool):
     action = "calculate"
     options = CalculatorToolConfig
 
-    def __init__(self, max_chars: int = 200, max_exponent: int = 64, max_magnitude: float = 1e15,
-                 significant_digits: int = 10) -> None:
-        limits = CalculatorToolConfig(max_chars=max_chars, max_exponent=max_exponent,
-                                      max_magnitude=max_magnitude, significant_digits=significant_digits)
+    def __init__(
+        self, max_chars: int = 200, max_exponent: int = 64, max_magnitude: float = 1e15, significant_digits: int = 10
+    ) -> None:
+        limits = CalculatorToolConfig(
+            max_chars=max_chars,
+            max_exponent=max_exponent,
+            max_magnitude=max_magnitude,
+            significant_digits=significant_digits,
+        )
         self.max_chars, self.max_exponent = limits.max_chars, limits.max_exponent
         self.max_magnitude, self.significant_digits = limits.max_magnitude, limits.significant_digits
         self.arithmetic = Arithmetic(limits)
@@ -50,8 +55,12 @@ class CalculatorTool(Tool):
         self.parameters = {
             "type": "object",
             "properties": {
-                "expression": {"type": "string", "description": "The arithmetic expression, e.g. 12 * (3 + 4) / 2.",
-                               "maxLength": self.max_chars, "pattern": r"\S"},
+                "expression": {
+                    "type": "string",
+                    "description": "The arithmetic expression, e.g. 12 * (3 + 4) / 2.",
+                    "maxLength": self.max_chars,
+                    "pattern": r"\S",
+                },
             },
             "required": ["expression"],
             "additionalProperties": False,
@@ -87,5 +96,8 @@ class CalculatorTool(Tool):
             value = self._value(args)
         except ValueError as exc:
             return ToolResult(f"calculator failed: {exc}", False, {})
-        return ToolResult(format_number(value, self.significant_digits), True,
-                          {"value": value, "expression": args["expression"].strip()})
+        return ToolResult(
+            format_number(value, self.significant_digits),
+            True,
+            {"value": value, "expression": args["expression"].strip()},
+        )

@@ -85,7 +85,7 @@ class ToolFormat(ABC):
         self.bind(tools)
 
     # ------------------------------------------------------------------ binding
-    def bind(self, tools: Sequence[Tool]) -> "ToolFormat":
+    def bind(self, tools: Sequence[Tool]) -> ToolFormat:
         """Bind the tools this format describes and parses; returns ``self``."""
         self.tools = list(tools)
         self._check_tools(self.tools)
@@ -125,11 +125,7 @@ class ToolFormat(ABC):
         )
 
     def think_instruction(self) -> str:
-        return (
-            f"Before each action, reason step by step between {THINK_OPEN} and {THINK_CLOSE}. "
-            if self.think
-            else ""
-        )
+        return f"Before each action, reason step by step between {THINK_OPEN} and {THINK_CLOSE}. " if self.think else ""
 
     @abstractmethod
     def system_prompt(self, tools: Sequence[Tool] | None = None) -> str:
@@ -187,9 +183,7 @@ class ToolFormat(ABC):
                 break
             end = close.end()
             if close.group(0) != marker.close:
-                out.errors.append(
-                    f"{token} was closed by {close.group(0)} instead of {marker.close}; {hint}"
-                )
+                out.errors.append(f"{token} was closed by {close.group(0)} instead of {marker.close}; {hint}")
                 out.error_ends.append(end)
             else:
                 content = text[content_start : close.start()]
@@ -198,7 +192,9 @@ class ToolFormat(ABC):
                         if content.strip():
                             out.answer, out.answer_end = content.strip(), end
                         else:
-                            out.errors.append(f"empty answer (nothing between {ANSWER_OPEN} and {ANSWER_CLOSE}); {hint}")
+                            out.errors.append(
+                                f"empty answer (nothing between {ANSWER_OPEN} and {ANSWER_CLOSE}); {hint}"
+                            )
                             out.error_ends.append(end)
                 else:
                     made = self._make_call(marker, content, text[start:end], start, end)
@@ -297,7 +293,9 @@ class TagFormat(ToolFormat):
         return f"\n\n{blocks}\n\n"
 
     def usage_hint(self) -> str:
-        calls = [f"{self._example(t)} to {t.action or 'call ' + t.name}" for t in self.tools] or [f"{self._example(None)} to search"]
+        calls = [f"{self._example(t)} to {t.action or 'call ' + t.name}" for t in self.tools] or [
+            f"{self._example(None)} to search"
+        ]
         return f"write {', '.join(calls)} or {ANSWER_OPEN}...{ANSWER_CLOSE} to answer"
 
     def _make_call(self, marker: _Marker, content: str, raw: str, start: int, end: int) -> ToolCall | str:

@@ -238,13 +238,19 @@ def score_episode(traj: Any, reward_cfg: Any) -> EpisodeScore:
     fmt = episode_format(outcomes, answered)
     flat = [o for turn in outcomes for o in turn]
     scores = answer_scores(traj.answer, traj.golds)
-    process = tuple((traj.token_index_for_char(turn, end - 1), value)
-                    for turn, end, value in process_rewards(outcomes, reward_cfg))
+    process = tuple(
+        (traj.token_index_for_char(turn, end - 1), value) for turn, end, value in process_rewards(outcomes, reward_cfg)
+    )
     return EpisodeScore(
         reward=float(outcome_reward(traj.answer, traj.golds, fmt.score, reward_cfg)),
-        em=scores["em"], subem=scores["subem"], f1=scores["f1"],
-        format_score=fmt.score, format_ok=fmt.ok, answered=answered,
-        tool_calls=len(flat), valid_calls=fmt.valid,
+        em=scores["em"],
+        subem=scores["subem"],
+        f1=scores["f1"],
+        format_score=fmt.score,
+        format_ok=fmt.ok,
+        answered=answered,
+        tool_calls=len(flat),
+        valid_calls=fmt.valid,
         searches_found_support=sum(bool(o.valid and o.found_support) for o in flat),
         process=process,
     )

@@ -80,11 +80,10 @@ class SearchTool(Tool):
         self.max_query_chars = max_query_chars
         self.passage_max_chars = passage_max_chars
         self.description = (
-            ("Search the knowledge base. Returns the most relevant passage for the query, with its title. "
-             if topk == 1 else
-             f"Search the knowledge base. Returns the {topk} most relevant passages for the query, each with its title. ")
-            + "Use short, specific queries (a name and what you want to know)."
-        )
+            "Search the knowledge base. Returns the most relevant passage for the query, with its title. "
+            if topk == 1
+            else f"Search the knowledge base. Returns the {topk} most relevant passages for the query, each with its title. "
+        ) + "Use short, specific queries (a name and what you want to know)."
         self.parameters = {
             "type": "object",
             "properties": {
@@ -150,9 +149,7 @@ class SearchTool(Tool):
         try:
             hits_per_query = list(hits_per_query)
             if len(hits_per_query) != len(queries):
-                return fail(
-                    f"retriever returned {len(hits_per_query)} result lists for {len(queries)} queries"
-                )
+                return fail(f"retriever returned {len(hits_per_query)} result lists for {len(queries)} queries")
             out = []
             for hits in hits_per_query:
                 hits = list(hits)[: self.topk]

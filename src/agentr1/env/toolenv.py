@@ -97,7 +97,9 @@ def _keep_blocks(results: list[str], tail: list[str], fits: int) -> tuple[list[s
         notes = f" and {len(tail)} error blocks" if tail else ""
         return kept, [f"Error: {len(results) - len(kept)} more results{notes} left out (env.observation_max_chars)"]
     shown = fits - len(results) - 1
-    return results, tail[:shown] + [f"Error: {len(tail) - shown} more error blocks left out (env.observation_max_chars)"]
+    return results, tail[:shown] + [
+        f"Error: {len(tail) - shown} more error blocks left out (env.observation_max_chars)"
+    ]
 
 
 def _fit_texts(texts: list[str], budget: int) -> list[str]:
@@ -126,16 +128,19 @@ def _check_batch(turn_texts: Any, turn_indices: Any, supporting_ids: Any) -> Non
         if not _is_list(value):
             raise ValueError(f"{name} must be a list with one entry per episode (got {type(value).__name__})")
     if len(turn_texts) != len(turn_indices):
-        raise ValueError("turn_texts and turn_indices must have the same length "
-                         f"({len(turn_texts)} != {len(turn_indices)})")
+        raise ValueError(
+            f"turn_texts and turn_indices must have the same length ({len(turn_texts)} != {len(turn_indices)})"
+        )
     for i, k in enumerate(turn_indices):
         if not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < 0:
             raise ValueError(f"turn_indices[{i}] must be an int >= 0 (got {k!r})")
     if supporting_ids is None:
         return
     if not _is_list(supporting_ids):
-        raise ValueError(f"supporting_ids must be a list with one list of passage ids per episode "
-                         f"(got {type(supporting_ids).__name__})")
+        raise ValueError(
+            f"supporting_ids must be a list with one list of passage ids per episode "
+            f"(got {type(supporting_ids).__name__})"
+        )
     if len(supporting_ids) != len(turn_texts):
         raise ValueError(f"supporting_ids must have one entry per turn ({len(supporting_ids)} != {len(turn_texts)})")
     for i, ids in enumerate(supporting_ids):
@@ -177,7 +182,7 @@ class ToolEnv:
         self.observation_max_chars = observation_max_chars
 
     @classmethod
-    def from_config(cls, env_cfg: Any, retriever: Retriever | None) -> "ToolEnv":
+    def from_config(cls, env_cfg: Any, retriever: Retriever | None) -> ToolEnv:
         """Build from ``cfg.env``: each name in ``env_cfg.tools`` is made with ``make_tool``,
         passing the fields of its options section (``env_cfg.<name>``, e.g. ``env_cfg.search``;
         none when the tool declares no ``options``) and the shared resources its class lists in
@@ -275,7 +280,9 @@ class ToolEnv:
             raise
         except Exception as exc:  # noqa: BLE001
             end = len(text) if isinstance(text, str) else 0
-            return _Plan("continue", None, [_Attempt(end, None, error=f"could not read the turn ({type(exc).__name__}: {exc})")])
+            return _Plan(
+                "continue", None, [_Attempt(end, None, error=f"could not read the turn ({type(exc).__name__}: {exc})")]
+            )
 
     def _attempts(self, parsed: ParsedTurn) -> list[_Attempt]:
         attempts = [_Attempt(end, None, error=msg) for msg, end in zip(parsed.errors, parsed.error_ends)]
@@ -290,7 +297,9 @@ class ToolEnv:
             return _Attempt(call.end, call.name, error=f"unknown tool {call.name!r}; available tools: {known}")
         try:
             problems = tool.validate(call.arguments)
-        except ImportError:  # a missing dependency is the installation's fault, not the model's: never a silent "invalid call"
+        except (
+            ImportError
+        ):  # a missing dependency is the installation's fault, not the model's: never a silent "invalid call"
             raise
         except Exception as exc:  # noqa: BLE001 - a user tool's validator must not kill the batch
             problems = [f"validation failed ({type(exc).__name__}: {exc})"]
@@ -348,8 +357,11 @@ class ToolEnv:
         obs = render(results + tail)
         if len(obs) <= limit:
             return obs
-        fits = max(k for k in range(1, len(results) + len(tail) + 1)
-                   if k == 1 or len(render([""] * k)) + MIN_BLOCK_CHARS * k <= limit)
+        fits = max(
+            k
+            for k in range(1, len(results) + len(tail) + 1)
+            if k == 1 or len(render([""] * k)) + MIN_BLOCK_CHARS * k <= limit
+        )
         if fits < len(results) + len(tail):
             results, tail = _keep_blocks(results, tail, fits)
         room = limit - len(render([""] * (len(results) + len(tail))))

@@ -49,8 +49,9 @@ def retrieve_observation(env, question: str, tool: str = "search") -> str:
     return env.fmt.render_observation([content])
 
 
-def naive_rag_prompt(engine: RolloutEngine, question: Mapping[str, Any], observation: str,
-                     force_answer: bool = True) -> list[int]:
+def naive_rag_prompt(
+    engine: RolloutEngine, question: Mapping[str, Any], observation: str, force_answer: bool = True
+) -> list[int]:
     """Token ids of the naive-RAG prompt (module docstring): the episode prompt, the observation
     (wrapped as the engine wraps observations), then ``<answer>`` when ``force_answer``."""
     ids = engine.prompt_ids(question) + engine.observation_ids(observation, "")
@@ -59,8 +60,9 @@ def naive_rag_prompt(engine: RolloutEngine, question: Mapping[str, Any], observa
     return ids
 
 
-def naive_rag(setup: EvalSetup, questions: Sequence[Mapping[str, Any]],
-              force_answer: bool = True) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def naive_rag(
+    setup: EvalSetup, questions: Sequence[Mapping[str, Any]], force_answer: bool = True
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Run the naive-RAG baseline greedily (generations seeded with ``setup.seed``, at most
     ``setup.rollout.batch_size`` prompts per backend call); returns the summary (em/subem/f1,
     format_ok, reward, answered, tool_calls = 0, turns = 1, ``seconds``) and one record per
@@ -81,12 +83,26 @@ def naive_rag(setup: EvalSetup, questions: Sequence[Mapping[str, Any]],
         parsed = env.fmt.parse(turn)
         answer = parsed.answer
         golds = list(q.get("answers", []))
-        score = score_episode(Trajectory(str(q["id"]), q["question"], golds, ids, outcomes=[[]], answer=answer), setup.reward)
-        row = {**score_row(score), "turns": 1.0, "answered": float(score.answered),
-               "reason": "answer" if answer is not None else gen.finish}
+        score = score_episode(
+            Trajectory(str(q["id"]), q["question"], golds, ids, outcomes=[[]], answer=answer), setup.reward
+        )
+        row = {
+            **score_row(score),
+            "turns": 1.0,
+            "answered": float(score.answered),
+            "reason": "answer" if answer is not None else gen.finish,
+        }
         rows.append(row)
-        records.append({"qid": str(q["id"]), "prompt_text": decode(tokenizer, ids), "turn_text": turn,
-                        "answer": answer, "golds": golds, **{k: v for k, v in row.items()}})
+        records.append(
+            {
+                "qid": str(q["id"]),
+                "prompt_text": decode(tokenizer, ids),
+                "turn_text": turn,
+                "answer": answer,
+                "golds": golds,
+                **{k: v for k, v in row.items()},
+            }
+        )
     summary = summarize(rows)
     summary["seconds"] = time.perf_counter() - t0
     return summary, records

@@ -37,17 +37,44 @@ log = logging.getLogger(__name__)
 # early_answer: 1.0 for a multi-hop question answered before its supporting passages were all retrieved,
 # 0.0 otherwise (single-hop or unanswered: 0.0); support_found (last): the share of its supporting passages
 # the episode retrieved (None without any); agentr1.eval.support
-EPISODE_FIELDS = ("id", "split", "question", "type", "hops", "em", "f1", "subem", "format_ok", "answered",
-                  "tool_calls", "turns", "reward", "answer", "golds", "reason", "early_answer", "support_found")
+EPISODE_FIELDS = (
+    "id",
+    "split",
+    "question",
+    "type",
+    "hops",
+    "em",
+    "f1",
+    "subem",
+    "format_ok",
+    "answered",
+    "tool_calls",
+    "turns",
+    "reward",
+    "answer",
+    "golds",
+    "reason",
+    "early_answer",
+    "support_found",
+)
 
 
 def episode_row(q: Mapping[str, Any], split: str, scores: Mapping[str, Any], answer: str | None) -> dict[str, Any]:
     """One line of ``episodes.jsonl`` (:data:`EPISODE_FIELDS`)."""
-    row = {"id": str(q["id"]), "split": split, "question": q["question"], "type": q.get("type"),
-           "hops": None if q.get("hops") is None else int(q["hops"])}
+    row = {
+        "id": str(q["id"]),
+        "split": split,
+        "question": q["question"],
+        "type": q.get("type"),
+        "hops": None if q.get("hops") is None else int(q["hops"]),
+    }
     row.update({k: float(scores[k]) for k in MEANS})
-    row.update(answer=answer, golds=[str(g) for g in q.get("answers", [])], reason=str(scores.get("reason", "")),
-               support_found=scores.get("support_found"))
+    row.update(
+        answer=answer,
+        golds=[str(g) for g in q.get("answers", [])],
+        reason=str(scores.get("reason", "")),
+        support_found=scores.get("support_found"),
+    )
     return {k: row[k] for k in EPISODE_FIELDS}
 
 
@@ -70,8 +97,9 @@ def per_tool_names(env) -> list[str]:
     return list(env.tools) if len(env.tools) > 1 else []
 
 
-def tool_policy_batch(setup: EvalSetup, questions: Sequence[Mapping[str, Any]],
-                      split: str) -> tuple[list[dict[str, Any]], list[Trajectory]]:
+def tool_policy_batch(
+    setup: EvalSetup, questions: Sequence[Mapping[str, Any]], split: str
+) -> tuple[list[dict[str, Any]], list[Trajectory]]:
     """Greedy agent rollouts in the ToolEnv -> (rows, trajectories with their outcome reward); the
     passage ids the calls returned are recorded for ``early_answer`` (:mod:`agentr1.eval.support`)."""
     env = setup.env
@@ -90,8 +118,9 @@ def tool_policy_batch(setup: EvalSetup, questions: Sequence[Mapping[str, Any]],
     return rows, trajs
 
 
-def naive_rag_batch(setup: EvalSetup, questions: Sequence[Mapping[str, Any]],
-                    split: str) -> tuple[list[dict[str, Any]], list[Trajectory]]:
+def naive_rag_batch(
+    setup: EvalSetup, questions: Sequence[Mapping[str, Any]], split: str
+) -> tuple[list[dict[str, Any]], list[Trajectory]]:
     """Naive RAG -> (rows, one-turn trajectories: the prompt holds the retrieved passages and the
     ``<answer>`` tag, the response is exactly the generated tokens). It makes no call: for
     ``early_answer`` its retrieved passages are those of its one retrieval, in the prompt."""
@@ -101,18 +130,34 @@ def naive_rag_batch(setup: EvalSetup, questions: Sequence[Mapping[str, Any]],
         _, records = naive_rag(replace(setup, backend=rec), questions)
         retrieved = log.take("search")
     if len(rec.calls) != len(records) or len(retrieved) != len(records):
-        raise RuntimeError(f"naive_rag made {len(rec.calls)} generations and {len(retrieved)} retrievals for "
-                           f"{len(records)} questions")
+        raise RuntimeError(
+            f"naive_rag made {len(rec.calls)} generations and {len(retrieved)} retrievals for {len(records)} questions"
+        )
     rows, trajs = [], []
     for q, r, (prompt_ids, gen), passages in zip(questions, records, rec.calls, retrieved):
-        r = {**r, "early_answer": early_answer(q, r["answer"] is not None, passages), "support_found": support_found(q, passages)}
+        r = {
+            **r,
+            "early_answer": early_answer(q, r["answer"] is not None, passages),
+            "support_found": support_found(q, passages),
+        }
         ids = list(gen.token_ids)
         text = decode(tokenizer, ids)
         t = Trajectory(
-            qid=str(q["id"]), question=q["question"], golds=list(r["golds"]), prompt_ids=prompt_ids,
-            response_ids=ids, action_mask=[1] * len(ids), logprobs=[float(x) for x in gen.logprobs][: len(ids)],
-            turn_spans=[(0, len(ids))], turn_texts=[text], outcomes=[[]], answer=r["answer"], reason=r["reason"],
-            outcome_reward=float(r["reward"]), prompt_text=r["prompt_text"], response_text=text,
+            qid=str(q["id"]),
+            question=q["question"],
+            golds=list(r["golds"]),
+            prompt_ids=prompt_ids,
+            response_ids=ids,
+            action_mask=[1] * len(ids),
+            logprobs=[float(x) for x in gen.logprobs][: len(ids)],
+            turn_spans=[(0, len(ids))],
+            turn_texts=[text],
+            outcomes=[[]],
+            answer=r["answer"],
+            reason=r["reason"],
+            outcome_reward=float(r["reward"]),
+            prompt_text=r["prompt_text"],
+            response_text=text,
         )
         trajs.append(t)
         rows.append(episode_row(q, split, r, r["answer"]))
@@ -121,7 +166,9 @@ def naive_rag_batch(setup: EvalSetup, questions: Sequence[Mapping[str, Any]],
     return rows, trajs
 
 
-def read_episodes(path: str | Path, questions: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+def read_episodes(
+    path: str | Path, questions: Mapping[str, Sequence[Mapping[str, Any]]]
+) -> dict[str, list[dict[str, Any]]]:
     """The rows of an ``episodes.jsonl`` per split, in the order of ``questions`` (split ->
     questions, the order the episodes were played); :class:`StageError` when the file holds other
     questions."""
@@ -129,8 +176,10 @@ def read_episodes(path: str | Path, questions: Mapping[str, Sequence[Mapping[str
     rows = {(r["split"], r["id"]): r for r in map(json.loads, path.read_text().splitlines())}
     order = [(split, str(q["id"])) for split, qs in questions.items() for q in qs]
     if sorted(order) != sorted(rows):
-        raise StageError(f"{path} holds other questions than evaluate.splits/max_examples pick from the processed "
-                         "data: re-run the evaluation (`dvc repro`)")
+        raise StageError(
+            f"{path} holds other questions than evaluate.splits/max_examples pick from the processed "
+            "data: re-run the evaluation (`dvc repro`)"
+        )
     return {split: [rows[(split, str(q["id"]))] for q in qs] for split, qs in questions.items()}
 
 
@@ -155,9 +204,14 @@ def _progress(total: int, desc: str):
     return tqdm(total=total, desc=desc, unit="batch", dynamic_ncols=True)
 
 
-def play(setup: EvalSetup, questions: Mapping[str, Sequence[Mapping[str, Any]]], batch_size: int, naive: bool = False,
-         label: str = "evaluate", phase: Callable[[str], AbstractContextManager[Any]] | None = None,
-         ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[Trajectory]]]:
+def play(
+    setup: EvalSetup,
+    questions: Mapping[str, Sequence[Mapping[str, Any]]],
+    batch_size: int,
+    naive: bool = False,
+    label: str = "evaluate",
+    phase: Callable[[str], AbstractContextManager[Any]] | None = None,
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[Trajectory]]]:
     """Every split of ``questions`` (split -> questions), in order, ``batch_size`` questions per
     batch (:func:`naive_rag_batch` when ``naive``, else :func:`tool_policy_batch`, each with
     ``setup`` as is) -> (rows, trajectories) per split, in question order. ``phase(name)``, when

@@ -41,7 +41,11 @@ def _vector(values: Sequence[float], name: str = "values") -> np.ndarray:
 
 
 def percentile_bootstrap(
-    data: Sequence[np.ndarray], statistic: Callable[..., np.ndarray], samples: int, ci: float, seed: int,
+    data: Sequence[np.ndarray],
+    statistic: Callable[..., np.ndarray],
+    samples: int,
+    ci: float,
+    seed: int,
     paired: bool = False,
 ) -> tuple[float, float, np.ndarray]:
     """``scipy.stats.bootstrap`` with the percentile method: ``(lo, hi, distribution)``.
@@ -61,8 +65,15 @@ def percentile_bootstrap(
     """
     _check_ci(ci)
     res = stats.bootstrap(
-        tuple(data), statistic, n_resamples=samples, batch=max(1, _CHUNK // max(len(x) for x in data)),
-        vectorized=True, paired=paired, axis=-1, confidence_level=ci, method="percentile",
+        tuple(data),
+        statistic,
+        n_resamples=samples,
+        batch=max(1, _CHUNK // max(len(x) for x in data)),
+        vectorized=True,
+        paired=paired,
+        axis=-1,
+        confidence_level=ci,
+        method="percentile",
         rng=np.random.default_rng(seed),
     )
     lo, hi = res.confidence_interval
@@ -149,7 +160,9 @@ def _r(x: float) -> float:
     return round(float(x), DIGITS)
 
 
-def _scores_with_ci(rows: Sequence[Mapping[str, Any]], samples: int, ci: float, seed: int, metrics=SCORES) -> dict[str, float]:
+def _scores_with_ci(
+    rows: Sequence[Mapping[str, Any]], samples: int, ci: float, seed: int, metrics=SCORES
+) -> dict[str, float]:
     out: dict[str, float] = {}
     for m in metrics:
         values = [float(r[m]) for r in rows]
@@ -159,7 +172,9 @@ def _scores_with_ci(rows: Sequence[Mapping[str, Any]], samples: int, ci: float, 
     return out
 
 
-def _group(rows: Sequence[Mapping[str, Any]], key: str, samples: int, ci: float, seed: int) -> dict[str, dict[str, float]]:
+def _group(
+    rows: Sequence[Mapping[str, Any]], key: str, samples: int, ci: float, seed: int
+) -> dict[str, dict[str, float]]:
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for r in rows:
         groups.setdefault(str(r.get(key)), []).append(r)
@@ -185,8 +200,11 @@ def tool_usage(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float |
     for tool in rows[0]["calls_by_tool"]:
         calls = [int(r["calls_by_tool"][tool]["calls"]) for r in rows]
         ok = sum(int(r["calls_by_tool"][tool]["ok"]) for r in rows)
-        out[tool] = {"calls": _r(np.mean(calls)), "success_rate": _r(ok / sum(calls)) if sum(calls) else None,
-                     "episodes": _r(np.mean([c > 0 for c in calls]))}
+        out[tool] = {
+            "calls": _r(np.mean(calls)),
+            "success_rate": _r(ok / sum(calls)) if sum(calls) else None,
+            "episodes": _r(np.mean([c > 0 for c in calls])),
+        }
     return out
 
 

@@ -37,26 +37,41 @@ class Policy:
 def resolve_policy(cfg, name: str | None) -> Policy:
     """The :class:`Policy` of ``name``; :class:`StageError` naming the allowed names for an unknown
     one and the stage to run first when its checkpoint is missing."""
-    allowed = (f"the runs in params `runs` ({', '.join(sorted(cfg.runs))}), their replicas <run>-<seed> "
-               f"(seeds {cfg.seeds}), or the baselines {', '.join(BASELINES)}")
+    allowed = (
+        f"the runs in params `runs` ({', '.join(sorted(cfg.runs))}), their replicas <run>-<seed> "
+        f"(seeds {cfg.seeds}), or the baselines {', '.join(BASELINES)}"
+    )
     if not name:
         raise StageError(f"--policy NAME is required: NAME is one of {allowed}")
     if name in cfg.runs and name in BASELINES:
         raise StageError(f"run {name!r} in params `runs` shadows the baseline of the same name: rename the run")
     if cfg.is_run(name):
         ckpt = Path(cfg.train_for(name).out_dir) / name / "checkpoint"
-        policy = Policy(name, "rl", ckpt, True, f"evaluate@{name}",
-                        f"`agentr1 train --run {name}` (or `dvc repro train@{name}`)")
+        policy = Policy(
+            name, "rl", ckpt, True, f"evaluate@{name}", f"`agentr1 train --run {name}` (or `dvc repro train@{name}`)"
+        )
     elif name == "cold_start_reference":
         if cfg.sft_reference is None:
             raise StageError("--policy cold_start_reference: params define no sft_reference (the reference cold start)")
-        policy = Policy(name, name, Path(cfg.sft_for("reference").out_dir), False, f"evaluate_baseline@{name}",
-                        "`agentr1 sft_reference` (or `dvc repro sft_reference`)")
+        policy = Policy(
+            name,
+            name,
+            Path(cfg.sft_for("reference").out_dir),
+            False,
+            f"evaluate_baseline@{name}",
+            "`agentr1 sft_reference` (or `dvc repro sft_reference`)",
+        )
     elif name in BASELINES:
         base = name == "base_tool_call"
         ckpt = Path(cfg.pretrain.out_dir if base else cfg.sft.out_dir)
-        policy = Policy(name, name, ckpt, name == "cold_start", f"evaluate_baseline@{name}",
-                        "`agentr1 pretrain` (or `dvc repro pretrain`)" if base else "`agentr1 sft` (or `dvc repro sft`)")
+        policy = Policy(
+            name,
+            name,
+            ckpt,
+            name == "cold_start",
+            f"evaluate_baseline@{name}",
+            "`agentr1 pretrain` (or `dvc repro pretrain`)" if base else "`agentr1 sft` (or `dvc repro sft`)",
+        )
     else:
         raise StageError(f"unknown policy {name!r}: --policy takes {allowed}")
     if not is_checkpoint(policy.checkpoint):

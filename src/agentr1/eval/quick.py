@@ -36,15 +36,26 @@ def greedy(rollout_cfg):
 def score_row(score: EpisodeScore) -> dict[str, float]:
     """em / subem / f1, ``format_ok``, ``reward`` and ``tool_calls`` of a scored episode, as floats
     (the leading columns of every per-episode row: these and the naive-RAG baseline's)."""
-    return {"em": score.em, "subem": score.subem, "f1": score.f1, "format_ok": float(score.format_ok),
-            "reward": score.reward, "tool_calls": float(score.tool_calls)}
+    return {
+        "em": score.em,
+        "subem": score.subem,
+        "f1": score.f1,
+        "format_ok": float(score.format_ok),
+        "reward": score.reward,
+        "tool_calls": float(score.tool_calls),
+    }
 
 
 def episode_metrics(traj: Trajectory, reward_cfg) -> dict[str, Any]:
     """The per-episode metrics of the module docstring for one trajectory."""
     score = score_episode(traj, reward_cfg)
-    return {**score_row(score), "searches_found_support": float(score.searches_found_support),
-            "turns": float(traj.num_turns), "answered": float(score.answered), "reason": traj.reason}
+    return {
+        **score_row(score),
+        "searches_found_support": float(score.searches_found_support),
+        "turns": float(traj.num_turns),
+        "answered": float(score.answered),
+        "reason": traj.reason,
+    }
 
 
 def calls_by_tool(traj: Trajectory, tools: Sequence[str]) -> dict[str, dict[str, int]]:
@@ -72,7 +83,9 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def evaluate_tool_policy(setup: EvalSetup, questions: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], list[Trajectory]]:
+def evaluate_tool_policy(
+    setup: EvalSetup, questions: Sequence[Mapping[str, Any]]
+) -> tuple[dict[str, Any], list[Trajectory]]:
     """Greedy rollouts of ``setup.backend`` (one per question, seeded from ``setup.seed``) in
     ``setup.env``; returns the :func:`summarize` of the episodes (plus ``seconds``) and the
     trajectories."""
@@ -98,9 +111,13 @@ def sample_policy(setup: EvalSetup, questions: Sequence[Mapping[str, Any]], k: i
 def sampling_summary(questions: Sequence[Mapping[str, Any]], ems: Sequence[Sequence[float]]) -> dict[str, Any]:
     """``sampled_em`` (mean EM over all samples), ``pass_at_k`` (share of questions with a right
     sample) and ``n``, overall and per question ``type``."""
+
     def stats(rows: list[Sequence[float]]) -> dict[str, Any]:
-        return {"n": len(rows), "sampled_em": sum(sum(r) / len(r) for r in rows) / len(rows),
-                "pass_at_k": sum(max(r) >= 1 for r in rows) / len(rows)}
+        return {
+            "n": len(rows),
+            "sampled_em": sum(sum(r) / len(r) for r in rows) / len(rows),
+            "pass_at_k": sum(max(r) >= 1 for r in rows) / len(rows),
+        }
 
     by_type: dict[str, list[Sequence[float]]] = {}
     for q, r in zip(questions, ems):

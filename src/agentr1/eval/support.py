@@ -91,8 +91,10 @@ class RetrievalLog:
                 if entry is not None and entry[0] is o:
                     out.update(entry[1])
                 elif o.success:
-                    raise RuntimeError(f"episode {getattr(traj, 'qid', '?')}: a successful {o.name} call that the "
-                                       "retrieval log did not record (roll out in RetrievalLog.env)")
+                    raise RuntimeError(
+                        f"episode {getattr(traj, 'qid', '?')}: a successful {o.name} call that the "
+                        "retrieval log did not record (roll out in RetrievalLog.env)"
+                    )
         return out
 
     def _file(self, results: Sequence[StepResult]) -> None:
@@ -115,8 +117,10 @@ class RetrievalLog:
             elif not any(o.success for o in outs):
                 ids = [()] * len(outs)
             else:
-                raise RuntimeError(f"tool {tool!r} returned {len(got)} results for {len(outs)} executed calls: "
-                                   "cannot tell which call retrieved what")
+                raise RuntimeError(
+                    f"tool {tool!r} returned {len(got)} results for {len(outs)} executed calls: "
+                    "cannot tell which call retrieved what"
+                )
             for o, i in zip(outs, ids):
                 self._ids[id(o)] = (o, i)
 

@@ -49,7 +49,9 @@ from agentr1.rollout.trajectory import Trajectory, collate
 log = logging.getLogger(__name__)
 
 
-def action_logprobs(model, batch: dict[str, torch.Tensor], share_prefix: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def action_logprobs(
+    model, batch: dict[str, torch.Tensor], share_prefix: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(logp, mask)``: ``logp[b, t] = log p(x_{t+1} | x_<=t)`` for ``t < L - 1`` and the target
     mask ``action_mask[:, 1:]``; entries outside the mask are 0.
 
@@ -158,8 +160,15 @@ def train_sft(
         if on_step is not None:
             on_step(record)
         if log_every and ((step + 1) % log_every == 0 or step + 1 == sft_cfg.steps):
-            log.info("sft step %d/%d loss %.4f lr %.2e grad %.2f (%.1fs)", step + 1, sft_cfg.steps,
-                     record["loss"], lr, grad_norm, record["elapsed_s"])
+            log.info(
+                "sft step %d/%d loss %.4f lr %.2e grad %.2f (%.1fs)",
+                step + 1,
+                sft_cfg.steps,
+                record["loss"],
+                lr,
+                grad_norm,
+                record["elapsed_s"],
+            )
     model.eval()
     return history
 
@@ -224,12 +233,17 @@ def copy_probe(model, trajectories: Sequence[Trajectory], pad_id: int, batch_siz
         picks = []  # (row, position whose logits predict the token, token, kind)
         for row, traj in enumerate(chunk):
             is_action = [False] * len(traj.prompt_ids) + [bool(a) for a in traj.action_mask]
-            picks += [(row, t - 1, traj.input_ids[t], kind) for t, kind in copyable_positions(traj.input_ids, is_action, prefix)]
+            picks += [
+                (row, t - 1, traj.input_ids[t], kind)
+                for t, kind in copyable_positions(traj.input_ids, is_action, prefix)
+            ]
         if not picks:
             continue
         rows, positions, targets, kinds = zip(*picks)
         batch = collate(chunk, pad_id)
-        logits = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)).logits
+        logits = model(
+            input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)
+        ).logits
         logp = torch.log_softmax(logits[list(rows), list(positions)].float(), -1)  # only the scored positions in fp32
         target = torch.tensor(targets, device=logp.device)
         hit = (logp.argmax(-1) == target).tolist()

@@ -12,8 +12,8 @@ from agentr1.models.loading import (
     load_checkpoint,
     load_policy,
     resolve_checkpoint,
-    write_reference,
     torch_dtype,
+    write_reference,
 )
 from agentr1.models.saving import save_checkpoint
 from agentr1.models.scratch import CHATML_TEMPLATE, TOOL_TAGS, build_scratch_model, train_tokenizer

@@ -75,8 +75,13 @@ def hidden_states(model, ids: torch.Tensor, attn: torch.Tensor, prefix: int) -> 
     cache = base(input_ids=ids[:1, :prefix], use_cache=True).past_key_values
     cache.batch_repeat_interleave(B)
     positions = torch.arange(prefix, L, device=ids.device).expand(B, -1)
-    out = base(input_ids=ids[:, prefix:], attention_mask=attn, position_ids=positions, use_cache=True,
-               **{_cache_kwarg(base): cache})
+    out = base(
+        input_ids=ids[:, prefix:],
+        attention_mask=attn,
+        position_ids=positions,
+        use_cache=True,
+        **{_cache_kwarg(base): cache},
+    )
     return out.last_hidden_state
 
 

@@ -31,8 +31,10 @@ from transformers import PreTrainedTokenizerFast
 def _bpe_json(tokenizer) -> dict:
     data = json.loads(tokenizer.backend_tokenizer.to_str())
     if data.get("model", {}).get("type") != "BPE" or not isinstance(data["model"].get("vocab"), dict):
-        raise ValueError("model.restrict_vocab needs a BPE tokenizer (vocab + merges); this one is "
-                         f"{data.get('model', {}).get('type')!r}: set model.restrict_vocab false")
+        raise ValueError(
+            "model.restrict_vocab needs a BPE tokenizer (vocab + merges); this one is "
+            f"{data.get('model', {}).get('type')!r}: set model.restrict_vocab false"
+        )
     return data
 
 
@@ -45,7 +47,9 @@ def kept_tokens(tokenizer, texts: Iterable[str]) -> set[str]:
     their merge ancestors, the byte-level alphabet and the added tokens."""
     data = _bpe_json(tokenizer)
     vocab = data["model"]["vocab"]
-    keep = {t for enc in tokenizer.backend_tokenizer.encode_batch(list(texts), add_special_tokens=False) for t in enc.tokens}
+    keep = {
+        t for enc in tokenizer.backend_tokenizer.encode_batch(list(texts), add_special_tokens=False) for t in enc.tokens
+    }
     keep |= {a["content"] for a in data["added_tokens"]}
     keep |= {c for c in pre_tokenizers.ByteLevel.alphabet() if c in vocab}
     made_by = {}
@@ -72,7 +76,9 @@ def restrict_vocabulary(model, tokenizer, texts: Iterable[str]):
     order = sorted(keep, key=lambda t: old_id[t])  # original order, so 0..K-1 keeps it
     new_id = {t: i for i, t in enumerate(order)}
     data["model"]["vocab"] = {t: new_id[t] for t in vocab if t in keep}
-    data["model"]["merges"] = [[a, b] for a, b in _pairs(data["model"]["merges"]) if a in keep and b in keep and a + b in keep]
+    data["model"]["merges"] = [
+        [a, b] for a, b in _pairs(data["model"]["merges"]) if a in keep and b in keep and a + b in keep
+    ]
     for a in data["added_tokens"]:
         a["id"] = new_id[a["content"]]
     post = data.get("post_processor") or {}
@@ -80,8 +86,13 @@ def restrict_vocabulary(model, tokenizer, texts: Iterable[str]):
         spec["ids"] = [new_id[t] for t in spec["tokens"]]
     fast = PreTrainedTokenizerFast(
         tokenizer_object=Tokenizer.from_str(json.dumps(data)),
-        **{k: getattr(tokenizer, k) for k in ("bos_token", "eos_token", "pad_token", "unk_token") if getattr(tokenizer, k, None)},
-        clean_up_tokenization_spaces=False, model_max_length=tokenizer.model_max_length,
+        **{
+            k: getattr(tokenizer, k)
+            for k in ("bos_token", "eos_token", "pad_token", "unk_token")
+            if getattr(tokenizer, k, None)
+        },
+        clean_up_tokenization_spaces=False,
+        model_max_length=tokenizer.model_max_length,
     )
     fast.chat_template = tokenizer.chat_template
 

@@ -76,11 +76,16 @@ def _breakdown(qs: Sequence[Question]) -> dict[str, float | None]:
 def _stats(qs: Sequence[Question]) -> dict[str, Any]:
     """One run's numbers over the questions ``qs`` (module docstring)."""
     multi = [q for q in qs if _multi_hop(q)]
-    return {"n": len(qs), "n_multihop": len(multi), "score": _mean(q.score for q in qs),
-            "tool_calls": _mean(q.values.get("tool_calls") for q in qs),
-            "early_answer": _mean(q.values.get("early_answer") for q in multi),
-            "format_ok": _mean(q.values.get("format_ok") for q in qs),
-            "answered": _mean(q.values.get("answered") for q in qs), **_breakdown(qs)}
+    return {
+        "n": len(qs),
+        "n_multihop": len(multi),
+        "score": _mean(q.score for q in qs),
+        "tool_calls": _mean(q.values.get("tool_calls") for q in qs),
+        "early_answer": _mean(q.values.get("early_answer") for q in multi),
+        "format_ok": _mean(q.values.get("format_ok") for q in qs),
+        "answered": _mean(q.values.get("answered") for q in qs),
+        **_breakdown(qs),
+    }
 
 
 def _group(q: Question, by: str) -> str:
@@ -109,8 +114,10 @@ def behaviour(rows: Sequence[Row], evals: Mapping[str, Evaluation], splits: Sequ
                 for g, first in per_run[0].items():
                     runs = [p.get(g, {}) for p in per_run]
                     groups.setdefault(g, {})[r.label] = {
-                        "n": first["n"], "n_multihop": first["n_multihop"],
-                        **{f: _mean(s.get(f) for s in runs) for f in (*FIELDS, *BREAKDOWN)}}
+                        "n": first["n"],
+                        "n_multihop": first["n_multihop"],
+                        **{f: _mean(s.get(f) for s in runs) for f in (*FIELDS, *BREAKDOWN)},
+                    }
             out[split][by] = {g: groups[g] for g in sorted(groups, key=_order)}
     return out
 
@@ -130,8 +137,9 @@ def _by_tables(rows: Sequence[Row], split_data: Mapping, field: str, count: str,
     cols = [(by, g, max(p[count] for p in v.values())) for by in ("type", "hops") for g, v in split_data[by].items()]
     cols = [c for c in cols if c[2] > 0]
     header = ["Method", *(_group_title(by, g, n) for by, g, n in cols)]
-    body = [[_name(r), *(fmt(split_data[by][g].get(r.label, {}).get(field), digits) for by, g, _ in cols)]
-            for r in rows]
+    body = [
+        [_name(r), *(fmt(split_data[by][g].get(r.label, {}).get(field), digits) for by, g, _ in cols)] for r in rows
+    ]
     return _md_table(header, body)
 
 
@@ -146,24 +154,44 @@ def _breakdown_table(rows: Sequence[Row], split_data: Mapping) -> str:
             return "—"
         return " / ".join(f"{s[k]:.2f}" for k in BREAKDOWN)
 
-    body = [[_name(r), *(cell(split_data[by][g].get(r.label)) for by, g in cols)]
-            for r in rows if r.label not in PAPER_BASELINES]
+    body = [
+        [_name(r), *(cell(split_data[by][g].get(r.label)) for by, g in cols)]
+        for r in rows
+        if r.label not in PAPER_BASELINES
+    ]
     return _md_table(header, body)
 
 
 def behaviour_tables(rows: Sequence[Row], data: Mapping, splits: Sequence[str], metric: str) -> tuple[str, str]:
     """behaviour.md and behaviour.csv (long: split, by, group, policy, ..., one row per policy and group)."""
     m = metric.upper()
-    md = ["# Behaviour: what the policies do besides scoring\n",
-          f"Per policy (a method's seeds averaged) and split: {m}; tool calls per episode (call attempts, valid "
-          "or not); **early answer** = the share of multi-hop episodes (hops >= 2) that answered before their "
-          "searches had retrieved every supporting passage of the question; format valid = every call valid and "
-          "a final answer; answered = gave an answer. — = no multi-hop episode in the group, or an evaluation "
-          "that predates the early-answer field (re-run its evaluate stage).\n",
-          "\\* Naive RAG makes no search: its retrieved passages are the ones its prompt holds (one retrieval, "
-          "the question as the query).\n"]
-    cols = ["split", "by", "group", "policy", "name", "kind", "runs", "n", "n_multihop", metric, "tool_calls",
-            "early_answer", "format_ok", "answered", *BREAKDOWN]
+    md = [
+        "# Behaviour: what the policies do besides scoring\n",
+        f"Per policy (a method's seeds averaged) and split: {m}; tool calls per episode (call attempts, valid "
+        "or not); **early answer** = the share of multi-hop episodes (hops >= 2) that answered before their "
+        "searches had retrieved every supporting passage of the question; format valid = every call valid and "
+        "a final answer; answered = gave an answer. — = no multi-hop episode in the group, or an evaluation "
+        "that predates the early-answer field (re-run its evaluate stage).\n",
+        "\\* Naive RAG makes no search: its retrieved passages are the ones its prompt holds (one retrieval, "
+        "the question as the query).\n",
+    ]
+    cols = [
+        "split",
+        "by",
+        "group",
+        "policy",
+        "name",
+        "kind",
+        "runs",
+        "n",
+        "n_multihop",
+        metric,
+        "tool_calls",
+        "early_answer",
+        "format_ok",
+        "answered",
+        *BREAKDOWN,
+    ]
     csv_rows = []
     for split in splits:
         d = data[split]
@@ -171,29 +199,66 @@ def behaviour_tables(rows: Sequence[Row], data: Mapping, splits: Sequence[str], 
         first = whole[rows[0].label]
         md.append(f"## {split_header(split, metric)}: {first['n']} questions, {first['n_multihop']} multi-hop\n")
         header = ["Method", "Runs", m, "Tool calls / episode", "Early answer (multi-hop)", "Format valid", "Answered"]
-        body = [[_name(r), ", ".join(r.runs), fmt(s["score"]), fmt(s["tool_calls"], 2), fmt(s["early_answer"]),
-                 fmt(s["format_ok"]), fmt(s["answered"])] for r in rows for s in [whole[r.label]]]
+        body = [
+            [
+                _name(r),
+                ", ".join(r.runs),
+                fmt(s["score"]),
+                fmt(s["tool_calls"], 2),
+                fmt(s["early_answer"]),
+                fmt(s["format_ok"]),
+                fmt(s["answered"]),
+            ]
+            for r in rows
+            for s in [whole[r.label]]
+        ]
         md.append(_md_table(header, body))
         md.append(f"### {split}: tool calls per episode by question type and hops\n")
         md.append(_by_tables(rows, d, "tool_calls", "n", 2))
         md.append(f"### {split}: early-answer share by question type and hops (n = multi-hop episodes)\n")
         md.append(_by_tables(rows, d, "early_answer", "n_multihop", 3))
         md.append(f"### {split}: failure breakdown by question type\n")
-        md.append("Each cell: right / wrong with every supporting passage retrieved (reading) / wrong with some "
-                  "(a broken chain) / wrong with none, as shares of the group's episodes.\n")
+        md.append(
+            "Each cell: right / wrong with every supporting passage retrieved (reading) / wrong with some "
+            "(a broken chain) / wrong with none, as shares of the group's episodes.\n"
+        )
         md.append(_breakdown_table(rows, d))
         for by in BY:
             for g, per in d[by].items():
-                csv_rows += [[split, by, g, r.label, r.display, r.kind, ";".join(r.runs), s["n"], s["n_multihop"],
-                              *(s[f] for f in (*FIELDS, *BREAKDOWN))] for r in rows if (s := per.get(r.label)) is not None]
+                csv_rows += [
+                    [
+                        split,
+                        by,
+                        g,
+                        r.label,
+                        r.display,
+                        r.kind,
+                        ";".join(r.runs),
+                        s["n"],
+                        s["n_multihop"],
+                        *(s[f] for f in (*FIELDS, *BREAKDOWN)),
+                    ]
+                    for r in rows
+                    if (s := per.get(r.label)) is not None
+                ]
     return "\n".join(md), csv_text(cols, csv_rows)
 
 
 # how a difference over every split reads: (all below 0, all above 0, all 0, otherwise)
-WORDS = {"tool_calls": ("fewer tool calls per episode", "more tool calls per episode",
-                        "as many tool calls per episode", "tool calls per episode that move differently across splits"),
-         "early_answer": ("a smaller early-answer share", "a larger early-answer share", "the same early-answer share",
-                          "an early-answer share that moves differently across splits")}
+WORDS = {
+    "tool_calls": (
+        "fewer tool calls per episode",
+        "more tool calls per episode",
+        "as many tool calls per episode",
+        "tool calls per episode that move differently across splits",
+    ),
+    "early_answer": (
+        "a smaller early-answer share",
+        "a larger early-answer share",
+        "the same early-answer share",
+        "an early-answer share that moves differently across splits",
+    ),
+}
 
 
 def _direction(diffs: Sequence[float], words: tuple[str, str, str, str]) -> str:
@@ -231,16 +296,36 @@ def behaviour_summary(rows: Sequence[Row], data: Mapping, splits: Sequence[str])
             facts["splits"][s][f] = {COLD_START: a, grpo.label: b, "diff": None if a is None or b is None else b - a}
         changes[f] = _change(f, pairs, digits)
     missing = "not recorded in these evaluations (they predate it: re-run the evaluate stages)"
-    text = (f"- {grpo.display} against {cold.display}: {changes['tool_calls'] or 'tool calls per episode ' + missing}"
-            + (f" and {changes['early_answer']}, the share of multi-hop episodes answered before all their supporting "
-               "passages were retrieved." if changes["early_answer"] else f"; the early-answer share is {missing}."))
+    text = (
+        f"- {grpo.display} against {cold.display}: {changes['tool_calls'] or 'tool calls per episode ' + missing}"
+        + (
+            f" and {changes['early_answer']}, the share of multi-hop episodes answered before all their supporting "
+            "passages were retrieved."
+            if changes["early_answer"]
+            else f"; the early-answer share is {missing}."
+        )
+    )
     facts["line"] = text
-    lines += [text, "", "| Method | " + " | ".join(f"{s} calls | {s} early" for s in splits) + " |",
-              "|---|" + "---|---|" * len(splits)]
-    lines += [f"| {_name(r)} | " + " | ".join(f"{fmt(whole[s][r.label]['tool_calls'], 2)} | "
-                                              f"{fmt(whole[s][r.label]['early_answer'])}" for s in splits) + " |"
-              for r in rows if r.kind != "ablation"]
-    lines += ["", "calls = tool calls per episode; early = early-answer share of the multi-hop episodes; "
-              "\\* no search (its prompt holds one retrieval). Per question type and hops, and the ablations: "
-              "behaviour.md.", ""]
+    lines += [
+        text,
+        "",
+        "| Method | " + " | ".join(f"{s} calls | {s} early" for s in splits) + " |",
+        "|---|" + "---|---|" * len(splits),
+    ]
+    lines += [
+        f"| {_name(r)} | "
+        + " | ".join(
+            f"{fmt(whole[s][r.label]['tool_calls'], 2)} | {fmt(whole[s][r.label]['early_answer'])}" for s in splits
+        )
+        + " |"
+        for r in rows
+        if r.kind != "ablation"
+    ]
+    lines += [
+        "",
+        "calls = tool calls per episode; early = early-answer share of the multi-hop episodes; "
+        "\\* no search (its prompt holds one retrieval). Per question type and hops, and the ablations: "
+        "behaviour.md.",
+        "",
+    ]
     return facts, lines

@@ -27,15 +27,24 @@ def _gate_lines(gate: dict[str, Any]) -> list[str]:
     kinds = [k for k in ("one_hop", "multi") if all(k in gate["splits"][s] for s in splits)]
     rels = sorted({r for s in splits for k in kinds for r in gate["splits"][s][k]["relations"]})
     cols = [f"{s} {k.replace('_', '-')}" for s in splits for k in kinds]
-    lines = [f"The base policy's reading gate (greedy, held-out entities; one-hop >= {need['one_hop']:.2f}, "
-             f"multi-passage >= {need['multi']:.2f}, overall and for every relation): "
-             f"**{'passed' if gate['passed'] else 'not passed'}**"
-             + ("" if gate["passed"] else f" (below: {', '.join(gate['failing'][:8])})") + ".", "",
-             "| relation | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
-    cells = lambda r: [gate["splits"][s][k]["relations"].get(r, {}).get("accuracy") for s in splits for k in kinds]
+    lines = [
+        f"The base policy's reading gate (greedy, held-out entities; one-hop >= {need['one_hop']:.2f}, "
+        f"multi-passage >= {need['multi']:.2f}, overall and for every relation): "
+        f"**{'passed' if gate['passed'] else 'not passed'}**"
+        + ("" if gate["passed"] else f" (below: {', '.join(gate['failing'][:8])})")
+        + ".",
+        "",
+        "| relation | " + " | ".join(cols) + " |",
+        "|---|" + "---|" * len(cols),
+    ]
+
+    def cells(r: str) -> list[float | None]:
+        return [gate["splits"][s][k]["relations"].get(r, {}).get("accuracy") for s in splits for k in kinds]
+
     lines += [f"| {r} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in cells(r)) + " |" for r in rels]
-    lines.append("| **all** | " + " | ".join(f"**{gate['splits'][s][k]['accuracy']:.3f}**" for s in splits for k in kinds)
-                 + " |")
+    lines.append(
+        "| **all** | " + " | ".join(f"**{gate['splits'][s][k]['accuracy']:.3f}**" for s in splits for k in kinds) + " |"
+    )
     return lines
 
 
@@ -48,15 +57,18 @@ def _demonstrator(sft: dict[str, Any]) -> str:
     flaws = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(kinds.items()) if k != "clean" and v)
     text = f"Demonstrations: {n} oracle episodes"
     if kinds and n:
-        text += (f" ({sum(v for k, v in kinds.items() if k != 'clean') / n:.0%} imperfect: {flaws or 'none'}; "
-                 f"the demonstrator's own EM {oracle.get('em', float('nan')):.3f})")
+        text += (
+            f" ({sum(v for k, v in kinds.items() if k != 'clean') / n:.0%} imperfect: {flaws or 'none'}; "
+            f"the demonstrator's own EM {oracle.get('em', float('nan')):.3f})"
+        )
     if train.get("epochs"):
         text += f", {train['epochs']:.1f} epochs of SFT (final loss {train.get('final_loss', float('nan')):.3f})"
     return text + "."
 
 
-def foundation(pretrain_dir: Path, sft_dir: Path, eval_dir: Path, splits: Sequence[str],
-               reference_dir: Path | None = None) -> tuple[dict[str, Any], list[str]]:
+def foundation(
+    pretrain_dir: Path, sft_dir: Path, eval_dir: Path, splits: Sequence[str], reference_dir: Path | None = None
+) -> tuple[dict[str, Any], list[str]]:
     """``(numbers, markdown lines)`` of the module docstring (``reference_dir``: the reference
     cold start's report folder, params ``sft_reference``, when there is one)."""
     out: dict[str, Any] = {}
@@ -71,17 +83,23 @@ def foundation(pretrain_dir: Path, sft_dir: Path, eval_dir: Path, splits: Sequen
         cs, gate = copy["cold_start"], copy.get("gate", {})
         out["copy"] = {"start": cs["start"]["top1"], "continue": cs["continue"]["top1"], "gate": gate}
         need = gate.get("thresholds", {})
-        lines += [f"The cold start's copy probe on dev (teacher-forced top-1 of the names its calls and answers "
-                  f"copy): first token {cs['start']['top1']:.3f} (>= {need.get('start', 0):.2f}), continuation "
-                  f"{cs['continue']['top1']:.3f} (>= {need.get('continue', 0):.2f}): "
-                  f"**{'passed' if gate.get('passed') else 'not passed'}**; the base policy before SFT: "
-                  f"{copy['base']['start']['top1']:.3f} / {copy['base']['continue']['top1']:.3f}. "
-                  f"{_demonstrator(sft)}", ""]
+        lines += [
+            f"The cold start's copy probe on dev (teacher-forced top-1 of the names its calls and answers "
+            f"copy): first token {cs['start']['top1']:.3f} (>= {need.get('start', 0):.2f}), continuation "
+            f"{cs['continue']['top1']:.3f} (>= {need.get('continue', 0):.2f}): "
+            f"**{'passed' if gate.get('passed') else 'not passed'}**; the base policy before SFT: "
+            f"{copy['base']['start']['top1']:.3f} / {copy['base']['continue']['top1']:.3f}. "
+            f"{_demonstrator(sft)}",
+            "",
+        ]
     ref = _read(reference_dir / "metrics.json") if reference_dir is not None else None
     if ref is not None and ref.get("train"):
         out["reference"] = {"oracle_em": ref.get("oracle", {}).get("em"), "kinds": ref.get("oracle", {}).get("kinds")}
-        lines += [f"The reference cold start (params `sft_reference`: the same SFT from a better demonstrator, "
-                  f"Table 3's \"Cold start SFT, reference demonstrator\"): {_demonstrator(ref)}", ""]
+        lines += [
+            f"The reference cold start (params `sft_reference`: the same SFT from a better demonstrator, "
+            f'Table 3\'s "Cold start SFT, reference demonstrator"): {_demonstrator(ref)}',
+            "",
+        ]
     for policy, name in (("cold_start", "cold start"), ("cold_start_reference", "reference cold start")):
         cold = _read(eval_dir / policy / "metrics.json")
         if (cold or {}).get("sampling"):
@@ -105,15 +123,21 @@ def _headroom_lines(name: str, cold: dict[str, Any], headroom: dict[str, Any]) -
     sampling = cold["sampling"]
     k = sampling["k"]
     ratios = "; ".join(f"{s} {h['pass_ratio']:.2f}x" for s, h in headroom.items() if h["pass_ratio"] is not None)
-    lines = [f"The {name}'s headroom for RL: greedy EM against {k} samples per question at temperature "
-             f"{sampling['temperature']:g} (the RL setting; k = the RL group size), pass@{k} / greedy EM: "
-             f"{ratios or '—'}.", "",
-             f"| split / type | n | greedy EM | sampled EM | pass@{k} |", "|---|---|---|---|---|"]
+    lines = [
+        f"The {name}'s headroom for RL: greedy EM against {k} samples per question at temperature "
+        f"{sampling['temperature']:g} (the RL setting; k = the RL group size), pass@{k} / greedy EM: "
+        f"{ratios or '—'}.",
+        "",
+        f"| split / type | n | greedy EM | sampled EM | pass@{k} |",
+        "|---|---|---|---|---|",
+    ]
     for s, h in headroom.items():
         lines.append(f"| **{s}** | {h['n']} | {h['greedy_em']:.3f} | {h['sampled_em']:.3f} | {h['pass_at_k']:.3f} |")
         greedy_by_type = cold["splits"][s].get("by_type", {})
         for t, ht in h["types"].items():
             g = greedy_by_type.get(t, {}).get("em")
-            lines.append(f"| {s} / {t} | {ht['n']} | {'-' if g is None else f'{g:.3f}'} | {ht['sampled_em']:.3f} | "
-                         f"{ht['pass_at_k']:.3f} |")
+            lines.append(
+                f"| {s} / {t} | {ht['n']} | {'-' if g is None else f'{g:.3f}'} | {ht['sampled_em']:.3f} | "
+                f"{ht['pass_at_k']:.3f} |"
+            )
     return [*lines, ""]

@@ -59,7 +59,9 @@ class Curve:
     reward: list[float | None]
     dev_em: list[float | None]
     tool_calls: list[float | None] = field(default_factory=list)  # per rollout episode, per step
-    step_group_shared: list[float | None] = field(default_factory=list)  # stepwise estimators: later turns sharing a state
+    step_group_shared: list[float | None] = field(
+        default_factory=list
+    )  # stepwise estimators: later turns sharing a state
 
     def __post_init__(self) -> None:
         for name in ("tool_calls", "step_group_shared"):  # a curve without the column: no value at any step
@@ -88,7 +90,9 @@ def check_inputs(eval_dir: Path, runs_dir: Path, runs: Sequence[str], baselines:
         raise StageError("the report needs inputs that do not exist yet:\n  - " + "\n  - ".join(missing))
 
 
-def load_evaluation(eval_dir: Path, policy: str, splits: Sequence[str], metric: str, baselines: Sequence[str]) -> Evaluation:
+def load_evaluation(
+    eval_dir: Path, policy: str, splits: Sequence[str], metric: str, baselines: Sequence[str]
+) -> Evaluation:
     """One policy's metrics.json + episodes.jsonl, restricted to ``splits``; ``StageError`` for
     a malformed file, a duplicate question or a split without episodes."""
     fix = f"re-run `dvc repro {eval_stage(policy, baselines)}`"
@@ -111,8 +115,9 @@ def load_evaluation(eval_dir: Path, policy: str, splits: Sequence[str], metric: 
                 score = float(row[metric])
                 hops = row.get("hops")
                 values = {k: None if row.get(k) is None else float(row[k]) for k in BEHAVIOUR}
-                q = Question(split, qid, str(row.get("type") or "unknown"), None if hops is None else int(hops), score,
-                             values)
+                q = Question(
+                    split, qid, str(row.get("type") or "unknown"), None if hops is None else int(hops), score, values
+                )
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
                 raise StageError(f"{epath}:{lineno}: bad episode row ({type(exc).__name__}: {exc}): {fix}") from None
             if qid in ev.questions.setdefault(split, {}):
@@ -121,13 +126,23 @@ def load_evaluation(eval_dir: Path, policy: str, splits: Sequence[str], metric: 
             ev.scores.setdefault(split, {})[qid] = score
     for split in splits:
         if not ev.scores.get(split):
-            raise StageError(f"{epath} has no {split!r} episodes: {fix} with that split evaluated, "
-                             f"or remove {split!r} from params report.splits")
+            raise StageError(
+                f"{epath} has no {split!r} episodes: {fix} with that split evaluated, "
+                f"or remove {split!r} from params report.splits"
+            )
         stated = ((metrics.get("splits") or {}).get(split) or {}).get(metric)
         mean = sum(ev.scores[split].values()) / len(ev.scores[split])
         if isinstance(stated, (int, float)) and abs(float(stated) - mean) > CONSISTENCY_TOL:
-            log.warning("%s: %s %s = %.4f but %s averages %.4f (a stale evaluation? %s)", mpath, split, metric,
-                        stated, epath.name, mean, fix)
+            log.warning(
+                "%s: %s %s = %.4f but %s averages %.4f (a stale evaluation? %s)",
+                mpath,
+                split,
+                metric,
+                stated,
+                epath.name,
+                mean,
+                fix,
+            )
     return ev
 
 

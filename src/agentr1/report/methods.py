@@ -30,8 +30,12 @@ SEED_KEY = "seed"
 MASK_KEYS = ("loss_mask", "advantage_mask")
 MASK_WORDS = {"loss_mask": "loss mask", "advantage_mask": "advantage mask"}
 # Table 3 order of the baselines: eval policy name -> row name
-BASELINES = {"base_tool_call": "Base Tool Call", "naive_rag": "Naive RAG", "cold_start": "Cold start SFT",
-             "cold_start_reference": "Cold start SFT, reference demonstrator"}
+BASELINES = {
+    "base_tool_call": "Base Tool Call",
+    "naive_rag": "Naive RAG",
+    "cold_start": "Cold start SFT",
+    "cold_start_reference": "Cold start SFT, reference demonstrator",
+}
 REFERENCE = "cold_start_reference"  # a baseline only where params define sft_reference
 COLD_STARTS = {"sft": "cold_start", "reference": REFERENCE}  # train.cold_start -> the baseline RL starts from
 _MISSING = object()
@@ -75,8 +79,9 @@ def _effective(key: str, over: Mapping[str, Any], defaults: Mapping[str, Any], f
     return over[key] if key in over else defaults.get(key, fallback)
 
 
-def group_methods(runs: Mapping[str, Mapping[str, Any]], defaults: Mapping[str, Any] | None = None,
-                  seeds: Sequence[int] = (0,)) -> list[Method]:
+def group_methods(
+    runs: Mapping[str, Mapping[str, Any]], defaults: Mapping[str, Any] | None = None, seeds: Sequence[int] = (0,)
+) -> list[Method]:
     """One method per named run, its runs the replicas for ``seeds`` (module docstring). ``defaults``
     = the ``train`` section as a dict (``cfg.train.model_dump()``); without it, overrides are compared
     as written and the masks default to on. Returns the methods in a stable order: full-mask methods
@@ -89,8 +94,17 @@ def group_methods(runs: Mapping[str, Mapping[str, Any]], defaults: Mapping[str, 
         off = [k for k in MASK_KEYS if _effective(k, canon, defaults, True) is False]
         estimator = str(_effective("estimator", canon, defaults, TrainConfig.model_fields["estimator"].default))
         start = COLD_STARTS[str(_effective("cold_start", canon, defaults, "sft"))]
-        methods.append(Method(label=name, runs=[replica(name, s) for s in seeds], overrides=canon, estimator=estimator,
-                              masks_off=off, cold_start=start, seeds=list(seeds)))
+        methods.append(
+            Method(
+                label=name,
+                runs=[replica(name, s) for s in seeds],
+                overrides=canon,
+                estimator=estimator,
+                masks_off=off,
+                cold_start=start,
+                seeds=list(seeds),
+            )
+        )
 
     by_overrides = {_key(m.overrides): m for m in methods if not m.is_ablation}
     for m in methods:

@@ -45,8 +45,10 @@ def smoothed(steps: Sequence[int], values: Sequence[float | None], window: int =
     """``(step, mean of the value at this step and the window - 1 logged steps before it)`` for every
     step with a value (steps without one, e.g. the step-0 dev evaluation, are skipped)."""
     pts = [(s, v) for s, v in zip(steps, values) if v is not None]
-    return [(s, sum(v for _, v in pts[max(0, i - window + 1) : i + 1]) / len(pts[max(0, i - window + 1) : i + 1]))
-            for i, (s, _) in enumerate(pts)]
+    return [
+        (s, sum(v for _, v in pts[max(0, i - window + 1) : i + 1]) / len(pts[max(0, i - window + 1) : i + 1]))
+        for i, (s, _) in enumerate(pts)
+    ]
 
 
 def learning_curves(curves: Sequence[Curve], method_of: Mapping[str, str], path: Path) -> None:
@@ -63,8 +65,15 @@ def learning_curves(curves: Sequence[Curve], method_of: Mapping[str, str], path:
         m = method_of[c.run]
         k = seed_idx.get(m, 0)
         seed_idx[m] = k + 1
-        style = dict(color=colour[m], linestyle=LINESTYLES[k % len(LINESTYLES)], marker=MARKERS[i % len(MARKERS)],
-                     markersize=4, markerfacecolor="none", alpha=0.85, label=c.run)
+        style = dict(
+            color=colour[m],
+            linestyle=LINESTYLES[k % len(LINESTYLES)],
+            marker=MARKERS[i % len(MARKERS)],
+            markersize=4,
+            markerfacecolor="none",
+            alpha=0.85,
+            label=c.run,
+        )
         pts = [(s, r) for s, r in zip(c.steps, c.reward) if r is not None]
         if pts:
             ax_r.plot(*zip(*pts), **style)

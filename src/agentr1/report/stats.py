@@ -120,8 +120,9 @@ def bootstrap(values: Mapping[str, Sequence[float]], samples: int, ci: float, se
     return out
 
 
-def paired(a: Mapping[str, Mapping[str, float]], b: Mapping[str, Mapping[str, float]], samples: int, ci: float,
-           seed: int) -> tuple[dict[str, Interval], dict[str, int]]:
+def paired(
+    a: Mapping[str, Mapping[str, float]], b: Mapping[str, Mapping[str, float]], samples: int, ci: float, seed: int
+) -> tuple[dict[str, Interval], dict[str, int]]:
     """Paired bootstrap of ``a - b``: per split, ``{question id: score}`` of each policy, paired
     on the ids both hold. Returns the intervals of the difference (per split and ``avg``) and
     the paired counts; ``ValueError`` naming the split when the two share no question there."""
@@ -170,8 +171,13 @@ def _percentile(point: float, replicates: np.ndarray, ci: float, p_value: bool) 
     return Interval(point + 0.0, min(lo, point + 0.0), max(hi, point + 0.0), p)
 
 
-def seeds_questions(terms: Sequence[tuple[float, Mapping[str, np.ndarray]]], samples: int, ci: float,
-                    seed: int, paired_seeds: bool = False) -> dict[str, Interval]:
+def seeds_questions(
+    terms: Sequence[tuple[float, Mapping[str, np.ndarray]]],
+    samples: int,
+    ci: float,
+    seed: int,
+    paired_seeds: bool = False,
+) -> dict[str, Interval]:
     """The interval of ``sum_t coef_t * m_t`` per split and on ``avg`` (module docstring): each term
     is ``(coef, {split: x})`` with ``x`` of shape ``(seeds, questions)``; in a split every term's
     columns are the same questions in the same order (the caller aligns them), so the question draw
@@ -202,12 +208,15 @@ def seeds_questions(terms: Sequence[tuple[float, Mapping[str, np.ndarray]]], sam
         # per term: each seed's count-weighted question sum per replicate (seeds x B), then the seed
         # counts, scaled last; with 0/1 scores every sum is an exact integer, so two rows with equal
         # seeds give bit-equal replicates (a zero difference stays exactly 0)
-        reps[sp] = sum(c * np.sum(w * (m[sp] @ qc[sp].T).T, axis=1) / (w[0].sum() * m[sp].shape[1])
-                       for (c, _), w, m in zip(terms, sc, mats))
+        reps[sp] = sum(
+            c * np.sum(w * (m[sp] @ qc[sp].T).T, axis=1) / (w[0].sum() * m[sp].shape[1])
+            for (c, _), w, m in zip(terms, sc, mats)
+        )
         points[sp] = float(sum(c * m[sp].mean() for (c, _), m in zip(terms, mats)))
     diff = len(terms) > 1
     for sp in splits:
         out[sp] = _percentile(points[sp], reps[sp], ci, diff)
-    out[AVG] = _percentile(float(np.mean([points[sp] for sp in splits])), np.mean([reps[sp] for sp in splits], axis=0),
-                           ci, diff)
+    out[AVG] = _percentile(
+        float(np.mean([points[sp] for sp in splits])), np.mean([reps[sp] for sp in splits], axis=0), ci, diff
+    )
     return out

@@ -52,12 +52,19 @@ def grpo_row(rows: Sequence[Row]) -> Row | None:
 def method_pairs(rows: Sequence[Row]) -> list[tuple[Row, Row]]:
     """Every pair of full-mask RL methods that start from the same cold start, in row order."""
     rl = [r for r in rows if r.kind == "rl" and r.method is not None]
-    return [(a, b) for i, a in enumerate(rl) for b in rl[i + 1:] if a.method.cold_start == b.method.cold_start]
+    return [(a, b) for i, a in enumerate(rl) for b in rl[i + 1 :] if a.method.cold_start == b.method.cold_start]
 
 
-def summarize(rows: Sequence[Row], vs_baselines: Mapping[str, Mapping[str, list[Diff]]],
-              ablation_diffs: Mapping[str, list[Diff]], splits: Sequence[str], metric: str, ci: float,
-              vs_methods: Mapping[tuple[str, str], list[Diff]] | None = None, min_seeds: int = 3) -> dict:
+def summarize(
+    rows: Sequence[Row],
+    vs_baselines: Mapping[str, Mapping[str, list[Diff]]],
+    ablation_diffs: Mapping[str, list[Diff]],
+    splits: Sequence[str],
+    metric: str,
+    ci: float,
+    vs_methods: Mapping[tuple[str, str], list[Diff]] | None = None,
+    min_seeds: int = 3,
+) -> dict:
     """The summary's facts (for report.json) and its lines (for summary.md)."""
     m = metric.upper()
     by_label = {r.label: r for r in rows}
@@ -72,9 +79,11 @@ def summarize(rows: Sequence[Row], vs_baselines: Mapping[str, Mapping[str, list[
     few = [r for r in rows if r.kind in ("rl", "ablation") and r.n_seeds < min_seeds]
     facts["not_judged"] = [r.label for r in few]
     if few:
-        lines.append(f"- Not judged (a verdict needs {min_seeds} training seeds per RL row, params report.min_seeds): "
-                     + _names([f"{r.display} ({r.n_seeds} seed{'s' if r.n_seeds != 1 else ''})" for r in few])
-                     + ". Their differences are listed below, never called beyond noise.")
+        lines.append(
+            f"- Not judged (a verdict needs {min_seeds} training seeds per RL row, params report.min_seeds): "
+            + _names([f"{r.display} ({r.n_seeds} seed{'s' if r.n_seeds != 1 else ''})" for r in few])
+            + ". Their differences are listed below, never called beyond noise."
+        )
 
     # highest mean (a point estimate; the verdicts follow)
     t3 = table3_rows(rows)
@@ -82,8 +91,10 @@ def summarize(rows: Sequence[Row], vs_baselines: Mapping[str, Mapping[str, list[
     best = [r for r in t3 if r.cells[AVG].mean == best_score]
     facts["best"] = {"labels": [r.label for r in best], "avg": best_score}
     verb = "scores" if len(best) == 1 else "tie at"
-    lines.append(f"- Highest mean on the average {m} over {split_txt} (a point estimate): "
-                 f"**{_names([r.display for r in best])}** {verb} {best_score:.3f} ({per_split(best[0])}).")
+    lines.append(
+        f"- Highest mean on the average {m} over {split_txt} (a point estimate): "
+        f"**{_names([r.display for r in best])}** {verb} {best_score:.3f} ({per_split(best[0])})."
+    )
 
     # GRPO vs Base Tool Call (ratio of means) and vs the cold start (difference, verdict)
     grpo = grpo_row(rows)
@@ -95,15 +106,26 @@ def summarize(rows: Sequence[Row], vs_baselines: Mapping[str, Mapping[str, list[
         g, b, c = grpo.cells[AVG].mean, base.cells[AVG].mean, cold.cells[AVG].mean
         ratio = g / b if b > 0 else None
         d = _avg(vs_baselines[grpo.label][COLD_START])
-        facts["grpo"] = {"label": grpo.label, "avg": g, "base_tool_call_avg": b, "ratio_vs_base_tool_call": ratio,
-                         "cold_start_avg": c, "points_vs_cold_start": 100 * (g - c), "vs_cold_start": d.as_dict()}
+        facts["grpo"] = {
+            "label": grpo.label,
+            "avg": g,
+            "base_tool_call_avg": b,
+            "ratio_vs_base_tool_call": ratio,
+            "cold_start_avg": c,
+            "points_vs_cold_start": 100 * (g - c),
+            "vs_cold_start": d.as_dict(),
+        }
         if ratio is not None:
             lines.append(f"- {grpo.display}'s mean average {m} is {ratio:.2f}x {base.display}'s ({g:.3f} vs {b:.3f}).")
         else:
-            lines.append(f"- {base.display} scores {b:.3f} average {m}, so the ratio is undefined; "
-                         f"{grpo.display} scores {g:.3f}.")
-        lines.append(f"- {grpo.display} ({grpo.n_seeds} seeds) minus {cold.display} on the average {m}: {_ci(d)} "
-                     f"({g:.3f} vs {c:.3f}): {d.verdict}.")
+            lines.append(
+                f"- {base.display} scores {b:.3f} average {m}, so the ratio is undefined; "
+                f"{grpo.display} scores {g:.3f}."
+            )
+        lines.append(
+            f"- {grpo.display} ({grpo.n_seeds} seeds) minus {cold.display} on the average {m}: {_ci(d)} "
+            f"({g:.3f} vs {c:.3f}): {d.verdict}."
+        )
 
     # RL methods vs the baselines, beyond noise on the average
     def beats(r: Row, baseline: str) -> bool:
@@ -117,22 +139,32 @@ def summarize(rows: Sequence[Row], vs_baselines: Mapping[str, Mapping[str, list[
     pb = _names([by_label[b].display for b in PAPER_BASELINES])
     rest = [r.display for r in rl if r not in beat_both]
     if beat_both:
-        lines.append(f"- Beat both {pb} beyond noise (average {m}, {ci:.0%} interval of the difference above 0 "
-                     f"against each): {_names([r.display for r in beat_both])}"
-                     + (f"; the others do not: {_names(rest)}." if rest else "."))
+        lines.append(
+            f"- Beat both {pb} beyond noise (average {m}, {ci:.0%} interval of the difference above 0 "
+            f"against each): {_names([r.display for r in beat_both])}"
+            + (f"; the others do not: {_names(rest)}." if rest else ".")
+        )
     else:
         lines.append(f"- No RL method beats both {pb} beyond noise on the average {m} ({ci:.0%} intervals).")
-    lines.append(f"- Beat the cold start they started from beyond noise (average {m}): "
-                 + (_names([r.display for r in beat_cold]) if beat_cold else "none") + ".")
+    lines.append(
+        f"- Beat the cold start they started from beyond noise (average {m}): "
+        + (_names([r.display for r in beat_cold]) if beat_cold else "none")
+        + "."
+    )
     facts["vs_cold_start"] = {}
     for split in splits:
         diffs = {r.label: _split(vs_baselines[r.label][_start(r)], split) for r in rl}
-        facts["vs_cold_start"][split] = {k: {"cold_start": _start(by_label[k]), **d.as_dict()} for k, d in diffs.items()}
+        facts["vs_cold_start"][split] = {
+            k: {"cold_start": _start(by_label[k]), **d.as_dict()} for k, d in diffs.items()
+        }
         parts = [f"{by_label[k].display} {_ci(d)}" for k, d in diffs.items()]
         won = [by_label[k].display for k, d in diffs.items() if d.diff > 0 and d.beyond_noise]
-        lines.append(f"- On {split}, each RL method minus the cold start it started from ({ci:.0%} interval): "
-                     + "; ".join(parts) + f". Beyond noise: {_names(won) if won else 'none'}"
-                     + (" (all of them)." if won and len(won) == len(diffs) else "."))
+        lines.append(
+            f"- On {split}, each RL method minus the cold start it started from ({ci:.0%} interval): "
+            + "; ".join(parts)
+            + f". Beyond noise: {_names(won) if won else 'none'}"
+            + (" (all of them)." if won and len(won) == len(diffs) else ".")
+        )
     if REFERENCE in by_label and grpo is not None:
         lines += _reference_lines(grpo, by_label, vs_baselines, splits, facts)
     lines += _method_lines(vs_methods or {}, by_label, splits, ci, facts)
@@ -141,27 +173,43 @@ def summarize(rows: Sequence[Row], vs_baselines: Mapping[str, Mapping[str, list[
     return facts
 
 
-def _reference_lines(grpo: Row, by_label: Mapping[str, Row], vs_baselines: Mapping, splits: Sequence[str],
-                     facts: dict) -> list[str]:
+def _reference_lines(
+    grpo: Row, by_label: Mapping[str, Row], vs_baselines: Mapping, splits: Sequence[str], facts: dict
+) -> list[str]:
     """GRPO against the reference cold start (the same SFT from a better demonstrator), per split."""
     ref, naive, lines = by_label[REFERENCE], by_label["naive_rag"], []
     for split in splits:
         d = _split(vs_baselines[grpo.label][REFERENCE], split)
         c = _split(vs_baselines[grpo.label][COLD_START], split)
         n = naive.cells[split].mean
-        facts.setdefault("grpo_vs_reference", {})[split] = {**d.as_dict(), "naive_rag": n,
-                                                            "ratio_vs_naive_rag": d.a_mean / n if n > 0 else None}
-        verdict = ("above it beyond noise." if d.diff > 0 and d.beyond_noise else
-                   "below it beyond noise." if d.beyond_noise else f"{d.verdict}.")
-        lines.append(f"- {grpo.display} on {split}: {d.a_mean:.3f}"
-                     + (f" ({d.a_mean / n:.1f}x {naive.display}'s mean {n:.3f})" if n > 0 else "")
-                     + f", {_ci(c)} against {by_label[COLD_START].display} ({c.verdict}) and {_ci(d)} against "
-                     f"{ref.display} ({d.b_mean:.3f}, the same SFT from a better demonstrator): {verdict}")
+        facts.setdefault("grpo_vs_reference", {})[split] = {
+            **d.as_dict(),
+            "naive_rag": n,
+            "ratio_vs_naive_rag": d.a_mean / n if n > 0 else None,
+        }
+        verdict = (
+            "above it beyond noise."
+            if d.diff > 0 and d.beyond_noise
+            else "below it beyond noise."
+            if d.beyond_noise
+            else f"{d.verdict}."
+        )
+        lines.append(
+            f"- {grpo.display} on {split}: {d.a_mean:.3f}"
+            + (f" ({d.a_mean / n:.1f}x {naive.display}'s mean {n:.3f})" if n > 0 else "")
+            + f", {_ci(c)} against {by_label[COLD_START].display} ({c.verdict}) and {_ci(d)} against "
+            f"{ref.display} ({d.b_mean:.3f}, the same SFT from a better demonstrator): {verdict}"
+        )
     return lines
 
 
-def _method_lines(vs_methods: Mapping[tuple[str, str], list[Diff]], by_label: Mapping[str, Row],
-                  splits: Sequence[str], ci: float, facts: dict) -> list[str]:
+def _method_lines(
+    vs_methods: Mapping[tuple[str, str], list[Diff]],
+    by_label: Mapping[str, Row],
+    splits: Sequence[str],
+    ci: float,
+    facts: dict,
+) -> list[str]:
     """Who beats whom among the RL methods from one cold start: the pairs beyond noise per split."""
     facts["vs_methods"] = {f"{a} - {b}": {d.split: d.as_dict() for d in ds} for (a, b), ds in vs_methods.items()}
     if not vs_methods:
@@ -172,56 +220,86 @@ def _method_lines(vs_methods: Mapping[tuple[str, str], list[Diff]], by_label: Ma
         won = [(a, b, d) if d.diff > 0 else (b, a, d) for a, b, d in diffs if d.beyond_noise]
         judged = sum(d.judged for _, _, d in diffs)
         if won:
-            parts = [f"{by_label[w].display} over {by_label[v].display} {abs(d.diff):.3f} "
-                     f"[{min(abs(d.ci_lower), abs(d.ci_upper)):.3f}, {max(abs(d.ci_lower), abs(d.ci_upper)):.3f}]"
-                     for w, v, d in won]
-            lines.append(f"- RL methods against each other on {split} (same cold start, {len(diffs)} pairs, {ci:.0%} "
-                         f"intervals): beyond noise " + "; ".join(parts) + f"; the other {judged - len(won)} judged "
-                         "pairs are within noise.")
+            parts = [
+                f"{by_label[w].display} over {by_label[v].display} {abs(d.diff):.3f} "
+                f"[{min(abs(d.ci_lower), abs(d.ci_upper)):.3f}, {max(abs(d.ci_lower), abs(d.ci_upper)):.3f}]"
+                for w, v, d in won
+            ]
+            lines.append(
+                f"- RL methods against each other on {split} (same cold start, {len(diffs)} pairs, {ci:.0%} "
+                f"intervals): beyond noise " + "; ".join(parts) + f"; the other {judged - len(won)} judged "
+                "pairs are within noise."
+            )
         else:
             widest = max(diffs, key=lambda x: abs(x[2].diff))
-            lines.append(f"- RL methods against each other on {split} (same cold start, {len(diffs)} pairs, {ci:.0%} "
-                         f"intervals): no difference beyond noise ({judged} judged; the largest, "
-                         f"{by_label[widest[0]].display} minus {by_label[widest[1]].display}, {_ci(widest[2])}).")
+            lines.append(
+                f"- RL methods against each other on {split} (same cold start, {len(diffs)} pairs, {ci:.0%} "
+                f"intervals): no difference beyond noise ({judged} judged; the largest, "
+                f"{by_label[widest[0]].display} minus {by_label[widest[1]].display}, {_ci(widest[2])})."
+            )
     return lines
 
 
-def _ablation_lines(rows: Sequence[Row], ablation_diffs: Mapping[str, list[Diff]], ci: float,
-                    facts: dict) -> list[str]:
+def _ablation_lines(rows: Sequence[Row], ablation_diffs: Mapping[str, list[Diff]], ci: float, facts: dict) -> list[str]:
     """The mask ablations beyond noise and the paper's direction (masks on beat masks off) from them."""
     pairs = ablation_pairs(rows)
     beyond = [(abl, full, d) for abl, full in pairs for d in ablation_diffs[abl.label] if d.beyond_noise]
-    facts["ablations_beyond_noise"] = [{"ablation": abl.label, "full": full.label, "split": d.split, "diff": d.diff}
-                                       for abl, full, d in beyond]
+    facts["ablations_beyond_noise"] = [
+        {"ablation": abl.label, "full": full.label, "split": d.split, "diff": d.diff} for abl, full, d in beyond
+    ]
     judged = sum(d.judged for abl, _ in pairs for d in ablation_diffs[abl.label])
     lines = []
     if not pairs:
         lines.append("- No mask ablation with a full-mask method to compare.")
     elif not judged:
-        lines.append("- No ablation difference is judged (too few seeds), so the paper's direction (masks on beat masks "
-                     "off) is neither shown nor contradicted here.")
+        lines.append(
+            "- No ablation difference is judged (too few seeds), so the paper's direction (masks on beat masks "
+            "off) is neither shown nor contradicted here."
+        )
     elif not beyond:
-        lines.append(f"- No ablation difference exceeds the noise: every judged {ci:.0%} interval of Δ (ablation − full "
-                     "mask) contains 0, so the paper's direction (masks on beat masks off) is not shown here.")
+        lines.append(
+            f"- No ablation difference exceeds the noise: every judged {ci:.0%} interval of Δ (ablation − full "
+            "mask) contains 0, so the paper's direction (masks on beat masks off) is not shown here."
+        )
     else:
         parts = [f"{abl.display} vs {full.display} on {d.split}: {_ci(d)}" for abl, full, d in beyond]
         lines.append("- Ablation differences beyond noise: " + "; ".join(parts) + ".")
         worse = sum(d.diff < 0 for _, _, d in beyond)
-        verdict = ("holds: in every difference beyond noise the ablation is worse than its full-mask method"
-                   if worse == len(beyond) else
-                   "is reversed: in every difference beyond noise the ablation is better than its full-mask method"
-                   if worse == 0 else "holds for some differences beyond noise and is reversed for others")
+        verdict = (
+            "holds: in every difference beyond noise the ablation is worse than its full-mask method"
+            if worse == len(beyond)
+            else "is reversed: in every difference beyond noise the ablation is better than its full-mask method"
+            if worse == 0
+            else "holds for some differences beyond noise and is reversed for others"
+        )
         within = judged - len(beyond)
-        lines.append(f"- The paper's direction (masks on beat masks off) {verdict}"
-                     + (f"; the other {within} judged differences are within noise." if within else "."))
-    facts["mask_direction"] = (None if not pairs else "not judged" if not judged else "not shown" if not beyond else
-                               "holds" if all(d.diff < 0 for _, _, d in beyond) else
-                               "reversed" if all(d.diff > 0 for _, _, d in beyond) else "mixed")
+        lines.append(
+            f"- The paper's direction (masks on beat masks off) {verdict}"
+            + (f"; the other {within} judged differences are within noise." if within else ".")
+        )
+    facts["mask_direction"] = (
+        None
+        if not pairs
+        else "not judged"
+        if not judged
+        else "not shown"
+        if not beyond
+        else "holds"
+        if all(d.diff < 0 for _, _, d in beyond)
+        else "reversed"
+        if all(d.diff > 0 for _, _, d in beyond)
+        else "mixed"
+    )
     return lines
 
 
-def step_credit(rows: Sequence[Row], diffs: Mapping[str, list[Diff]], shared: Mapping[str, float | None],
-                splits: Sequence[str], ci: float) -> tuple[dict, list[str]]:
+def step_credit(
+    rows: Sequence[Row],
+    diffs: Mapping[str, list[Diff]],
+    shared: Mapping[str, float | None],
+    splits: Sequence[str],
+    ci: float,
+) -> tuple[dict, list[str]]:
     """Each step-level method (an estimator declaring ``stepwise``, GiGPO) against plain GRPO from
     the same cold start: ``diffs[label]`` (its differences over seeds x questions, a = the method) per
     split, and ``shared[label]``, the mean share of later turns in a step group of more than one
@@ -233,20 +311,40 @@ def step_credit(rows: Sequence[Row], diffs: Mapping[str, list[Diff]], shared: Ma
     for r in rows:
         if r.label not in diffs or grpo is None:
             continue
-        parts = [f"{d.split} {d.a_mean:.3f} vs {d.b_mean:.3f}, {d.diff:+.3f} [{d.ci_lower:+.3f}, {d.ci_upper:+.3f}]"
-                 for d in diffs[r.label] if d.split in splits]
+        parts = [
+            f"{d.split} {d.a_mean:.3f} vs {d.b_mean:.3f}, {d.diff:+.3f} [{d.ci_lower:+.3f}, {d.ci_upper:+.3f}]"
+            for d in diffs[r.label]
+            if d.split in splits
+        ]
         test = [d for d in diffs[r.label] if d.split == splits[0]][0]
-        verdict = ("above GRPO beyond noise" if test.diff > 0 and test.beyond_noise else
-                   "below GRPO beyond noise" if test.beyond_noise else
-                   "not judged (too few seeds)" if not test.judged else
-                   "at least GRPO's score, within noise" if test.diff >= 0 else "below GRPO, within noise")
+        verdict = (
+            "above GRPO beyond noise"
+            if test.diff > 0 and test.beyond_noise
+            else "below GRPO beyond noise"
+            if test.beyond_noise
+            else "not judged (too few seeds)"
+            if not test.judged
+            else "at least GRPO's score, within noise"
+            if test.diff >= 0
+            else "below GRPO, within noise"
+        )
         sh = shared.get(r.label)
-        why = (f" Step groups: on average {sh:.0%} of the turns after the first share their state with another episode "
-               "of the group (where the step advantage can differ from the episode's)." if sh is not None else "")
-        facts[r.label] = {"vs": grpo.label, "diffs": {d.split: d.as_dict() for d in diffs[r.label]},
-                          "step_group_shared_later": sh, "verdict_" + splits[0]: verdict}
-        lines.append(f"- {r.display} ({r.n_seeds} seed(s)) against {grpo.display} ({grpo.n_seeds}), same cold start, "
-                     f"{ci:.0%} interval: " + "; ".join(parts) + f". On {splits[0]}: {verdict}." + why)
+        why = (
+            f" Step groups: on average {sh:.0%} of the turns after the first share their state with another episode "
+            "of the group (where the step advantage can differ from the episode's)."
+            if sh is not None
+            else ""
+        )
+        facts[r.label] = {
+            "vs": grpo.label,
+            "diffs": {d.split: d.as_dict() for d in diffs[r.label]},
+            "step_group_shared_later": sh,
+            "verdict_" + splits[0]: verdict,
+        }
+        lines.append(
+            f"- {r.display} ({r.n_seeds} seed(s)) against {grpo.display} ({grpo.n_seeds}), same cold start, "
+            f"{ci:.0%} interval: " + "; ".join(parts) + f". On {splits[0]}: {verdict}." + why
+        )
     return facts, lines
 
 
@@ -255,8 +353,15 @@ def step_credit_inputs(rows: Sequence[Row], curves: Sequence, diff: Callable[[Ro
     from the same cold start (``diff(a, b)``: the report's comparison) and its runs' mean
     step-group share over their curves (:class:`agentr1.report.inputs.Curve`)."""
     grpo = grpo_row(rows)
-    stepwise = [r for r in rows if r.kind == "rl" and r.method is not None and grpo is not None
-                and ESTIMATORS.spec(r.method.estimator).meta.get("stepwise") and r.method.cold_start == grpo.method.cold_start]
+    stepwise = [
+        r
+        for r in rows
+        if r.kind == "rl"
+        and r.method is not None
+        and grpo is not None
+        and ESTIMATORS.spec(r.method.estimator).meta.get("stepwise")
+        and r.method.cold_start == grpo.method.cold_start
+    ]
     diffs = {r.label: diff(r, grpo) for r in stepwise}
     shared = {}
     for r in stepwise:
@@ -278,22 +383,28 @@ def _start(r: Row) -> str:
     return r.method.cold_start if r.method is not None else COLD_START
 
 
-def summary_markdown(facts: Mapping, rows: Sequence[Row], metric: str, splits: Sequence[str],
-                     method: str = "") -> str:
+def summary_markdown(facts: Mapping, rows: Sequence[Row], metric: str, splits: Sequence[str], method: str = "") -> str:
     """The summary page: the header (what was compared, ``method``: how the intervals are made), the
     lines of :func:`summarize` and the table of means."""
     m = metric.upper()
     t3 = table3_rows(rows)
     seeds = sorted({r.n_seeds for r in rows if r.kind != "baseline"})
-    head = [f"# Agent-R1 reproduction: summary ({m})", "",
-            f"Splits: {', '.join(splits)}; {len(t3)} policies in Table 3 "
-            f"({sum(r.kind == 'rl' for r in t3)} RL methods, {sum(r.n_seeds for r in t3 if r.kind == 'rl')} runs), "
-            f"{sum(r.kind == 'ablation' for r in rows)} ablation(s); every RL row and ablation is "
-            f"{'/'.join(map(str, seeds))} training seed(s), each cold start one SFT run. Tables: table3.md, table4.md, "
-            "breakdown.md, behaviour.md; plots: plots/.", ""]
+    head = [
+        f"# Agent-R1 reproduction: summary ({m})",
+        "",
+        f"Splits: {', '.join(splits)}; {len(t3)} policies in Table 3 "
+        f"({sum(r.kind == 'rl' for r in t3)} RL methods, {sum(r.n_seeds for r in t3 if r.kind == 'rl')} runs), "
+        f"{sum(r.kind == 'ablation' for r in rows)} ablation(s); every RL row and ablation is "
+        f"{'/'.join(map(str, seeds))} training seed(s), each cold start one SFT run. Tables: table3.md, table4.md, "
+        "breakdown.md, behaviour.md; plots: plots/.",
+        "",
+    ]
     if method:
-        head += [f"{method}; a difference is beyond noise when its interval excludes 0 and each RL row has "
-                 f"{facts.get('min_seeds', 3)}+ seeds.", ""]
+        head += [
+            f"{method}; a difference is beyond noise when its interval excludes 0 and each RL row has "
+            f"{facts.get('min_seeds', 3)}+ seeds.",
+            "",
+        ]
     table = ["| Method | " + " | ".join(splits) + " | avg |", "|---|" + "---|" * (len(splits) + 1)]
     table += [f"| {r.display} | " + " | ".join(fmt(r.cells[k].mean) for k in [*splits, AVG]) + " |" for r in t3]
     return "\n".join([*head, *facts["lines"], "", *table, ""])

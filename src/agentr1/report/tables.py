@@ -20,11 +20,11 @@ import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from agentr1.errors import StageError
 from agentr1.report.inputs import Evaluation, Question, eval_stage
 from agentr1.report.methods import BASELINES, MASK_WORDS, Method
-import numpy as np
-
 from agentr1.report.stats import AVG, paired, seed_mean_std, seeds_questions
 
 SPLIT_ROLES = {"test": "in-domain", "ood": "out-of-domain", "dev": "dev", "train": "train"}
@@ -109,15 +109,26 @@ class Diff:
 
     def as_dict(self) -> dict:
         """The numbers (the policies and the split are the keys it is stored under)."""
-        return {"a_mean": self.a_mean, "b_mean": self.b_mean, "diff": self.diff, "ci_lower": self.ci_lower,
-                "ci_upper": self.ci_upper, "n": self.n, "p_value": self.p_value, "seeds_a": self.seeds[0],
-                "seeds_b": self.seeds[1], "paired_seeds": self.paired_seeds, "judged": self.judged, "beyond_noise": self.beyond_noise,
-                "verdict": self.verdict}
+        return {
+            "a_mean": self.a_mean,
+            "b_mean": self.b_mean,
+            "diff": self.diff,
+            "ci_lower": self.ci_lower,
+            "ci_upper": self.ci_upper,
+            "n": self.n,
+            "p_value": self.p_value,
+            "seeds_a": self.seeds[0],
+            "seeds_b": self.seeds[1],
+            "paired_seeds": self.paired_seeds,
+            "judged": self.judged,
+            "beyond_noise": self.beyond_noise,
+            "verdict": self.verdict,
+        }
 
 
-def seed_average(label: str, runs: Sequence[str], evals: Mapping[str, Evaluation], splits: Sequence[str],
-                 baselines: Sequence[str]) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, Question]],
-                                                    dict[str, dict[str, tuple[float, ...]]]]:
+def seed_average(
+    label: str, runs: Sequence[str], evals: Mapping[str, Evaluation], splits: Sequence[str], baselines: Sequence[str]
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, Question]], dict[str, dict[str, tuple[float, ...]]]]:
     """Per split, ``{question id: score averaged over the runs}``, the questions and ``{question id:
     (score of each run)}``; ``StageError`` when the seeds of one method were evaluated on different
     questions."""
@@ -133,7 +144,8 @@ def seed_average(label: str, runs: Sequence[str], evals: Mapping[str, Evaluation
                 raise StageError(
                     f"the seeds of method {label!r} were evaluated on different {split!r} questions: {runs[0]} has "
                     f"{len(ids)}, {run} has {len(other)} ({len(ids ^ other)} differ); re-run "
-                    + " and ".join(f"`dvc repro {eval_stage(r, baselines)}`" for r in (runs[0], run)))
+                    + " and ".join(f"`dvc repro {eval_stage(r, baselines)}`" for r in (runs[0], run))
+                )
         per_run[split] = {q: tuple(evals[r].scores[split][q] for r in runs) for q in sorted(ids)}
         scores[split] = {q: sum(v) / len(v) for q, v in per_run[split].items()}
         questions[split] = first.questions[split]
@@ -145,8 +157,15 @@ def row_terms(row: Row, ids: Mapping[str, Sequence[str]]) -> dict[str, np.ndarra
     return {s: row.matrix(s, q) for s, q in ids.items()}
 
 
-def build_rows(methods: Sequence[Method], evals: Mapping[str, Evaluation], splits: Sequence[str],
-               samples: int, ci: float, seed: int, baselines: Mapping[str, str] = BASELINES) -> list[Row]:
+def build_rows(
+    methods: Sequence[Method],
+    evals: Mapping[str, Evaluation],
+    splits: Sequence[str],
+    samples: int,
+    ci: float,
+    seed: int,
+    baselines: Mapping[str, str] = BASELINES,
+) -> list[Row]:
     """The ``baselines`` (Table 3 order) then every method (full-mask ones, then the ablations); each
     cell is the mean over seeds and questions with its two-level interval."""
     names = list(baselines)
@@ -156,8 +175,9 @@ def build_rows(methods: Sequence[Method], evals: Mapping[str, Evaluation], split
         rows.append(Row(name, display, "baseline", [name], None, scores, questions, per_q))
     for m in methods:
         scores, questions, per_q = seed_average(m.label, m.runs, evals, splits, names)
-        rows.append(Row(m.label, m.display, "ablation" if m.is_ablation else "rl", list(m.runs), m, scores, questions,
-                        per_q))
+        rows.append(
+            Row(m.label, m.display, "ablation" if m.is_ablation else "rl", list(m.runs), m, scores, questions, per_q)
+        )
     for row in rows:
         per_run = {r: {s: _mean(evals[r].scores[s].values()) for s in splits} for r in row.runs}
         for r in row.runs:
@@ -166,8 +186,9 @@ def build_rows(methods: Sequence[Method], evals: Mapping[str, Evaluation], split
         for key in [*splits, AVG]:
             row.per_seed[key] = {r: per_run[r][key] for r in row.runs}
             mean, std = seed_mean_std(list(row.per_seed[key].values()))
-            row.cells[key] = Cell(mean, std, boot[key].lower, boot[key].upper,
-                                  len(row.scores[key]) if key != AVG else None)
+            row.cells[key] = Cell(
+                mean, std, boot[key].lower, boot[key].upper, len(row.scores[key]) if key != AVG else None
+            )
     return rows
 
 
@@ -182,8 +203,9 @@ def shared_ids(a: Row, b: Row, splits: Sequence[str]) -> dict[str, list[str]]:
     for split in splits:
         ids[split] = sorted(set(a.scores[split]) & set(b.scores.get(split, {})))
         if not ids[split]:
-            raise StageError(f"cannot compare {a.label} with {b.label}: no question of split {split!r} is in both "
-                             "evaluations")
+            raise StageError(
+                f"cannot compare {a.label} with {b.label}: no question of split {split!r} is in both evaluations"
+            )
     return ids
 
 
@@ -192,21 +214,44 @@ def seeds_paired(a: Row, b: Row) -> bool:
     return a.seeds is not None and a.seeds == b.seeds
 
 
-def compare(a: Row, b: Row, splits: Sequence[str], samples: int, ci: float, seed: int, min_seeds: int = 3,
-            pair_seeds: bool = True) -> list[Diff]:
+def compare(
+    a: Row,
+    b: Row,
+    splits: Sequence[str],
+    samples: int,
+    ci: float,
+    seed: int,
+    min_seeds: int = 3,
+    pair_seeds: bool = True,
+) -> list[Diff]:
     """``a - b`` per split and on the average: the two-level interval (both rows' seeds x the
     questions they share, paired on the questions and, with ``pair_seeds`` where both rows were
     trained on the same seeds, on the seeds; :func:`agentr1.report.stats.seeds_questions`); judged
     when both rows may carry a verdict (:meth:`Row.judgeable`)."""
     ids = shared_ids(a, b, splits)
     paired_seeds = pair_seeds and seeds_paired(a, b)
-    intervals = seeds_questions([(1.0, row_terms(a, ids)), (-1.0, row_terms(b, ids))], samples, ci, seed,
-                                paired_seeds=paired_seeds)
+    intervals = seeds_questions(
+        [(1.0, row_terms(a, ids)), (-1.0, row_terms(b, ids))], samples, ci, seed, paired_seeds=paired_seeds
+    )
     judged = a.judgeable(min_seeds) and b.judgeable(min_seeds)
-    return [Diff(a.label, b.label, key, a.cells[key].mean, b.cells[key].mean, intervals[key].mean,
-                 intervals[key].lower, intervals[key].upper, len(ids[key]) if key in ids else None,
-                 intervals[key].p_value, judged, (a.n_seeds, b.n_seeds), paired_seeds)
-            for key in [*splits, AVG]]
+    return [
+        Diff(
+            a.label,
+            b.label,
+            key,
+            a.cells[key].mean,
+            b.cells[key].mean,
+            intervals[key].mean,
+            intervals[key].lower,
+            intervals[key].upper,
+            len(ids[key]) if key in ids else None,
+            intervals[key].p_value,
+            judged,
+            (a.n_seeds, b.n_seeds),
+            paired_seeds,
+        )
+        for key in [*splits, AVG]
+    ]
 
 
 def compare_questions_only(a: Row, b: Row, splits: Sequence[str], samples: int, ci: float, seed: int) -> list[Diff]:
@@ -217,10 +262,23 @@ def compare_questions_only(a: Row, b: Row, splits: Sequence[str], samples: int, 
         intervals, counts = paired(a.scores, b.scores, samples, ci, seed)
     except ValueError as exc:
         raise StageError(f"cannot compare {a.label} with {b.label}: {exc}") from None
-    return [Diff(a.label, b.label, key, a.cells[key].mean, b.cells[key].mean, intervals[key].mean,
-                 intervals[key].lower, intervals[key].upper, counts.get(key), intervals[key].p_value, True,
-                 (a.n_seeds, b.n_seeds))
-            for key in [*splits, AVG]]
+    return [
+        Diff(
+            a.label,
+            b.label,
+            key,
+            a.cells[key].mean,
+            b.cells[key].mean,
+            intervals[key].mean,
+            intervals[key].lower,
+            intervals[key].upper,
+            counts.get(key),
+            intervals[key].p_value,
+            True,
+            (a.n_seeds, b.n_seeds),
+        )
+        for key in [*splits, AVG]
+    ]
 
 
 # ------------------------------------------------------------------------------------ format
@@ -264,26 +322,36 @@ def table3_rows(rows: Sequence[Row]) -> list[Row]:
 
 def interval_method(ci: float, samples: int, pair_seeds: bool = True) -> str:
     """One sentence stating how every interval of the report is made (the tables' and summary's header)."""
-    seeds = ("one draw shared by both rows of a difference trained on the same seeds: paired, as a seed fixes the "
-             "fresh worlds and first rollouts of every method" if pair_seeds else "each row drawn on its own")
-    return (f"{ci:.0%} intervals: a two-level bootstrap ({samples} replicates, percentile) that resamples the "
-            "training seeds of each RL row (S - 1 draws of its S seeds, the Rao-Wu rescaling that keeps the seed "
-            f"variance unbiased; {seeds}) and the questions of each split (one draw shared by every seed and by "
-            "both rows of a difference: paired); the baselines are one SFT run each (no seed level)")
+    seeds = (
+        "one draw shared by both rows of a difference trained on the same seeds: paired, as a seed fixes the "
+        "fresh worlds and first rollouts of every method"
+        if pair_seeds
+        else "each row drawn on its own"
+    )
+    return (
+        f"{ci:.0%} intervals: a two-level bootstrap ({samples} replicates, percentile) that resamples the "
+        "training seeds of each RL row (S - 1 draws of its S seeds, the Rao-Wu rescaling that keeps the seed "
+        f"variance unbiased; {seeds}) and the questions of each split (one draw shared by every seed and by "
+        "both rows of a difference: paired); the baselines are one SFT run each (no seed level)"
+    )
 
 
-def table3(rows: Sequence[Row], splits: Sequence[str], metric: str, ci: float, samples: int = 1000,
-           pair_seeds: bool = True) -> tuple[str, str]:
+def table3(
+    rows: Sequence[Row], splits: Sequence[str], metric: str, ci: float, samples: int = 1000, pair_seeds: bool = True
+) -> tuple[str, str]:
     """Table 3 as (markdown, csv)."""
     t3 = table3_rows(rows)
     header = ["Method", "Runs", "n_seeds", *(split_header(s, metric) for s in splits), f"Average {metric.upper()}"]
     md_rows = [[r.display, ", ".join(r.runs), r.n_seeds, *(cell_text(r.cells[k]) for k in [*splits, AVG])] for r in t3]
     n = {s: sorted({r.cells[s].n for r in t3}) for s in splits}
-    md = (f"# Table 3: {metric.upper()} of the baselines and the RL methods\n\n"
-          f"Each cell: mean over seeds and questions ± std over seeds [CI]; no ± for a single run. "
-          f"{interval_method(ci, samples, pair_seeds)}. Average = the unweighted mean of the splits. Questions: "
-          + ", ".join(f"{s} n={'/'.join(map(str, n[s]))}" for s in splits) + ".\n\n"
-          + _md_table(header, md_rows))
+    md = (
+        f"# Table 3: {metric.upper()} of the baselines and the RL methods\n\n"
+        f"Each cell: mean over seeds and questions ± std over seeds [CI]; no ± for a single run. "
+        f"{interval_method(ci, samples, pair_seeds)}. Average = the unweighted mean of the splits. Questions: "
+        + ", ".join(f"{s} n={'/'.join(map(str, n[s]))}" for s in splits)
+        + ".\n\n"
+        + _md_table(header, md_rows)
+    )
     cols = ["method", "name", "kind", "runs", "n_seeds"]
     for k in [*splits, AVG]:
         cols += [f"{k}_mean", f"{k}_std", f"{k}_ci_lower", f"{k}_ci_upper"] + ([f"{k}_n"] if k != AVG else [])
@@ -300,37 +368,106 @@ def table3(rows: Sequence[Row], splits: Sequence[str], metric: str, ci: float, s
 def ablation_pairs(rows: Sequence[Row]) -> list[tuple[Row, Row]]:
     """(ablation, its full-mask method) for every ablation whose full-mask method exists."""
     by_label = {r.label: r for r in rows}
-    return [(r, by_label[r.method.ablation_of]) for r in rows
-            if r.kind == "ablation" and r.method is not None and r.method.ablation_of in by_label]
+    return [
+        (r, by_label[r.method.ablation_of])
+        for r in rows
+        if r.kind == "ablation" and r.method is not None and r.method.ablation_of in by_label
+    ]
 
 
 def masks_text(row: Row) -> str:
     return " + ".join(MASK_WORDS[k] for k in row.method.masks_off) if row.method else ""
 
 
-def table4(rows: Sequence[Row], diffs: Mapping[str, list[Diff]], splits: Sequence[str], metric: str,
-           ci: float, samples: int = 1000, pair_seeds: bool = True) -> tuple[str, str]:
+def table4(
+    rows: Sequence[Row],
+    diffs: Mapping[str, list[Diff]],
+    splits: Sequence[str],
+    metric: str,
+    ci: float,
+    samples: int = 1000,
+    pair_seeds: bool = True,
+) -> tuple[str, str]:
     """Table 4 as (markdown, csv); ``diffs[ablation label]`` = ablation - full per split."""
-    header = ["Ablation", "Masks off", "Full-mask method", "Seeds", "Split", f"Full mask {metric.upper()}",
-              f"Ablation {metric.upper()}", "Δ (ablation − full)", f"{ci:.0%} CI of Δ", "Verdict"]
+    header = [
+        "Ablation",
+        "Masks off",
+        "Full-mask method",
+        "Seeds",
+        "Split",
+        f"Full mask {metric.upper()}",
+        f"Ablation {metric.upper()}",
+        "Δ (ablation − full)",
+        f"{ci:.0%} CI of Δ",
+        "Verdict",
+    ]
     md_rows, csv_rows = [], []
     for abl, full in ablation_pairs(rows):
         for d in diffs[abl.label]:
-            md_rows.append([abl.display, masks_text(abl), full.display, f"{d.seeds[0]} / {d.seeds[1]}", d.split,
-                            fmt(d.b_mean), fmt(d.a_mean), fmt_signed(d.diff), f"[{d.ci_lower:+.3f}, {d.ci_upper:+.3f}]",
-                            d.verdict])
-            csv_rows.append([abl.label, abl.display, ";".join(abl.method.masks_off), full.label, d.seeds[0], d.seeds[1],
-                             d.split, d.b_mean, d.a_mean, d.diff, d.ci_lower, d.ci_upper, d.n, d.judged, d.beyond_noise])
+            md_rows.append(
+                [
+                    abl.display,
+                    masks_text(abl),
+                    full.display,
+                    f"{d.seeds[0]} / {d.seeds[1]}",
+                    d.split,
+                    fmt(d.b_mean),
+                    fmt(d.a_mean),
+                    fmt_signed(d.diff),
+                    f"[{d.ci_lower:+.3f}, {d.ci_upper:+.3f}]",
+                    d.verdict,
+                ]
+            )
+            csv_rows.append(
+                [
+                    abl.label,
+                    abl.display,
+                    ";".join(abl.method.masks_off),
+                    full.label,
+                    d.seeds[0],
+                    d.seeds[1],
+                    d.split,
+                    d.b_mean,
+                    d.a_mean,
+                    d.diff,
+                    d.ci_lower,
+                    d.ci_upper,
+                    d.n,
+                    d.judged,
+                    d.beyond_noise,
+                ]
+            )
     orphans = [r.display for r in rows if r.kind == "ablation" and (r.method is None or r.method.ablation_of is None)]
-    md = (f"# Table 4: mask ablations ({metric.upper()})\n\n"
-          f"Δ = ablation − full-mask method (means over seeds and questions). {interval_method(ci, samples, pair_seeds)}. "
-          "Beyond noise = the interval excludes 0; not judged = a row has fewer seeds than report.min_seeds. "
-          "avg = the unweighted mean of the splits.\n\n")
-    md += _md_table(header, md_rows) if md_rows else "No ablation in params `runs` has a full-mask method to compare with.\n"
+    md = (
+        f"# Table 4: mask ablations ({metric.upper()})\n\n"
+        f"Δ = ablation − full-mask method (means over seeds and questions). {interval_method(ci, samples, pair_seeds)}. "
+        "Beyond noise = the interval excludes 0; not judged = a row has fewer seeds than report.min_seeds. "
+        "avg = the unweighted mean of the splits.\n\n"
+    )
+    md += (
+        _md_table(header, md_rows)
+        if md_rows
+        else "No ablation in params `runs` has a full-mask method to compare with.\n"
+    )
     if orphans:
         md += "\nAblations without a full-mask method in params `runs` (not compared): " + ", ".join(orphans) + ".\n"
-    cols = ["ablation", "name", "masks_off", "full_mask", "seeds_ablation", "seeds_full", "split", "full_mean",
-            "ablation_mean", "diff", "diff_ci_lower", "diff_ci_upper", "n_paired", "judged", "beyond_noise"]
+    cols = [
+        "ablation",
+        "name",
+        "masks_off",
+        "full_mask",
+        "seeds_ablation",
+        "seeds_full",
+        "split",
+        "full_mean",
+        "ablation_mean",
+        "diff",
+        "diff_ci_lower",
+        "diff_ci_upper",
+        "n_paired",
+        "judged",
+        "beyond_noise",
+    ]
     return md, csv_text(cols, csv_rows)
 
 
@@ -360,9 +497,11 @@ def breakdown(rows: Sequence[Row], splits: Sequence[str]) -> dict:
 
 def breakdown_tables(rows: Sequence[Row], data: Mapping, splits: Sequence[str], metric: str) -> tuple[str, str]:
     """breakdown.md and breakdown.csv (long: split, by, group, n, policy, value)."""
-    md = [f"# {metric.upper()} per question type and per number of hops\n",
-          f"Per-question {metric.upper()} averaged over each method's seeds, then over the questions of the group "
-          "(n = questions in the group).\n"]
+    md = [
+        f"# {metric.upper()} per question type and per number of hops\n",
+        f"Per-question {metric.upper()} averaged over each method's seeds, then over the questions of the group "
+        "(n = questions in the group).\n",
+    ]
     csv_rows = []
     for split in splits:
         for by in ("type", "hops"):

@@ -48,18 +48,31 @@ TOKEN_RE = re.compile(r"(?u)\b\w\w+\b")
 
 # language names/codes accepted by ``bm25.stopwords`` -> attribute of ``bm25s.stopwords``
 _STOPWORD_LISTS = {
-    "en": "STOPWORDS_EN", "english": "STOPWORDS_EN", "en_plus": "STOPWORDS_EN_PLUS",
-    "de": "STOPWORDS_GERMAN", "german": "STOPWORDS_GERMAN",
-    "fr": "STOPWORDS_FRENCH", "french": "STOPWORDS_FRENCH",
-    "es": "STOPWORDS_SPANISH", "spanish": "STOPWORDS_SPANISH",
-    "it": "STOPWORDS_ITALIAN", "italian": "STOPWORDS_ITALIAN",
-    "pt": "STOPWORDS_PORTUGUESE", "portuguese": "STOPWORDS_PORTUGUESE",
-    "nl": "STOPWORDS_DUTCH", "dutch": "STOPWORDS_DUTCH",
-    "da": "STOPWORDS_DANISH", "danish": "STOPWORDS_DANISH",
-    "sv": "STOPWORDS_SWEDISH", "swedish": "STOPWORDS_SWEDISH",
-    "no": "STOPWORDS_NORWEGIAN", "norwegian": "STOPWORDS_NORWEGIAN",
-    "ru": "STOPWORDS_RUSSIAN", "russian": "STOPWORDS_RUSSIAN",
-    "tr": "STOPWORDS_TURKISH", "turkish": "STOPWORDS_TURKISH",
+    "en": "STOPWORDS_EN",
+    "english": "STOPWORDS_EN",
+    "en_plus": "STOPWORDS_EN_PLUS",
+    "de": "STOPWORDS_GERMAN",
+    "german": "STOPWORDS_GERMAN",
+    "fr": "STOPWORDS_FRENCH",
+    "french": "STOPWORDS_FRENCH",
+    "es": "STOPWORDS_SPANISH",
+    "spanish": "STOPWORDS_SPANISH",
+    "it": "STOPWORDS_ITALIAN",
+    "italian": "STOPWORDS_ITALIAN",
+    "pt": "STOPWORDS_PORTUGUESE",
+    "portuguese": "STOPWORDS_PORTUGUESE",
+    "nl": "STOPWORDS_DUTCH",
+    "dutch": "STOPWORDS_DUTCH",
+    "da": "STOPWORDS_DANISH",
+    "danish": "STOPWORDS_DANISH",
+    "sv": "STOPWORDS_SWEDISH",
+    "swedish": "STOPWORDS_SWEDISH",
+    "no": "STOPWORDS_NORWEGIAN",
+    "norwegian": "STOPWORDS_NORWEGIAN",
+    "ru": "STOPWORDS_RUSSIAN",
+    "russian": "STOPWORDS_RUSSIAN",
+    "tr": "STOPWORDS_TURKISH",
+    "turkish": "STOPWORDS_TURKISH",
 }
 
 
@@ -136,7 +149,7 @@ class BM25Retriever(Retriever):
 
     # ------------------------------------------------------------------ build / save / load
     @classmethod
-    def build(cls, corpus_rows: Iterable[Mapping[str, Any]], cfg: BM25Config) -> "BM25Retriever":
+    def build(cls, corpus_rows: Iterable[Mapping[str, Any]], cfg: BM25Config) -> BM25Retriever:
         """Analyse and index every passage (title + text)."""
         import bm25s
 
@@ -155,14 +168,17 @@ class BM25Retriever(Retriever):
         return cls(model, passages, analyzer, index_settings(cfg))
 
     @classmethod
-    def index_corpus(cls, corpus_rows: Iterable[Mapping[str, Any]], retrieval_cfg: RetrievalConfig,
-                     seed: int = 0) -> "BM25Retriever":
+    def index_corpus(
+        cls, corpus_rows: Iterable[Mapping[str, Any]], retrieval_cfg: RetrievalConfig, seed: int = 0
+    ) -> BM25Retriever:
         """``agentr1 index`` with ``retrieval.backend: bm25`` (:class:`~agentr1.retrieval.base.IndexBackend`;
         no randomness, ``seed`` is unused)."""
         return cls.build(corpus_rows, retrieval_cfg.bm25)
 
     @classmethod
-    def open_index(cls, directory: str | Path, retrieval_cfg: RetrievalConfig, meta: Mapping[str, Any]) -> "BM25Retriever":
+    def open_index(
+        cls, directory: str | Path, retrieval_cfg: RetrievalConfig, meta: Mapping[str, Any]
+    ) -> BM25Retriever:
         """The index in ``directory``, which must have been built with the params' ``retrieval.bm25``
         settings (``meta`` is its ``meta.json``)."""
         wanted = index_settings(retrieval_cfg.bm25)
@@ -182,7 +198,7 @@ class BM25Retriever(Retriever):
         write_meta(directory, {"backend": BACKEND, "passages": len(self.passages), "bm25": self.settings})
 
     @classmethod
-    def load(cls, directory: str | Path) -> "BM25Retriever":
+    def load(cls, directory: str | Path) -> BM25Retriever:
         """Load an index written by :meth:`save` (query analysis follows the stored settings)."""
         import bm25s
 
@@ -193,9 +209,13 @@ class BM25Retriever(Retriever):
         try:
             model = bm25s.BM25.load(directory / MODEL_DIR, show_progress=False)
         except (OSError, ValueError) as exc:
-            raise RetrieverError(f"cannot read the BM25 index in {directory} ({exc}): rebuild it with `agentr1 index`") from None
+            raise RetrieverError(
+                f"cannot read the BM25 index in {directory} ({exc}): rebuild it with `agentr1 index`"
+            ) from None
         settings = meta["bm25"]
-        retriever = cls(model, PassageStore.load(directory), Analyzer(settings["stopwords"], settings["stemmer"]), settings)
+        retriever = cls(
+            model, PassageStore.load(directory), Analyzer(settings["stopwords"], settings["stemmer"]), settings
+        )
         if retriever._n != len(retriever.passages):
             raise RetrieverError(
                 f"{directory}: the BM25 matrix has {retriever._n} passages but passages.parquet has "

@@ -39,7 +39,9 @@ RETRY_METHODS = ("GET", "POST")  # /health and /retrieve: both idempotent
 
 def hit_from_item(item: Any) -> Hit:
     """One result entry (``{"document": {...}, "score": s}`` or a bare document) -> :class:`Hit`."""
-    doc, score = (item["document"], item.get("score", 0.0)) if isinstance(item, dict) and "document" in item else (item, 0.0)
+    doc, score = (
+        (item["document"], item.get("score", 0.0)) if isinstance(item, dict) and "document" in item else (item, 0.0)
+    )
     if not isinstance(doc, dict):
         raise RetrieverError(f"unexpected document in the server's answer: {doc!r:.200}")
     title, text = doc.get("title"), doc.get("text")
@@ -51,8 +53,9 @@ def hit_from_item(item: Any) -> Hit:
 class HTTPRetriever(Retriever):
     """:class:`Retriever` over ``POST {url}/retrieve`` with timeouts and bounded retries."""
 
-    def __init__(self, url: str, timeout_s: float = 10.0, retries: int = 2, backoff_s: float = 0.2,
-                 max_batch: int = 512) -> None:
+    def __init__(
+        self, url: str, timeout_s: float = 10.0, retries: int = 2, backoff_s: float = 0.2, max_batch: int = 512
+    ) -> None:
         if retries < 0 or timeout_s <= 0 or backoff_s < 0 or max_batch < 1:
             raise ValueError("need timeout_s > 0, retries >= 0, backoff_s >= 0, max_batch >= 1")
         self.url = url.rstrip("/")
@@ -66,8 +69,14 @@ class HTTPRetriever(Retriever):
         """The retry policy (module docstring): ``total = retries`` bounds connect, read and status
         retries together; an exhausted status retry returns the last answer (``raise_on_status``
         off) so its status and body reach the error message."""
-        return Retry(total=self.retries, backoff_factor=self.backoff_s, status_forcelist=RETRY_STATUSES,
-                     allowed_methods=RETRY_METHODS, raise_on_status=False, raise_on_redirect=False)
+        return Retry(
+            total=self.retries,
+            backoff_factor=self.backoff_s,
+            status_forcelist=RETRY_STATUSES,
+            allowed_methods=RETRY_METHODS,
+            raise_on_status=False,
+            raise_on_redirect=False,
+        )
 
     def _session(self) -> requests.Session:
         session = getattr(self._local, "session", None)
@@ -99,8 +108,9 @@ class HTTPRetriever(Retriever):
             attempts = 1 + len(retries.history) if retries is not None else 1
             raise self._down(attempts, f"HTTP {resp.status_code}: {resp.text[:200]}")
         if resp.status_code >= 400:
-            raise RetrieverError(f"retrieval server at {self.url} rejected the request "
-                                 f"(HTTP {resp.status_code}): {resp.text[:500]}")
+            raise RetrieverError(
+                f"retrieval server at {self.url} rejected the request (HTTP {resp.status_code}): {resp.text[:500]}"
+            )
         try:
             return resp.json()
         except ValueError:
@@ -115,11 +125,13 @@ class HTTPRetriever(Retriever):
         check_search_args(queries, k)
         out: list[list[Hit]] = []
         for i in range(0, len(queries), self.max_batch):
-            batch = list(queries[i:i + self.max_batch])
+            batch = list(queries[i : i + self.max_batch])
             answer = self._request("POST", "/retrieve", {"queries": batch, "topk": k, "return_scores": True})
             result = answer.get("result") if isinstance(answer, dict) else None
             if not isinstance(result, list) or len(result) != len(batch):
-                raise RetrieverError(f"retrieval server at {self.url} answered {len(batch)} queries with "
-                                     f"an unexpected body: {str(answer)[:200]}")
+                raise RetrieverError(
+                    f"retrieval server at {self.url} answered {len(batch)} queries with "
+                    f"an unexpected body: {str(answer)[:200]}"
+                )
             out.extend([hit_from_item(item) for item in per_query] for per_query in result)
         return out

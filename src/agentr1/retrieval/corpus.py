@@ -41,7 +41,7 @@ class PassageStore:
     texts: list[str]
 
     @classmethod
-    def from_rows(cls, rows: Iterable[Mapping[str, Any]]) -> "PassageStore":
+    def from_rows(cls, rows: Iterable[Mapping[str, Any]]) -> PassageStore:
         """Build from corpus rows (``id, title, text``); ids must be unique and the corpus non-empty."""
         ids: list[str] = []
         titles: list[str] = []
@@ -76,7 +76,7 @@ class PassageStore:
         write_corpus(rows, Path(directory) / PASSAGES_FILE)
 
     @classmethod
-    def load(cls, directory: str | Path) -> "PassageStore":
+    def load(cls, directory: str | Path) -> PassageStore:
         path = Path(directory) / PASSAGES_FILE
         if not path.exists():
             raise RetrieverError(f"{path} is missing: the index is incomplete; rebuild it with `agentr1 index`")

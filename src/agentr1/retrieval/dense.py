@@ -56,8 +56,9 @@ def resolve_model(name: str) -> str:
 class Encoder:
     """A sentence-transformers model with the query/passage prefixes; returns normalised float32."""
 
-    def __init__(self, model: str, device: str = "cpu", batch_size: int = 64,
-                 query_prefix: str = "", passage_prefix: str = "") -> None:
+    def __init__(
+        self, model: str, device: str = "cpu", batch_size: int = 64, query_prefix: str = "", passage_prefix: str = ""
+    ) -> None:
         from sentence_transformers import SentenceTransformer
 
         self.name = model
@@ -77,14 +78,19 @@ class Encoder:
         self.dim = int(dim())
 
     @classmethod
-    def from_config(cls, cfg: DenseConfig) -> "Encoder":
+    def from_config(cls, cfg: DenseConfig) -> Encoder:
         return cls(cfg.model, cfg.device, cfg.batch_size, cfg.query_prefix, cfg.passage_prefix)
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        emb = self.model.encode(list(texts), batch_size=self.batch_size, show_progress_bar=False,
-                                convert_to_numpy=True, normalize_embeddings=True)
+        emb = self.model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            show_progress_bar=False,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+        )
         return np.ascontiguousarray(emb, dtype=np.float32)
 
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
@@ -94,7 +100,7 @@ class Encoder:
         """Embed passages in chunks of ``chunk``, logging progress (a large corpus takes minutes)."""
         parts = []
         for i in range(0, len(texts), chunk):
-            parts.append(self._encode([self.passage_prefix + t for t in texts[i:i + chunk]]))
+            parts.append(self._encode([self.passage_prefix + t for t in texts[i : i + chunk]]))
             if len(texts) > chunk:
                 log.info("dense: embedded %d/%d passages", min(i + chunk, len(texts)), len(texts))
         return np.concatenate(parts) if parts else self._encode([])
@@ -117,8 +123,13 @@ def make_index(emb: np.ndarray, cfg: DenseConfig, seed: int = 0) -> tuple[Any, d
         nlist = max(1, min(cfg.ivf_nlist, n // 39))
         nbits = max(1, min(8, int(math.log2(max(n, 2)))))
         if nlist != cfg.ivf_nlist or nbits != 8:
-            log.warning("dense: %d passages are too few for ivf_nlist=%d/8-bit PQ; using nlist=%d, %d-bit codes",
-                        n, cfg.ivf_nlist, nlist, nbits)
+            log.warning(
+                "dense: %d passages are too few for ivf_nlist=%d/8-bit PQ; using nlist=%d, %d-bit codes",
+                n,
+                cfg.ivf_nlist,
+                nlist,
+                nbits,
+            )
         quantizer = faiss.IndexFlatIP(d)
         index = faiss.IndexIVFPQ(quantizer, d, nlist, cfg.pq_m, nbits, faiss.METRIC_INNER_PRODUCT)
         index.cp.seed = seed
@@ -132,17 +143,25 @@ def make_index(emb: np.ndarray, cfg: DenseConfig, seed: int = 0) -> tuple[Any, d
 class DenseRetriever(Retriever):
     """Embedding search over a :class:`PassageStore`; build with :meth:`build`, or :meth:`load`."""
 
-    def __init__(self, index: Any, passages: PassageStore, encoder: Encoder, cfg: DenseConfig,
-                 settings: Mapping[str, Any]) -> None:
+    def __init__(
+        self, index: Any, passages: PassageStore, encoder: Encoder, cfg: DenseConfig, settings: Mapping[str, Any]
+    ) -> None:
         if index.ntotal != len(passages):
-            raise RetrieverError(f"the FAISS index holds {index.ntotal} vectors for {len(passages)} passages: "
-                                 "rebuild it with `agentr1 index`")
+            raise RetrieverError(
+                f"the FAISS index holds {index.ntotal} vectors for {len(passages)} passages: "
+                "rebuild it with `agentr1 index`"
+            )
         self.index = index
         self.passages = passages
         self.encoder = encoder
         self.cfg = cfg
-        self.settings = {"model": encoder.name, "index": cfg.index, "dim": encoder.dim,
-                         "passage_prefix": encoder.passage_prefix, **settings}
+        self.settings = {
+            "model": encoder.name,
+            "index": cfg.index,
+            "dim": encoder.dim,
+            "passage_prefix": encoder.passage_prefix,
+            **settings,
+        }
         self._lock = threading.Lock()  # torch encode + FAISS parameter changes: one search at a time
         self._apply_search_params()
 
@@ -156,8 +175,9 @@ class DenseRetriever(Retriever):
             ivf.nprobe = min(self.cfg.ivf_nprobe, ivf.nlist)
 
     @classmethod
-    def build(cls, corpus_rows: Iterable[Mapping[str, Any]], cfg: DenseConfig, seed: int = 0,
-              encoder: Encoder | None = None) -> "DenseRetriever":
+    def build(
+        cls, corpus_rows: Iterable[Mapping[str, Any]], cfg: DenseConfig, seed: int = 0, encoder: Encoder | None = None
+    ) -> DenseRetriever:
         """Embed every passage and index the vectors."""
         passages = corpus_rows if isinstance(corpus_rows, PassageStore) else PassageStore.from_rows(corpus_rows)
         encoder = encoder or Encoder.from_config(cfg)
@@ -166,22 +186,31 @@ class DenseRetriever(Retriever):
         return cls.from_embeddings(passages, emb, encoder, cfg, seed)
 
     @classmethod
-    def from_embeddings(cls, corpus_rows: Iterable[Mapping[str, Any]] | PassageStore, emb: np.ndarray,
-                        encoder: Encoder, cfg: DenseConfig, seed: int = 0) -> "DenseRetriever":
+    def from_embeddings(
+        cls,
+        corpus_rows: Iterable[Mapping[str, Any]] | PassageStore,
+        emb: np.ndarray,
+        encoder: Encoder,
+        cfg: DenseConfig,
+        seed: int = 0,
+    ) -> DenseRetriever:
         """Index precomputed passage embeddings (row ``i`` = passage ``i``)."""
         passages = corpus_rows if isinstance(corpus_rows, PassageStore) else PassageStore.from_rows(corpus_rows)
         index, settings = make_index(np.ascontiguousarray(emb, dtype=np.float32), cfg, seed)
         return cls(index, passages, encoder, cfg, settings)
 
     @classmethod
-    def index_corpus(cls, corpus_rows: Iterable[Mapping[str, Any]], retrieval_cfg: RetrievalConfig,
-                     seed: int = 0) -> "DenseRetriever":
+    def index_corpus(
+        cls, corpus_rows: Iterable[Mapping[str, Any]], retrieval_cfg: RetrievalConfig, seed: int = 0
+    ) -> DenseRetriever:
         """``agentr1 index`` with ``retrieval.backend: dense`` (:class:`~agentr1.retrieval.base.IndexBackend`;
         ``seed`` seeds the IVF-PQ training)."""
         return cls.build(corpus_rows, retrieval_cfg.dense, seed=seed)
 
     @classmethod
-    def open_index(cls, directory: str | Path, retrieval_cfg: RetrievalConfig, meta: Mapping[str, Any]) -> "DenseRetriever":
+    def open_index(
+        cls, directory: str | Path, retrieval_cfg: RetrievalConfig, meta: Mapping[str, Any]
+    ) -> DenseRetriever:
         """The index in ``directory`` with the query-time settings of ``retrieval.dense`` (:meth:`load`
         checks the stored model and index type against them)."""
         return cls.load(directory, retrieval_cfg.dense)
@@ -197,7 +226,7 @@ class DenseRetriever(Retriever):
         write_meta(directory, {"backend": BACKEND, "passages": len(self.passages), "dense": self.settings})
 
     @classmethod
-    def load(cls, directory: str | Path, cfg: DenseConfig) -> "DenseRetriever":
+    def load(cls, directory: str | Path, cfg: DenseConfig) -> DenseRetriever:
         """Load an index written by :meth:`save`; query-time settings (prefix, efSearch, nprobe) come
         from ``cfg``, the model and the index type from the index (they must match ``cfg``)."""
         import faiss
@@ -216,7 +245,9 @@ class DenseRetriever(Retriever):
         try:
             index = faiss.read_index(str(directory / INDEX_FILE))
         except RuntimeError as exc:
-            raise RetrieverError(f"cannot read {directory / INDEX_FILE} ({exc}): rebuild it with `agentr1 index`") from None
+            raise RetrieverError(
+                f"cannot read {directory / INDEX_FILE} ({exc}): rebuild it with `agentr1 index`"
+            ) from None
         encoder = Encoder(stored["model"], cfg.device, cfg.batch_size, cfg.query_prefix, stored["passage_prefix"])
         extra = {k: v for k, v in stored.items() if k not in ("model", "index", "dim", "passage_prefix")}
         return cls(index, PassageStore.load(directory), encoder, cfg, extra)

@@ -21,7 +21,9 @@ from agentr1.retrieval.base import Retriever, RetrieverError
 from agentr1.retrieval.corpus import read_meta
 
 
-def build_retriever(retrieval_cfg: RetrievalConfig, corpus_rows: Iterable[Mapping[str, Any]], seed: int = 0) -> Retriever:
+def build_retriever(
+    retrieval_cfg: RetrievalConfig, corpus_rows: Iterable[Mapping[str, Any]], seed: int = 0
+) -> Retriever:
     """Index ``corpus_rows`` (``id, title, text``) with ``retrieval_cfg.backend``; returns an in-memory
     retriever with a ``save(directory)`` method."""
     return RETRIEVERS.get(retrieval_cfg.backend).index_corpus(corpus_rows, retrieval_cfg, seed)
@@ -46,6 +48,11 @@ def load_retriever(cfg: Config | RetrievalConfig) -> Retriever:
         from agentr1.retrieval.client import HTTPRetriever
 
         server = rcfg.server
-        return HTTPRetriever(rcfg.url, timeout_s=server.timeout_s, retries=server.retries,
-                             backoff_s=server.backoff_s, max_batch=server.max_queries)
+        return HTTPRetriever(
+            rcfg.url,
+            timeout_s=server.timeout_s,
+            retries=server.retries,
+            backoff_s=server.backoff_s,
+            max_batch=server.max_queries,
+        )
     return load_index(rcfg.index_dir, rcfg)

@@ -107,10 +107,15 @@ def decode_json(raw: bytes, max_values: int, max_depth: int) -> Any:
     most ``max_depth`` deep; :class:`BodyError` (413 over a bound, 400 not JSON) otherwise."""
     values, depth = json_shape(raw)
     if values > max_values:
-        raise BodyError(413, f"the body holds about {values} JSON values; at most {max_values} (one per query, "
-                             "retrieval.server.max_queries, and a few more): send fewer queries per request")
+        raise BodyError(
+            413,
+            f"the body holds about {values} JSON values; at most {max_values} (one per query, "
+            "retrieval.server.max_queries, and a few more): send fewer queries per request",
+        )
     if depth > max_depth:
-        raise BodyError(400, f"the body is not usable JSON: arrays or objects nested {depth} deep (at most {max_depth})")
+        raise BodyError(
+            400, f"the body is not usable JSON: arrays or objects nested {depth} deep (at most {max_depth})"
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

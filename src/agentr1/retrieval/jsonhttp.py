@@ -115,8 +115,12 @@ def content_length(values: list[str], limit: int) -> int:
         raise RequestError(400, f"Content-Length must be a decimal number of bytes (got {describe(text)})", close=True)
     digits = text.lstrip("0") or "0"
     if len(digits) > len(str(limit)) or int(digits) > limit:
-        raise RequestError(413, f"a body of {clip(digits, 20)} bytes exceeds {limit} "
-                                "(retrieval.server.max_body_bytes): send fewer queries per request", close=True)
+        raise RequestError(
+            413,
+            f"a body of {clip(digits, 20)} bytes exceeds {limit} "
+            "(retrieval.server.max_body_bytes): send fewer queries per request",
+            close=True,
+        )
     return int(digits)
 
 
@@ -124,8 +128,11 @@ def check_header_line(line: bytes, number: int) -> None:
     """:class:`RequestError` 400 unless ``line`` is one well-formed ``name: value`` field line
     (RFC 9112 5: no whitespace before the colon, no obs-fold, no NUL or control character)."""
     if line[:1] in (b" ", b"\t"):
-        raise RequestError(400, f"header line {number} continues the previous one (obs-fold): write each header "
-                                "on one line", close=True)
+        raise RequestError(
+            400,
+            f"header line {number} continues the previous one (obs-fold): write each header on one line",
+            close=True,
+        )
     if _HEADER_LINE.fullmatch(line) is None:
         name = line.split(b":", 1)[0]
         if b":" in line and name.rstrip(b" \t") != name:
@@ -182,7 +189,7 @@ class _DeadlineReader(io.RawIOBase):
     from that byte on, every read waits only until the request's deadline, so the whole request
     (line, headers, body) must arrive within ``request_deadline_s``, however slowly it trickles."""
 
-    def __init__(self, sock: socket.socket, handler: "_Handler") -> None:
+    def __init__(self, sock: socket.socket, handler: _Handler) -> None:
         self._sock = sock
         self._handler = handler
 
@@ -244,8 +251,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._fail(exc.status, str(exc), close=exc.close)
         except TimeoutError:
             if self.deadline is not None:  # a request had begun; an idle keep-alive connection just closes
-                self._fail(408, f"the request did not arrive within {self.server.app.limits.request_deadline_s:g} s "
-                                "(retrieval.server.request_deadline_s)", close=True)
+                self._fail(
+                    408,
+                    f"the request did not arrive within {self.server.app.limits.request_deadline_s:g} s "
+                    "(retrieval.server.request_deadline_s)",
+                    close=True,
+                )
             self.close_connection = True
         except OSError as exc:  # the client went away (reset, broken pipe): nobody to answer
             self.log.debug("%s connection lost: %s", self.client_address[0], exc)
@@ -306,10 +317,14 @@ class _Handler(BaseHTTPRequestHandler):
         lengths = self.headers.get_all("Content-Length") or []
         if self.headers.get("Transfer-Encoding") is not None:
             if lengths:
-                raise RequestError(400, "both Transfer-Encoding and Content-Length were sent: send the JSON body "
-                                        "with Content-Length only", close=True)
-            raise RequestError(411, "Transfer-Encoding is not supported: send the JSON body with a Content-Length "
-                                    "header", close=True)
+                raise RequestError(
+                    400,
+                    "both Transfer-Encoding and Content-Length were sent: send the JSON body with Content-Length only",
+                    close=True,
+                )
+            raise RequestError(
+                411, "Transfer-Encoding is not supported: send the JSON body with a Content-Length header", close=True
+            )
         length = content_length(lengths, self.server.app.limits.max_body_bytes)
         raw = self.rfile.read(length)
         if len(raw) < length:
@@ -319,8 +334,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _declares_body(self) -> bool:
         h = self.headers
-        return h is not None and (h.get("Transfer-Encoding") is not None
-                                  or (h.get("Content-Length") or "0").strip() != "0")
+        return h is not None and (
+            h.get("Transfer-Encoding") is not None or (h.get("Content-Length") or "0").strip() != "0"
+        )
 
     # -- routing ------------------------------------------------------------------------------
     def _route(self) -> None:
@@ -382,8 +398,9 @@ class _Handler(BaseHTTPRequestHandler):
         if close:
             self.close_connection = True
         if self._answered:
-            self.log.info("%s %s: failed while answering: %s", self.client_address[0], ascii(clip(self.requestline)),
-                          message)
+            self.log.info(
+                "%s %s: failed while answering: %s", self.client_address[0], ascii(clip(self.requestline)), message
+            )
             self.close_connection = True
             return
         try:
@@ -405,14 +422,20 @@ class _Handler(BaseHTTPRequestHandler):
             self.log.debug("%s %s -> %d", self.client_address[0], ascii(clip(self.requestline)), status)
             return
         level = logging.ERROR if status == 500 else logging.INFO
-        self.log.log(level, "%s %s -> %d %s", self.client_address[0], ascii(clip(self.requestline)), status,
-                     ascii(str(body.get("error", ""))))
+        self.log.log(
+            level,
+            "%s %s -> %d %s",
+            self.client_address[0],
+            ascii(clip(self.requestline)),
+            status,
+            ascii(str(body.get("error", ""))),
+        )
 
     def log_request(self, code: Any = "-", size: Any = "-") -> None:  # _log writes the request's line
         pass
 
     def log_message(self, fmt: str, *args: Any) -> None:  # anything else http.server says: DEBUG, not stderr
-        self.log.debug("%s " + fmt, self.client_address[0], *args)
+        self.log.debug("%s %s", self.client_address[0], fmt % args)
 
 
 # --------------------------------------------------------------------------------- the listener
@@ -458,14 +481,18 @@ class JSONHTTPServer(ThreadingHTTPServer):
                 raise
         elif self._refusals.acquire(blocking=False):
             try:
-                threading.Thread(target=self._refuse, args=(request, client_address), name="http-refuse",
-                                 daemon=True).start()
+                threading.Thread(
+                    target=self._refuse, args=(request, client_address), name="http-refuse", daemon=True
+                ).start()
             except BaseException:
                 self._refusals.release()
                 raise
         else:
-            self.app.log.info("%s closed at once: %d connections open and as many being refused", client_address[0],
-                              self.open_connections)
+            self.app.log.info(
+                "%s closed at once: %d connections open and as many being refused",
+                client_address[0],
+                self.open_connections,
+            )
             self.shutdown_request(request)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
@@ -483,14 +510,19 @@ class JSONHTTPServer(ThreadingHTTPServer):
         try:
             head = _read_head(sock, LINGER_S)
             line = head.split(b"\r\n", 1)[0].decode("iso-8859-1")
-            message = (f"the server is serving its maximum of {self.app.limits.max_connections} connections "
-                       "(retrieval.server.max_connections): retry shortly")
+            message = (
+                f"the server is serving its maximum of {self.app.limits.max_connections} connections "
+                "(retrieval.server.max_connections): retry shortly"
+            )
             self.app.log.info("%s %s -> 503 %s", client_address[0], ascii(clip(line)), message)
             data = json.dumps({"error": message}).encode()
             sock.settimeout(LINGER_S)
-            sock.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\n\r\n" % len(data)
-                         + (b"" if head.startswith(b"HEAD ") else data))
+            sock.sendall(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+                % len(data)
+                + (b"" if head.startswith(b"HEAD ") else data)
+            )
             linger(sock)
         except OSError:
             pass

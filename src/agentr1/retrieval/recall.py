@@ -32,8 +32,9 @@ def dir_bytes(path: str | Path) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 
 
-def _scores(hit_ids: list[str], supporting: list[str], ks: list[int],
-            same: Mapping[str, str] | None = None) -> dict[str, float]:
+def _scores(
+    hit_ids: list[str], supporting: list[str], ks: list[int], same: Mapping[str, str] | None = None
+) -> dict[str, float]:
     """recall@k and all_supporting@k of one question; ``same`` maps a passage id to the id of its
     first equal passage (ids it lacks map to themselves)."""
     same = same or {}
@@ -55,9 +56,13 @@ def _mean(rows: list[dict[str, float]], ks: list[int], skipped: int) -> dict[str
     return out
 
 
-def recall_report(retriever: Retriever, questions: dict[str, list[dict[str, Any]]], ks: list[int],
-                  max_queries_per_split: int | None = None,
-                  corpus: Iterable[Mapping[str, Any]] = ()) -> tuple[dict[str, Any], dict[str, float]]:
+def recall_report(
+    retriever: Retriever,
+    questions: dict[str, list[dict[str, Any]]],
+    ks: list[int],
+    max_queries_per_split: int | None = None,
+    corpus: Iterable[Mapping[str, Any]] = (),
+) -> tuple[dict[str, Any], dict[str, float]]:
     """Recall of supporting passages per split and per type -> (report, {"queries", "search_s"});
     ``corpus`` (the indexed passages) tells which passages are equal."""
     kmax = max(ks)
@@ -71,7 +76,7 @@ def recall_report(retriever: Retriever, questions: dict[str, list[dict[str, Any]
         scored = [r for r in rows if r["supporting_ids"]]
         per_q: list[dict[str, float]] = []
         for i in range(0, len(scored), BATCH):
-            batch = scored[i:i + BATCH]
+            batch = scored[i : i + BATCH]
             t0 = time.perf_counter()
             hits = retriever.search([r["question"] for r in batch], kmax)
             search_s += time.perf_counter() - t0
@@ -85,9 +90,12 @@ def recall_report(retriever: Retriever, questions: dict[str, list[dict[str, Any]
             if not r["supporting_ids"]:
                 skipped_by_type[r["type"]] += 1
         entry = _mean(per_q, ks, len(rows) - len(scored))
-        entry["types"] = {t: _mean(by_type.get(t, []), ks, skipped_by_type.get(t, 0))
-                          for t in sorted(set(by_type) | set(skipped_by_type))}
+        entry["types"] = {
+            t: _mean(by_type.get(t, []), ks, skipped_by_type.get(t, 0))
+            for t in sorted(set(by_type) | set(skipped_by_type))
+        }
         report[split] = entry
-        log.info("index: %s: %d questions, %s", split, len(rows),
-                 ", ".join(f"recall@{k}={entry[f'recall@{k}']}" for k in ks))
+        log.info(
+            "index: %s: %d questions, %s", split, len(rows), ", ".join(f"recall@{k}={entry[f'recall@{k}']}" for k in ks)
+        )
     return report, {"queries": n_queries, "search_s": search_s}

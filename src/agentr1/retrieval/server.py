@@ -37,8 +37,8 @@ from typing import Any
 
 from agentr1.retrieval.base import Hit, Retriever, RetrieverError
 from agentr1.retrieval.corpus import search_r1_contents
-from agentr1.retrieval.jsonhttp import HTTPLimits, JSONHTTPServer, RequestError
 from agentr1.retrieval.jsonbody import clip, describe, json_kind
+from agentr1.retrieval.jsonhttp import HTTPLimits, JSONHTTPServer, RequestError
 
 log = logging.getLogger(__name__)
 
@@ -84,36 +84,49 @@ def parse_request(body: Any, limits: RetrieveLimits) -> tuple[list[str], int, bo
         raise RequestError(400, 'the body must be a JSON object like {"queries": ["..."], "topk": 3}')
     unknown = sorted(k for k in body if k not in BODY_KEYS)
     if unknown:
-        raise RequestError(422, f"unknown key {describe(unknown[0])}"
-                                f"{f' (+{len(unknown) - 1} more)' if len(unknown) > 1 else ''}: the allowed keys "
-                                f"are {', '.join(BODY_KEYS)}")
+        raise RequestError(
+            422,
+            f"unknown key {describe(unknown[0])}"
+            f"{f' (+{len(unknown) - 1} more)' if len(unknown) > 1 else ''}: the allowed keys "
+            f"are {', '.join(BODY_KEYS)}",
+        )
     queries = body.get("queries")
     if not isinstance(queries, list) or not queries:
         raise RequestError(422, "queries must be a non-empty list of strings")
     if len(queries) > limits.max_queries:
-        raise RequestError(422, f"at most {limits.max_queries} queries per request (got {len(queries)}): split the "
-                                "batch")
+        raise RequestError(
+            422, f"at most {limits.max_queries} queries per request (got {len(queries)}): split the batch"
+        )
     for i, q in enumerate(queries):
         if not isinstance(q, str):
             raise RequestError(422, f"queries[{i}] must be a string (got {json_kind(q)})")
         if len(q) > limits.max_query_chars:
-            raise RequestError(422, f"queries[{i}] has {len(q)} characters; at most {limits.max_query_chars} "
-                                    "(retrieval.server.max_query_chars): shorten it")
+            raise RequestError(
+                422,
+                f"queries[{i}] has {len(q)} characters; at most {limits.max_query_chars} "
+                "(retrieval.server.max_query_chars): shorten it",
+            )
         if not _is_unicode(q):
             raise RequestError(422, f"queries[{i}] holds a lone surrogate (\\ud800-\\udfff): not Unicode text")
     chars = sum(map(len, queries))
     if chars > limits.max_request_chars:
-        raise RequestError(422, f"the queries hold {chars} characters together; at most {limits.max_request_chars} "
-                                "per request (retrieval.server.max_request_chars): split the batch")
+        raise RequestError(
+            422,
+            f"the queries hold {chars} characters together; at most {limits.max_request_chars} "
+            "per request (retrieval.server.max_request_chars): split the batch",
+        )
     topk = body.get("topk")
     if topk is None:
         topk = limits.default_topk
     elif isinstance(topk, bool) or not isinstance(topk, int) or not 1 <= topk <= limits.max_topk:
         raise RequestError(422, f"topk must be an integer from 1 to {limits.max_topk} (got {describe(topk)})")
     if len(queries) * topk > limits.max_results:
-        raise RequestError(422, f"{len(queries)} queries x topk {topk} = {len(queries) * topk} results; at most "
-                                f"{limits.max_results} per request (retrieval.server.max_results): send fewer queries "
-                                "or a smaller topk")
+        raise RequestError(
+            422,
+            f"{len(queries)} queries x topk {topk} = {len(queries) * topk} results; at most "
+            f"{limits.max_results} per request (retrieval.server.max_results): send fewer queries "
+            "or a smaller topk",
+        )
     return_scores = body.get("return_scores", False)
     if not isinstance(return_scores, bool):
         raise RequestError(422, f"return_scores must be true or false (got {describe(return_scores)})")
@@ -134,8 +147,11 @@ def format_result(hits: list[list[Hit]], return_scores: bool) -> dict[str, Any]:
 
 def answer_bytes(hits: list[list[Hit]]) -> int:
     """About the size of :func:`format_result` of ``hits`` in UTF-8 (title and text appear twice)."""
-    return sum(len(h.id.encode()) + 2 * len(h.title.encode()) + 2 * len(h.text.encode()) + _HIT_OVERHEAD_BYTES
-               for per_q in hits for h in per_q)
+    return sum(
+        len(h.id.encode()) + 2 * len(h.title.encode()) + 2 * len(h.text.encode()) + _HIT_OVERHEAD_BYTES
+        for per_q in hits
+        for h in per_q
+    )
 
 
 def chunks(queries: list[str]) -> list[tuple[int, int]]:
@@ -161,16 +177,41 @@ class RetrievalServer:
 
     routes = ROUTES
 
-    def __init__(self, retriever: Retriever, host: str = "127.0.0.1", port: int = 0, max_queries: int = 512,
-                 max_topk: int = 50, default_topk: int = 3, info: Mapping[str, Any] | None = None, *,
-                 max_query_chars: int = 4096, request_deadline_s: float = 10.0, max_connections: int = 128,
-                 idle_timeout_s: float = 60.0, max_request_chars: int = 65536, max_results: int = 4096,
-                 max_response_bytes: int = 8 << 20, max_body_bytes: int = 1 << 20) -> None:
-        self.work = RetrieveLimits(max_queries, max_topk, min(default_topk, max_topk), max_query_chars,
-                                   max_request_chars, max_results, max_response_bytes)
-        self.limits = HTTPLimits(max_body_bytes=max_body_bytes, max_json_values=max_queries + 16,
-                                 request_deadline_s=request_deadline_s, idle_timeout_s=idle_timeout_s,
-                                 max_connections=max_connections)
+    def __init__(
+        self,
+        retriever: Retriever,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_queries: int = 512,
+        max_topk: int = 50,
+        default_topk: int = 3,
+        info: Mapping[str, Any] | None = None,
+        *,
+        max_query_chars: int = 4096,
+        request_deadline_s: float = 10.0,
+        max_connections: int = 128,
+        idle_timeout_s: float = 60.0,
+        max_request_chars: int = 65536,
+        max_results: int = 4096,
+        max_response_bytes: int = 8 << 20,
+        max_body_bytes: int = 1 << 20,
+    ) -> None:
+        self.work = RetrieveLimits(
+            max_queries,
+            max_topk,
+            min(default_topk, max_topk),
+            max_query_chars,
+            max_request_chars,
+            max_results,
+            max_response_bytes,
+        )
+        self.limits = HTTPLimits(
+            max_body_bytes=max_body_bytes,
+            max_json_values=max_queries + 16,
+            request_deadline_s=request_deadline_s,
+            idle_timeout_s=idle_timeout_s,
+            max_connections=max_connections,
+        )
         self.log = log
         self.retriever = retriever
         self.info = dict(info or {})
@@ -197,8 +238,14 @@ class RetrievalServer:
 
     def health(self) -> dict[str, Any]:
         w = self.work
-        return {"status": "ok", "max_queries": w.max_queries, "max_topk": w.max_topk, "default_topk": w.default_topk,
-                "max_query_chars": w.max_query_chars, **self.info}
+        return {
+            "status": "ok",
+            "max_queries": w.max_queries,
+            "max_topk": w.max_topk,
+            "default_topk": w.default_topk,
+            "max_query_chars": w.max_query_chars,
+            **self.info,
+        }
 
     def handle(self, path: str, body: Any, cancelled: Callable[[], bool]) -> tuple[int, dict[str, Any]]:
         """The HTTP layer's entry point (:class:`agentr1.retrieval.jsonhttp.JSONApp`)."""
@@ -226,15 +273,18 @@ class RetrievalServer:
             return 500, {"error": f"retrieval failed: {type(exc).__name__}: {clip(str(exc), 200)}"}
         size = answer_bytes(hits)
         if size > self.work.max_response_bytes:
-            return 422, {"error": f"the answer would be about {size} bytes; at most {self.work.max_response_bytes} "
-                                  "(retrieval.server.max_response_bytes): send fewer queries or a smaller topk"}
+            return 422, {
+                "error": f"the answer would be about {size} bytes; at most {self.work.max_response_bytes} "
+                "(retrieval.server.max_response_bytes): send fewer queries or a smaller topk"
+            }
         log.debug("%d queries, top-%d in %.1f ms", len(queries), topk, 1000 * (time.perf_counter() - t0))
         return 200, format_result(hits, return_scores)
 
-    def start(self) -> "RetrievalServer":
+    def start(self) -> RetrievalServer:
         if self._thread is None:
-            self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                            name="retrieval-server", daemon=True)
+            self._thread = threading.Thread(
+                target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="retrieval-server", daemon=True
+            )
             self._thread.start()
         return self
 
@@ -248,7 +298,7 @@ class RetrievalServer:
             self._thread = None
         self.httpd.server_close()
 
-    def __enter__(self) -> "RetrievalServer":
+    def __enter__(self) -> RetrievalServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -262,8 +312,10 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-HOST_FIX = ("pass --host an address of this machine (or set retrieval.server.host): 127.0.0.1, the default, serves "
-            "only this machine; 0.0.0.0 every interface (no authentication)")
+HOST_FIX = (
+    "pass --host an address of this machine (or set retrieval.server.host): 127.0.0.1, the default, serves "
+    "only this machine; 0.0.0.0 every interface (no authentication)"
+)
 
 
 def host_problem(host: str) -> str | None:
@@ -308,17 +360,33 @@ def run_server(cfg: Any, args: Any) -> None:
     passages = len(getattr(retriever, "passages", ()))
     info = {"backend": cfg.retrieval.backend, "passages": passages, "index_dir": str(cfg.retrieval.index_dir)}
     try:
-        server = RetrievalServer(retriever, host, port, scfg.max_queries, scfg.max_topk, scfg.default_topk, info,
-                                 max_query_chars=scfg.max_query_chars, request_deadline_s=scfg.request_deadline_s,
-                                 max_connections=scfg.max_connections, max_request_chars=scfg.max_request_chars,
-                                 max_results=scfg.max_results, max_response_bytes=scfg.max_response_bytes,
-                                 max_body_bytes=scfg.max_body_bytes)
+        server = RetrievalServer(
+            retriever,
+            host,
+            port,
+            scfg.max_queries,
+            scfg.max_topk,
+            scfg.default_topk,
+            info,
+            max_query_chars=scfg.max_query_chars,
+            request_deadline_s=scfg.request_deadline_s,
+            max_connections=scfg.max_connections,
+            max_request_chars=scfg.max_request_chars,
+            max_results=scfg.max_results,
+            max_response_bytes=scfg.max_response_bytes,
+            max_body_bytes=scfg.max_body_bytes,
+        )
     except OSError as exc:
         raise StageError(bind_error(host, port, exc)) from None
     if not _is_loopback(host):
         log.warning("binding %s: the retriever is reachable from other machines (no authentication)", host)
-    log.info("serving %d passages (%s) at %s  (POST /retrieve, GET /health; at most %d connections; Ctrl-C stops)",
-             passages, cfg.retrieval.backend, server.url, scfg.max_connections)
+    log.info(
+        "serving %d passages (%s) at %s  (POST /retrieve, GET /health; at most %d connections; Ctrl-C stops)",
+        passages,
+        cfg.retrieval.backend,
+        server.url,
+        scfg.max_connections,
+    )
     if threading.current_thread() is threading.main_thread():  # SIGTERM (kill, Prefect, DVC) = Ctrl-C
         signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:

@@ -44,8 +44,9 @@ from agentr1.rl.steps import Steps
 # Shared knobs a trainer may pass to any estimator; each is forwarded only to estimators whose
 # signature takes it (the signature is the estimator's list of knobs). Anything else unknown to
 # the chosen estimator is a TypeError (a typo, not a knob).
-SHARED_OPTIONS = frozenset({"values", "index", "gamma", "lam", "whiten", "norm_by_std", "eps", "steps", "step_weight",
-                            "episode_stats"})
+SHARED_OPTIONS = frozenset(
+    {"values", "index", "gamma", "lam", "whiten", "norm_by_std", "eps", "steps", "step_weight", "episode_stats"}
+)
 
 
 def compute_advantage(
@@ -84,7 +85,9 @@ def _check(token_rewards: torch.Tensor, mask: torch.Tensor, *others: torch.Tenso
         raise ValueError("the advantage mask selects no token in the batch")
 
 
-def group_ids(index: torch.Tensor | Sequence[Hashable], batch_size: int, device: torch.device | None = None) -> tuple[torch.Tensor, int]:
+def group_ids(
+    index: torch.Tensor | Sequence[Hashable], batch_size: int, device: torch.device | None = None
+) -> tuple[torch.Tensor, int]:
     """Dense group ids ``[B]`` (0..G-1, in order of first appearance) and ``G``."""
     if isinstance(index, torch.Tensor):
         keys: list[Hashable] = index.reshape(-1).tolist()
@@ -97,27 +100,40 @@ def group_ids(index: torch.Tensor | Sequence[Hashable], batch_size: int, device:
     return torch.tensor(dense, dtype=torch.long, device=device), len(ids)
 
 
-def group_stats(scores: torch.Tensor, gid: torch.Tensor, n_groups: int,
-                weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def group_stats(
+    scores: torch.Tensor, gid: torch.Tensor, n_groups: int, weights: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-sample ``(count, mean, unbiased std)`` of its group; std is 0 for singletons. With
     ``weights`` ``[B]`` (positive integers) sample ``b`` counts as ``weights[b]`` equal samples:
     ``count = sum w``, ``mean = sum w s / count``, ``var = sum w (s - mean)^2 / (count - 1)``."""
     if weights is None:
-        count = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(0, gid, torch.ones_like(scores))
+        count = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(
+            0, gid, torch.ones_like(scores)
+        )
         total = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(0, gid, scores)
         mean = total / count
-        sq = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(0, gid, (scores - mean[gid]) ** 2)
+        sq = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(
+            0, gid, (scores - mean[gid]) ** 2
+        )
     else:
         w = weights.to(scores.dtype)
         count = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(0, gid, w)
         mean = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(0, gid, w * scores) / count
-        sq = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(0, gid, w * (scores - mean[gid]) ** 2)
+        sq = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(
+            0, gid, w * (scores - mean[gid]) ** 2
+        )
     var = torch.where(count > 1, sq / (count - 1).clamp(min=1), torch.zeros_like(sq))
     return count[gid], mean[gid], var.sqrt()[gid]
 
 
-def group_normalized(scores: torch.Tensor, gid: torch.Tensor, n_groups: int, norm_by_std: bool = True,
-                     eps: float = 1e-6, weights: torch.Tensor | None = None) -> torch.Tensor:
+def group_normalized(
+    scores: torch.Tensor,
+    gid: torch.Tensor,
+    n_groups: int,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+    weights: torch.Tensor | None = None,
+) -> torch.Tensor:
     """``(s - mean_g) / (std_g + eps)`` (or ``s - mean_g`` without ``norm_by_std``) per sample of
     group ``gid`` (statistics weighted by ``weights``, :func:`group_stats`), 0 for a singleton
     group (:func:`grpo`'s and GiGPO's normalization)."""
@@ -183,7 +199,9 @@ def gae(
 
 
 @torch.no_grad()
-def reinforce_pp(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def reinforce_pp(
+    token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++: discounted return-to-go over the mask tokens, then global whitening.
 
     With ``t_1 < ... < t_K`` the mask positions of a sequence::
@@ -255,7 +273,9 @@ def grpo(
 
 
 @torch.no_grad()
-def rloo(token_rewards: torch.Tensor, mask: torch.Tensor, index: torch.Tensor | Sequence[Hashable]) -> tuple[torch.Tensor, torch.Tensor]:
+def rloo(
+    token_rewards: torch.Tensor, mask: torch.Tensor, index: torch.Tensor | Sequence[Hashable]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE leave-one-out: each score minus the mean of the *other* members of its group::
 
         a_b  = s_b - (sum_{j in g, j != b} s_j) / (n_g - 1) = n_g / (n_g - 1) * (s_b - mean_g(s))
@@ -277,9 +297,16 @@ EPISODE_STATS = ("episodes", "steps")
 
 
 @torch.no_grad()
-def gigpo_parts(token_rewards: torch.Tensor, mask: torch.Tensor, index: torch.Tensor | Sequence[Hashable], steps: Steps,
-                gamma: float = 1.0, norm_by_std: bool = True, eps: float = 1e-6,
-                episode_stats: str = "episodes") -> tuple[torch.Tensor, torch.Tensor]:
+def gigpo_parts(
+    token_rewards: torch.Tensor,
+    mask: torch.Tensor,
+    index: torch.Tensor | Sequence[Hashable],
+    steps: Steps,
+    gamma: float = 1.0,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+    episode_stats: str = "episodes",
+) -> tuple[torch.Tensor, torch.Tensor]:
     """GiGPO's two advantages: the episode one ``a_b`` ``[B]`` and the step one ``a_bj`` ``[B, J]``
     (0 where row ``b`` has no turn ``j``); :func:`gigpo` states the math."""
     _check(token_rewards, mask)
@@ -289,7 +316,9 @@ def gigpo_parts(token_rewards: torch.Tensor, mask: torch.Tensor, index: torch.Te
     gid, G = group_ids(index, s.shape[0], s.device)
     turn, group = steps.turn, steps.group
     if turn.shape != token_rewards.shape or group.shape[0] != s.shape[0]:
-        raise ValueError(f"steps {tuple(turn.shape)} / {tuple(group.shape)} do not fit token_rewards {tuple(token_rewards.shape)}")
+        raise ValueError(
+            f"steps {tuple(turn.shape)} / {tuple(group.shape)} do not fit token_rewards {tuple(token_rewards.shape)}"
+        )
     valid = group >= 0
     weights = valid.sum(dim=1).clamp(min=1) if episode_stats == "steps" else None
     a_ep = group_normalized(s, gid, G, norm_by_std, eps, weights)

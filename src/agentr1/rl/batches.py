@@ -39,8 +39,9 @@ def mini_batches(batch_size: int, tcfg, seed: int, step: int) -> Iterator[tuple[
             yield epoch, k, perm[cut[k] : cut[k + 1]]
 
 
-def micro_batches(batch: dict[str, Any], rows: list[int], dist: Dist,
-                  micro_batch_size: int) -> Iterator[tuple[bool, dict[str, torch.Tensor]]]:
+def micro_batches(
+    batch: dict[str, Any], rows: list[int], dist: Dist, micro_batch_size: int
+) -> Iterator[tuple[bool, dict[str, torch.Tensor]]]:
     """``(last, mb)`` for this rank's share of ``rows`` in micro-batches of
     ``micro_batch_size``: the tensors a loss needs, cut to the longest row, on the device."""
     mbs = micro_batch_size

@@ -87,20 +87,26 @@ def saved_step(path: str | Path) -> int | None:
 def _read_verified(path: Path, name: str, entry: dict[str, Any]) -> bytes:
     f = path / name
     if not f.is_file():
-        raise StageError(f"checkpoint file {f} is missing: the state in {path} is incomplete; "
-                         "delete it (or run without --resume) to start over")
+        raise StageError(
+            f"checkpoint file {f} is missing: the state in {path} is incomplete; "
+            "delete it (or run without --resume) to start over"
+        )
     data = f.read_bytes()
     if len(data) != entry.get("bytes") or _sha256(data) != entry.get("sha256"):
-        raise StageError(f"checkpoint file {f} is corrupt ({len(data)} bytes, checksum mismatch with "
-                         f"{path / MANIFEST}); delete {path} (or run without --resume) to start over")
+        raise StageError(
+            f"checkpoint file {f} is corrupt ({len(data)} bytes, checksum mismatch with "
+            f"{path / MANIFEST}); delete {path} (or run without --resume) to start over"
+        )
     return data
 
 
 def _manifest(path: Path) -> dict[str, Any]:
     mf = path / MANIFEST
     if not mf.is_file():
-        raise StageError(f"checkpoint manifest {mf} is missing: no resumable state in {path} (incomplete or "
-                         f"corrupt); delete {path} (or run without --resume) to start over")
+        raise StageError(
+            f"checkpoint manifest {mf} is missing: no resumable state in {path} (incomplete or "
+            f"corrupt); delete {path} (or run without --resume) to start over"
+        )
     try:
         manifest = json.loads(mf.read_text())
         files = manifest["files"]
@@ -175,12 +181,15 @@ def prepare_resume(path: str | Path) -> bool:
     if good:
         step, _, copy = max(good)
         os.replace(copy, path)
-        log.warning("recovered the training state (step %s) from %s: a save was interrupted between its two renames",
-                    step, copy)
+        log.warning(
+            "recovered the training state (step %s) from %s: a save was interrupted between its two renames", step, copy
+        )
         return True
     if problems:
-        raise StageError(f"no training state in {path}, and the backup copies left by an interrupted save do not "
-                         f"verify: {'; '.join(problems)}")
+        raise StageError(
+            f"no training state in {path}, and the backup copies left by an interrupted save do not "
+            f"verify: {'; '.join(problems)}"
+        )
     return False
 
 
@@ -188,11 +197,21 @@ def prepare_resume(path: str | Path) -> bool:
 # checkpoint and evaluation cadence, where outputs go, and resource knobs (threads, micro-batches,
 # prompts per backend call, vLLM memory) - none changes what is optimized. Everything else in the
 # saved params must match.
-RESUME_FREE_KEYS = frozenset({
-    "train.checkpoint.every", "train.trace_every", "train.dev.every", "train.dev.examples", "train.out_dir",
-    "train.num_threads", "train.micro_batch_size", "train.distributed.backend",
-    "rollout.batch_size", "rollout.vllm.gpu_memory_utilization", "rollout.vllm.enforce_eager",
-})
+RESUME_FREE_KEYS = frozenset(
+    {
+        "train.checkpoint.every",
+        "train.trace_every",
+        "train.dev.every",
+        "train.dev.examples",
+        "train.out_dir",
+        "train.num_threads",
+        "train.micro_batch_size",
+        "train.distributed.backend",
+        "rollout.batch_size",
+        "rollout.vllm.gpu_memory_utilization",
+        "rollout.vllm.enforce_eager",
+    }
+)
 STEPS_KEY = "train.steps"
 _ABSENT = "<absent>"
 
@@ -222,8 +241,11 @@ def check_resume(path: str | Path, meta: dict[str, Any], current: dict[str, Any]
     old -> new) or the state is already past ``steps``."""
     saved = meta.get("params")
     if saved is None:
-        log.warning("the training state in %s was saved without its params (an older version): cannot check that "
-                    "this run's params match it", path)
+        log.warning(
+            "the training state in %s was saved without its params (an older version): cannot check that "
+            "this run's params match it",
+            path,
+        )
     else:
         diff = resume_conflicts(saved, current)
         if diff:
@@ -232,8 +254,11 @@ def check_resume(path: str | Path, meta: dict[str, Any], current: dict[str, Any]
                 "ones it was trained with (saved -> now):\n  - " + "\n  - ".join(diff) + "\n"
                 "rerun without --resume to train from the cold start with the new params, or restore the saved values "
                 "(params.yaml / --set) to continue it. (May change on a resume: checkpoint/trace/dev-evaluation cadence, "
-                "threads and batching knobs, and train.steps with lr_schedule: constant.)")
+                "threads and batching knobs, and train.steps with lr_schedule: constant.)"
+            )
     step = meta.get("step")
     if isinstance(step, int) and step > steps:
-        raise StageError(f"cannot resume the training state in {path}: it is at step {step}, past train.steps ({steps}); "
-                         f"set train.steps >= {step} to continue it, or run without --resume to start over")
+        raise StageError(
+            f"cannot resume the training state in {path}: it is at step {step}, past train.steps ({steps}); "
+            f"set train.steps >= {step} to continue it, or run without --resume to start over"
+        )

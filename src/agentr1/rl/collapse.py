@@ -37,12 +37,15 @@ def reward_drop(reward: float, history: Sequence[float], cfg) -> str | None:
     return None
 
 
-def nonfinite(finite_ranks: float, world_size: int, norms: Mapping[str, float], step: int, epoch: int,
-              mini_batch: int) -> str | None:
+def nonfinite(
+    finite_ranks: float, world_size: int, norms: Mapping[str, float], step: int, epoch: int, mini_batch: int
+) -> str | None:
     """The reason when a rank's loss was not finite (``finite_ranks``, the sum over ranks of a 0/1
     flag, is below ``world_size``) or a gradient norm is not; ``None`` when all are finite."""
     if finite_ranks < world_size or not all(math.isfinite(v) for v in norms.values()):
-        return f"non-finite loss or gradient at step {step} (epoch {epoch}, mini-batch {mini_batch}; grad norms {norms})"
+        return (
+            f"non-finite loss or gradient at step {step} (epoch {epoch}, mini-batch {mini_batch}; grad norms {norms})"
+        )
     return None
 
 
@@ -56,6 +59,8 @@ def respond(cfg, step: int, reason: str, rollbacks: int) -> str:
         log.warning("collapse guard: step %d skipped: %s", step, reason)
         return "skip"
     if rollbacks >= cfg.max_rollbacks:
-        raise StageError(f"training collapsed at step {step}: {reason}; already rolled back {rollbacks} "
-                         f"time(s) (train.collapse.max_rollbacks); lower train.lr or check the data")
+        raise StageError(
+            f"training collapsed at step {step}: {reason}; already rolled back {rollbacks} "
+            f"time(s) (train.collapse.max_rollbacks); lower train.lr or check the data"
+        )
     return "rollback"

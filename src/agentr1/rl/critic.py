@@ -47,15 +47,17 @@ class ValueModel(nn.Module):
     def forward(self, input_ids, attention_mask, value_mask=None):
         prefix = 0
         if self.share_prefix and value_mask is not None:
-            prefix = shared_prefix_length({"input_ids": input_ids, "attention_mask": attention_mask,
-                                           "action_mask": value_mask})
+            prefix = shared_prefix_length(
+                {"input_ids": input_ids, "attention_mask": attention_mask, "action_mask": value_mask}
+            )
         hidden = hidden_states(self.backbone, input_ids, attention_mask, prefix)
         v = self.value_head(hidden[:, :-1].to(self.value_head.weight.dtype)).squeeze(-1).float()
         return F.pad(v, (prefix + 1, 0))
 
 
-def build_critic(policy: nn.Module, critic_cfg, dtype: torch.dtype = torch.float32,
-                 share_prefix: bool = True) -> ValueModel:
+def build_critic(
+    policy: nn.Module, critic_cfg, dtype: torch.dtype = torch.float32, share_prefix: bool = True
+) -> ValueModel:
     """The critic of ``train.critic``: ``model: policy`` = a deep copy of the policy's backbone
     (same weights, trained separately); otherwise ``model`` is a checkpoint directory / hub id
     whose backbone (``AutoModel``) is used - it must share the policy's tokenizer.
@@ -88,7 +90,9 @@ def build_modules(policy: nn.Module, tcfg, rollout_cfg, dist: Dist):
         ref = PolicyLogProbs(ref_model, rollout_cfg.temperature, share_prefix)
     critic = critic_opt = None
     if ESTIMATORS.spec(tcfg.estimator).meta.get("needs_values"):
-        critic = wrap(build_critic(policy, tcfg.critic, next(policy.parameters()).dtype, share_prefix).to(dist.device), dist)
+        critic = wrap(
+            build_critic(policy, tcfg.critic, next(policy.parameters()).dtype, share_prefix).to(dist.device), dist
+        )
         critic_opt = make_optimizer(critic, tcfg.critic.lr, tcfg.weight_decay)
     opt = make_optimizer(actor, tcfg.lr, tcfg.weight_decay)
     return actor, ref, critic, opt, critic_opt

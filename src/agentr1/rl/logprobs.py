@@ -19,8 +19,9 @@ def forward_module(module, dist: Dist):
     return module if dist.strategy == "fsdp" and dist.active else unwrap(module)
 
 
-def row_forward(fn: Callable[..., torch.Tensor], batch: dict, key_mask: str, dist: Dist,
-                micro_batch_size: int) -> torch.Tensor:
+def row_forward(
+    fn: Callable[..., torch.Tensor], batch: dict, key_mask: str, dist: Dist, micro_batch_size: int
+) -> torch.Tensor:
     """``fn(input_ids, attention_mask, batch[key_mask])`` over every row of ``batch`` (module
     docstring) as one no-grad ``[B, L]`` tensor."""
     B, L = batch["input_ids"].shape

@@ -218,8 +218,9 @@ def reinforce(
 
 
 @torch.no_grad()
-def behaviour_weights(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor,
-                      cap: float) -> tuple[torch.Tensor, Stats]:
+def behaviour_weights(
+    prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, cap: float
+) -> tuple[torch.Tensor, Stats]:
     """Importance weights of the decoupled PPO objective (AReaL, arXiv 2505.24298; verl's
     truncated importance sampling of a rollout engine's samples), per mask token::
 
@@ -233,8 +234,11 @@ def behaviour_weights(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mas
     m = as_bool(mask)
     raw = torch.exp(_masked(prox_logp - behaviour_logp, m).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     w = _masked(raw.clamp(max=cap), m)
-    stats: Stats = {"behaviour_weight_mean": masked_mean(w, m), "behaviour_weight_max": w.max(),
-                    "behaviour_weight_capped": masked_mean((raw > cap).to(w.dtype), m)}
+    stats: Stats = {
+        "behaviour_weight_mean": masked_mean(w, m),
+        "behaviour_weight_max": w.max(),
+        "behaviour_weight_capped": masked_mean((raw > cap).to(w.dtype), m),
+    }
     return w, stats
 
 
@@ -300,7 +304,9 @@ def kl_abs(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return (logp - ref_logp).abs()
 
 
-def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k3", mask: torch.Tensor | None = None) -> torch.Tensor:
+def kl_estimate(
+    logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k3", mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """Per-token KL(pi || ref) estimate ``[B, T]`` (formulas in the module docstring); 0 where
     ``mask`` (if given) is 0."""
     fn = KL_ESTIMATORS.get(estimator)

@@ -74,7 +74,9 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> to
     return sq / n
 
 
-def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = WHITEN_EPS) -> torch.Tensor:
+def masked_whiten(
+    x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = WHITEN_EPS
+) -> torch.Tensor:
     """Whiten with statistics over the masked entries only (unbiased variance)::
 
         mu = mean_{m=1}(x),  s2 = var_{m=1}(x, unbiased)

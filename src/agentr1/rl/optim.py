@@ -42,9 +42,13 @@ class Optimizers:
             return scheduler(opt, fn, start=start)
 
         self.scheduler = build(self.opt, t.lr, self.opt_steps)
-        self.critic_scheduler = None if self.critic_opt is None else build(self.critic_opt, t.critic.lr, self.critic_opt_steps)
+        self.critic_scheduler = (
+            None if self.critic_opt is None else build(self.critic_opt, t.critic.lr, self.critic_opt_steps)
+        )
 
-    def _optimizer_step(self, finite: torch.Tensor, update_policy: bool, acc: StepStats, at: tuple[int, int, int]) -> None:
+    def _optimizer_step(
+        self, finite: torch.Tensor, update_policy: bool, acc: StepStats, at: tuple[int, int, int]
+    ) -> None:
         """Clip the gradients, step the optimizers and lr schedulers (the actor's only when
         ``update_policy``); :class:`Collapse` (gradients dropped) when a rank's loss or a gradient
         norm is not finite. ``at`` = ``(step, epoch, mini_batch)``."""

@@ -61,7 +61,9 @@ def group_signal(scores: Sequence[EpisodeScore], group_size: int) -> tuple[list[
     return informative, solved
 
 
-def rollout_metrics(trajs: Sequence[Trajectory], scores: Sequence[EpisodeScore], group_size: int = 1) -> dict[str, float]:
+def rollout_metrics(
+    trajs: Sequence[Trajectory], scores: Sequence[EpisodeScore], group_size: int = 1
+) -> dict[str, float]:
     """Means over the episodes; with groups (``group_size`` > 1) also the share of groups with a
     learning signal (``rollout/informative_groups``) and of solved ones (``rollout/solved_groups``)."""
     n = len(trajs)
@@ -167,8 +169,12 @@ class Sampling:
             trajs = self._engine(greedy).rollout(qs, 1, seed=seed_key(self.seed, 7))
             scores = [score_episode(t, self.reward_cfg) for t in trajs]
             m = rollout_metrics(trajs, scores)
-            out = {"dev/em": m["rollout/em"], "dev/reward": m["rollout/reward"],
-                   "dev/format_rate": m["rollout/format_rate"], "dev/tool_calls": m["rollout/tool_calls"]}
+            out = {
+                "dev/em": m["rollout/em"],
+                "dev/reward": m["rollout/reward"],
+                "dev/format_rate": m["rollout/format_rate"],
+                "dev/tool_calls": m["rollout/tool_calls"],
+            }
         return self.dist.broadcast_object(out)
 
     def _trace(self, trajs: Sequence[Trajectory], step: int) -> None:

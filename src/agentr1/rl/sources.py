@@ -30,8 +30,9 @@ log = logging.getLogger(__name__)
 class FreshWorlds:
     """The ``fresh`` source (module docstring): ``at(step)`` is ``(env, questions)`` of the step's world."""
 
-    def __init__(self, synthetic_cfg, fresh_cfg, retrieval_cfg, env_cfg, corpus: Sequence[Mapping[str, Any]],
-                 seed: int) -> None:
+    def __init__(
+        self, synthetic_cfg, fresh_cfg, retrieval_cfg, env_cfg, corpus: Sequence[Mapping[str, Any]], seed: int
+    ) -> None:
         self.synthetic_cfg, self.fresh_cfg = synthetic_cfg, fresh_cfg
         self.retrieval_cfg, self.env_cfg, self.seed = retrieval_cfg, env_cfg, seed
         self.corpus = list(corpus)
@@ -51,9 +52,11 @@ class FreshWorlds:
             try:
                 make_world(self.synthetic_cfg, k, f.families, f.questions, self.seed, self.taken)
             except ValueError as exc:
-                raise ValueError(f"train.fresh: world {k} of this run's stream (seed {self.seed}), which step "
-                                 f"{k * f.every + 1} trains on, cannot be generated: {exc}. Nothing was trained "
-                                 f"(every world of train.steps={steps} is drawn before step 1)") from None
+                raise ValueError(
+                    f"train.fresh: world {k} of this run's stream (seed {self.seed}), which step "
+                    f"{k * f.every + 1} trains on, cannot be generated: {exc}. Nothing was trained "
+                    f"(every world of train.steps={steps} is drawn before step 1)"
+                ) from None
 
     def at(self, step: int) -> tuple[Any, list[dict]]:
         """The ToolEnv over world ``world_index(step)`` (with the dataset's passages when

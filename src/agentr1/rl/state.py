@@ -48,9 +48,11 @@ class Resumable:
         """What this run trains with, as dotted keys (``train.*``, ``rollout.*``, ``reward.*``, the
         seed, the train questions' ids; ``extra``: what the caller adds, e.g. ``env.*``)."""
         ids = "\n".join(str(q.get("id", "")) for q in self.train_questions)
-        params: dict[str, Any] = {"seed": self.seed,
-                                  "data.train_questions": f"{len(self.train_questions)} ids, sha256 "
-                                                          f"{hashlib.sha256(ids.encode()).hexdigest()[:16]}"}
+        params: dict[str, Any] = {
+            "seed": self.seed,
+            "data.train_questions": f"{len(self.train_questions)} ids, sha256 "
+            f"{hashlib.sha256(ids.encode()).hexdigest()[:16]}",
+        }
         for name, section in (("train", self.tcfg), ("rollout", self.rollout_cfg), ("reward", self.reward_cfg)):
             if hasattr(section, "model_dump"):
                 params.update(flatten(section.model_dump(mode="json"), f"{name}."))
@@ -86,9 +88,14 @@ class Resumable:
             tensors["critic"] = {k: v.detach().cpu().clone() for k, v in unwrap(self.critic).state_dict().items()}
             tensors["critic_optimizer"] = self.critic_opt.state_dict()
         meta = {
-            "step": self.step, "opt_steps": self.opt_steps, "critic_opt_steps": self.critic_opt_steps,
-            "lr_scale": self.lr_scale, "rollbacks": self.rollbacks, "history": self.history,
-            "guard_rewards": self.guard_rewards, "events": self.events,
+            "step": self.step,
+            "opt_steps": self.opt_steps,
+            "critic_opt_steps": self.critic_opt_steps,
+            "lr_scale": self.lr_scale,
+            "rollbacks": self.rollbacks,
+            "history": self.history,
+            "guard_rewards": self.guard_rewards,
+            "events": self.events,
             "python_random": _jsonable(random.getstate()),
             "params": self.params,
         }
@@ -114,8 +121,10 @@ class Resumable:
     def save(self) -> None:
         """Checkpoint the current state (rank 0 writes ``state_dir``; in memory without one)."""
         if self.dist.active and self.dist.strategy == "fsdp":
-            raise StageError("resumable checkpoints and roll-backs are not implemented under FSDP (sharded optimizer "
-                             "state): set train.checkpoint.every: 0 and train.collapse.action: skip or stop, or use ddp")
+            raise StageError(
+                "resumable checkpoints and roll-backs are not implemented under FSDP (sharded optimizer "
+                "state): set train.checkpoint.every: 0 and train.collapse.action: skip or stop, or use ddp"
+            )
         tensors, meta = self.state()
         if self.state_dir is None:
             self._memory_state = (copy.deepcopy(tensors), copy.deepcopy(meta))
@@ -158,10 +167,15 @@ def input_digests(retrieval_cfg, processed_dir: str | Path) -> dict[str, dict[st
     digest here: only its URL is compared) and the processed dataset (questions and corpus,
     ``data.processed_dir``), each ``{"source": path or URL, "sha256": tree digest}``."""
     url = getattr(retrieval_cfg, "url", None)
-    index = ({"source": url, "sha256": None} if url else
-             {"source": str(retrieval_cfg.index_dir), "sha256": tree_digest(retrieval_cfg.index_dir)})
-    return {"inputs.index": index,
-            "inputs.dataset": {"source": str(processed_dir), "sha256": tree_digest(processed_dir)}}
+    index = (
+        {"source": url, "sha256": None}
+        if url
+        else {"source": str(retrieval_cfg.index_dir), "sha256": tree_digest(retrieval_cfg.index_dir)}
+    )
+    return {
+        "inputs.index": index,
+        "inputs.dataset": {"source": str(processed_dir), "sha256": tree_digest(processed_dir)},
+    }
 
 
 def check_inputs(path: Path, step: Any, saved: dict[str, Any], current: dict[str, Any]) -> None:
@@ -170,16 +184,24 @@ def check_inputs(path: Path, step: Any, saved: dict[str, Any], current: dict[str
     digests were recorded resumes with a warning: its inputs cannot be checked."""
     missing = [key for key in INPUTS if key in current and key not in saved]
     if missing:
-        log.warning("the training state in %s was saved without the digests of %s (an older version): cannot check "
-                    "that this run reads the same files", path, " and ".join(INPUTS[k] for k in missing))
-    diff = [f"{INPUTS[key]}: saved {_show(saved[key])}, now {_show(current.get(key))}"
-            for key in INPUTS if key in saved and not _same(saved[key], current.get(key))]
+        log.warning(
+            "the training state in %s was saved without the digests of %s (an older version): cannot check "
+            "that this run reads the same files",
+            path,
+            " and ".join(INPUTS[k] for k in missing),
+        )
+    diff = [
+        f"{INPUTS[key]}: saved {_show(saved[key])}, now {_show(current.get(key))}"
+        for key in INPUTS
+        if key in saved and not _same(saved[key], current.get(key))
+    ]
     if diff:
         raise StageError(
             f"cannot resume the training state in {path} (step {step}): it was trained on other files than this run "
             "reads:\n  - " + "\n  - ".join(diff) + "\nrebuild the original ones (restore the params they were built "
             "with, e.g. retrieval.*, and rerun `agentr1 index` / `agentr1 prepare`), or rerun without --resume to "
-            "train from the cold start on the current ones")
+            "train from the cold start on the current ones"
+        )
 
 
 def _same(saved: Any, current: Any) -> bool:

@@ -50,8 +50,10 @@ class StepStats:
 
     def result(self, dist: Dist, n_opt_steps: int) -> dict[str, float]:
         keys_s, keys_w = sorted(self.sums), sorted(self.wsum)
-        vec = torch.tensor([self.sums[k] for k in keys_s] + [self.wsum[k] for k in keys_w] + [self.wts[k] for k in keys_w],
-                           dtype=torch.float64)
+        vec = torch.tensor(
+            [self.sums[k] for k in keys_s] + [self.wsum[k] for k in keys_w] + [self.wts[k] for k in keys_w],
+            dtype=torch.float64,
+        )
         vec = dist.all_reduce_sum(vec) if len(vec) else vec
         out = {k: float(vec[i]) / max(n_opt_steps, 1) for i, k in enumerate(keys_s)}
         n = len(keys_s)
@@ -79,11 +81,16 @@ def step_stats(token_rewards: torch.Tensor, mask: torch.Tensor, index, steps, tc
     later = valid.clone()
     later[:, 0] = False
     g = tcfg.gigpo
-    a_ep, a_step = gigpo_parts(token_rewards, mask, index, steps, tcfg.gamma, g.norm_by_std(tcfg.norm_by_std),
-                               episode_stats=g.episode_stats)
+    a_ep, a_step = gigpo_parts(
+        token_rewards, mask, index, steps, tcfg.gamma, g.norm_by_std(tcfg.norm_by_std), episode_stats=g.episode_stats
+    )
 
     def share(sel: torch.Tensor) -> float:
         return float((sizes[sel] > 1).float().mean()) if bool(sel.any()) else 0.0
 
-    return {"train/step_group_shared": share(valid), "train/step_group_shared_later": share(later),
-            "train/step_adv_abs": float(a_step[valid].abs().mean()), "train/episode_adv_abs": float(a_ep.abs().mean())}
+    return {
+        "train/step_group_shared": share(valid),
+        "train/step_group_shared_later": share(later),
+        "train/step_adv_abs": float(a_step[valid].abs().mean()),
+        "train/episode_adv_abs": float(a_ep.abs().mean()),
+    }

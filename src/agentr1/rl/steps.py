@@ -58,9 +58,22 @@ import torch
 from agentr1.rl.masks import as_bool
 
 # per-token tensors of a prepared batch that step rows carry (the others are per row or unused)
-TOKEN_KEYS = ("input_ids", "attention_mask", "action_mask", "response_mask", "loss_mask", "adv_mask", "old_logp",
-              "ref_logp", "values", "advantages", "returns", "token_rewards", "logprobs",
-              "behaviour_weight")
+TOKEN_KEYS = (
+    "input_ids",
+    "attention_mask",
+    "action_mask",
+    "response_mask",
+    "loss_mask",
+    "adv_mask",
+    "old_logp",
+    "ref_logp",
+    "values",
+    "advantages",
+    "returns",
+    "token_rewards",
+    "logprobs",
+    "behaviour_weight",
+)
 
 
 @dataclass(frozen=True)
@@ -102,7 +115,9 @@ def turn_index(action_mask: torch.Tensor) -> torch.Tensor:
 ANCHORS = ("context", "observation")
 
 
-def anchor_states(input_ids: torch.Tensor, action_mask: torch.Tensor, anchor: str = "context") -> list[list[tuple[int, ...]]]:
+def anchor_states(
+    input_ids: torch.Tensor, action_mask: torch.Tensor, anchor: str = "context"
+) -> list[list[tuple[int, ...]]]:
     """Per row, the state before each of its turns as a tuple of token ids (module docstring)."""
     if anchor not in ANCHORS:
         raise ValueError(f"anchor must be one of {ANCHORS}, got {anchor!r}")
@@ -112,13 +127,19 @@ def anchor_states(input_ids: torch.Tensor, action_mask: torch.Tensor, anchor: st
         if anchor == "context":
             out.append([tuple(ids[:s]) for s, _ in row])
         else:
-            out.append([tuple(ids[(row[j - 1][1] if j else 0):s]) for j, (s, _) in enumerate(row)])
+            out.append([tuple(ids[(row[j - 1][1] if j else 0) : s]) for j, (s, _) in enumerate(row)])
     return out
 
 
-def anchor_groups(input_ids: torch.Tensor, action_mask: torch.Tensor, index: Sequence[Hashable],
-                  similarity: float = 1.0, anchor: str = "context", window: int | None = None,
-                  max_compare: int | None = None) -> Steps:
+def anchor_groups(
+    input_ids: torch.Tensor,
+    action_mask: torch.Tensor,
+    index: Sequence[Hashable],
+    similarity: float = 1.0,
+    anchor: str = "context",
+    window: int | None = None,
+    max_compare: int | None = None,
+) -> Steps:
     """The batch's :class:`Steps`: turns from ``action_mask``, step groups of equal (or, with
     ``similarity < 1``, similar over the last ``window`` tokens, at most ``max_compare`` real
     comparisons per turn) ``anchor`` states before each turn among rows of the same ``index``
@@ -132,7 +153,9 @@ def anchor_groups(input_ids: torch.Tensor, action_mask: torch.Tensor, index: Seq
     B, J = len(states), max((len(r) for r in states), default=0)
     group = torch.full((B, max(J, 1)), -1, dtype=torch.long)
     exact: dict[tuple[Hashable, tuple[int, ...]], int] = {}
-    reps: dict[Hashable, list[tuple[difflib.SequenceMatcher, int]]] = {}  # per question: (matcher on its representative, group id)
+    reps: dict[
+        Hashable, list[tuple[difflib.SequenceMatcher, int]]
+    ] = {}  # per question: (matcher on its representative, group id)
     members: list[set[int]] = []  # per group: the rows (episodes) with a turn in it
     cut = (lambda st: st) if window is None else (lambda st: st[-window:])
     n = 0

@@ -74,8 +74,15 @@ from agentr1.rl.collapse import Collapse
 from agentr1.rl.critic import build_modules
 from agentr1.rl.distributed import Dist, no_sync
 from agentr1.rl.logprobs import forward_module, row_forward
-from agentr1.rl.losses import (apply_kl_penalty, behaviour_weights, compute_policy_loss, entropy_bonus, kl_estimate,
-                               kl_loss, value_loss)
+from agentr1.rl.losses import (
+    apply_kl_penalty,
+    behaviour_weights,
+    compute_policy_loss,
+    entropy_bonus,
+    kl_estimate,
+    kl_loss,
+    value_loss,
+)
 from agentr1.rl.masks import as_bool, build_token_rewards, masked_mean, select_masks
 from agentr1.rl.optim import Optimizers
 from agentr1.rl.sampling import Episodes, Sampling
@@ -94,9 +101,22 @@ class Trainer(Sampling, Optimizers, Resumable):
     for rank 0's metrics, ``state_dir`` for checkpoints (``None``: in memory, for roll-backs),
     ``model_path`` the start checkpoint (vLLM's engine), ``run_params`` saved with the state."""
 
-    def __init__(self, policy, tokenizer, tcfg, rollout_cfg, reward_cfg, *, episodes: Episodes | None = None,
-                 logger=None, seed: int = 0, dist: Dist | None = None, state_dir: str | Path | None = None,
-                 model_path: str | Path | None = None, run_params: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        policy,
+        tokenizer,
+        tcfg,
+        rollout_cfg,
+        reward_cfg,
+        *,
+        episodes: Episodes | None = None,
+        logger=None,
+        seed: int = 0,
+        dist: Dist | None = None,
+        state_dir: str | Path | None = None,
+        model_path: str | Path | None = None,
+        run_params: dict[str, Any] | None = None,
+    ):
         self.tcfg, self.rollout_cfg, self.reward_cfg = tcfg, rollout_cfg, reward_cfg
         self.model_path = None if model_path is None else str(model_path)
         self.weight_sync = WeightSync(self.model_path)  # the vLLM engine (rollout.backend: vllm), built on first use
@@ -108,14 +128,23 @@ class Trainer(Sampling, Optimizers, Resumable):
         self.logger = logger
         self.state_dir = Path(state_dir) if state_dir is not None else None
         self.params = self._params(run_params)  # saved with every checkpoint; a resume must match them
-        check_train_config(tcfg, rollout_cfg, self.dist.world_size, self.dist.strategy,
-                           has_start_checkpoint=self.model_path is not None)
+        check_train_config(
+            tcfg,
+            rollout_cfg,
+            self.dist.world_size,
+            self.dist.strategy,
+            has_start_checkpoint=self.model_path is not None,
+        )
         loss_params = inspect.signature(POLICY_LOSSES.get(tcfg.policy_loss)).parameters
         if tcfg.off_policy.correction != "none" and "weights" not in loss_params:
-            raise StageError(f"train.off_policy.correction: {tcfg.off_policy.correction} weighs the policy loss per "
-                             f"token, but policy loss {tcfg.policy_loss!r} takes no `weights`: add it, or set correction: none")
+            raise StageError(
+                f"train.off_policy.correction: {tcfg.off_policy.correction} weighs the policy loss per "
+                f"token, but policy loss {tcfg.policy_loss!r} takes no `weights`: add it, or set correction: none"
+            )
         self.policy = policy.to(self.dist.device)  # actor, frozen reference, critic, optimizers (DDP/FSDP-wrapped)
-        self.actor, self.ref, self.critic, self.opt, self.critic_opt = build_modules(policy, tcfg, rollout_cfg, self.dist)
+        self.actor, self.ref, self.critic, self.opt, self.critic_opt = build_modules(
+            policy, tcfg, rollout_cfg, self.dist
+        )
         # state that a checkpoint carries (agentr1.rl.state)
         self.step, self.opt_steps, self.critic_opt_steps, self.rollbacks, self.lr_scale = 0, 0, 0, 0, 1.0
         self.history: list[dict[str, float]] = []
@@ -143,9 +172,15 @@ class Trainer(Sampling, Optimizers, Resumable):
             if metrics is not None and every and step % every == 0:
                 self.save()
             if metrics is not None and self.dist.is_main:
-                log.info("step %d/%d reward %.3f em %.3f | rollout %.1fs update %.1fs", step, self.tcfg.steps,
-                         metrics["rollout/reward"], metrics["rollout/em"], metrics["time/rollout_s"],
-                         metrics["time/update_s"])
+                log.info(
+                    "step %d/%d reward %.3f em %.3f | rollout %.1fs update %.1fs",
+                    step,
+                    self.tcfg.steps,
+                    metrics["rollout/reward"],
+                    metrics["rollout/em"],
+                    metrics["time/rollout_s"],
+                    metrics["time/update_s"],
+                )
             if self.on_step is not None and metrics is not None:
                 self.on_step(step, metrics)
         return self.history
@@ -193,8 +228,10 @@ class Trainer(Sampling, Optimizers, Resumable):
         t = self.tcfg
         empty = [tr.qid for tr in trajs if tr.num_action_tokens == 0]
         if empty:
-            raise StageError(f"{len(empty)} episode(s) have no policy token (e.g. {empty[0]}): the prompt fills "
-                             f"rollout.max_total_tokens ({self.rollout_cfg.max_total_tokens}); raise it")
+            raise StageError(
+                f"{len(empty)} episode(s) have no policy token (e.g. {empty[0]}): the prompt fills "
+                f"rollout.max_total_tokens ({self.rollout_cfg.max_total_tokens}); raise it"
+            )
         batch = collate(list(trajs), self.pad_id)
         B, L = batch["input_ids"].shape
         pos = torch.arange(L).unsqueeze(0)
@@ -214,14 +251,18 @@ class Trainer(Sampling, Optimizers, Resumable):
         batch["old_logp"] = old
         stats: dict[str, float] = {}
         if t.off_policy.correction == "decoupled":
-            batch["behaviour_weight"], w_st = behaviour_weights(old, batch["logprobs"], loss_mask, t.off_policy.weight_cap)
+            batch["behaviour_weight"], w_st = behaviour_weights(
+                old, batch["logprobs"], loss_mask, t.off_policy.weight_cap
+            )
             stats.update({f"train/{k}": float(v) for k, v in w_st.items()})
         if self.ref is not None:
             batch["ref_logp"] = self._row_forward(lambda i, a, m: self.ref(i, a, m)[0], batch, "loss_mask")
             kl_tok = kl_estimate(old, batch["ref_logp"], t.kl.estimator, loss_mask)
             stats["train/kl_ref"] = float(masked_mean(kl_tok, loss_mask))
             if t.kl.mode == "reward":
-                rewards, kl_stats = apply_kl_penalty(rewards, old, batch["ref_logp"], loss_mask, t.kl.coef, t.kl.estimator)
+                rewards, kl_stats = apply_kl_penalty(
+                    rewards, old, batch["ref_logp"], loss_mask, t.kl.coef, t.kl.estimator
+                )
                 stats["train/kl_penalty"] = float(kl_stats["kl"]) * t.kl.coef
         values = None
         if self.critic is not None:
@@ -234,12 +275,24 @@ class Trainer(Sampling, Optimizers, Resumable):
         steps = None
         if ESTIMATORS.spec(t.estimator).meta.get("stepwise"):
             g = t.gigpo
-            steps = anchor_groups(batch["input_ids"], batch["action_mask"], index, g.similarity, g.anchor, g.window,
-                                  g.max_compare)
+            steps = anchor_groups(
+                batch["input_ids"], batch["action_mask"], index, g.similarity, g.anchor, g.window, g.max_compare
+            )
         norm_by_std = t.gigpo.norm_by_std(t.norm_by_std) if steps is not None else t.norm_by_std
-        adv, ret = compute_advantage(t.estimator, rewards, adv_mask, values=values, index=index, gamma=t.gamma,
-                                     lam=t.lam, whiten=t.whiten, norm_by_std=norm_by_std, steps=steps,
-                                     step_weight=t.gigpo.step_weight, episode_stats=t.gigpo.episode_stats)
+        adv, ret = compute_advantage(
+            t.estimator,
+            rewards,
+            adv_mask,
+            values=values,
+            index=index,
+            gamma=t.gamma,
+            lam=t.lam,
+            whiten=t.whiten,
+            norm_by_std=norm_by_std,
+            steps=steps,
+            step_weight=t.gigpo.step_weight,
+            episode_stats=t.gigpo.episode_stats,
+        )
         batch["token_rewards"], batch["advantages"], batch["returns"] = rewards, adv, ret
         stats["train/adv_abs_mean"] = float(masked_mean(adv.abs(), adv_mask))
         stats["train/token_reward_sum"] = float(rewards.sum() / B)
@@ -282,7 +335,10 @@ class Trainer(Sampling, Optimizers, Resumable):
         mini-batch ``rows``, each x world size; gradients are synced on the last micro-batch
         only. Returns this rank's 0/1 flag "every loss finite"."""
         d, t = self.dist, self.tcfg
-        pol_denom, val_denom = denominator(batch["loss_mask"][rows], t.agg_mode), denominator(batch["adv_mask"][rows], t.agg_mode)
+        pol_denom, val_denom = (
+            denominator(batch["loss_mask"][rows], t.agg_mode),
+            denominator(batch["adv_mask"][rows], t.agg_mode),
+        )
         norm_const = float(self.rollout_cfg.max_total_tokens)
         finite = torch.ones(1)
         for last, mb in micro_batches(batch, rows, d, t.micro_batch_size):
@@ -296,8 +352,16 @@ class Trainer(Sampling, Optimizers, Resumable):
             if self.critic is not None:
                 with no_sync(self.critic, not last):
                     v = self.critic(mb["input_ids"], mb["attention_mask"], mb["adv_mask"])
-                    vloss, vst = value_loss(v, mb["values"], mb["returns"], mb["adv_mask"], clip_range=t.critic.value_clip,
-                                            agg_mode=t.agg_mode, denom=val_denom, norm_const=norm_const)
+                    vloss, vst = value_loss(
+                        v,
+                        mb["values"],
+                        mb["returns"],
+                        mb["adv_mask"],
+                        clip_range=t.critic.value_clip,
+                        agg_mode=t.agg_mode,
+                        denom=val_denom,
+                        norm_const=norm_const,
+                    )
                     finite *= float(torch.isfinite(vloss.detach()))
                     (vloss * d.world_size).backward()
                 acc.critic(float(vloss.detach()), vst, float(as_bool(mb["adv_mask"]).sum()))
@@ -309,8 +373,18 @@ class Trainer(Sampling, Optimizers, Resumable):
         logp, ent = self.actor(mb["input_ids"], mb["attention_mask"], lm, with_entropy=True)
         agg = dict(agg_mode=t.agg_mode, denom=denom, norm_const=norm_const)
         weights = {"weights": mb["behaviour_weight"]} if "behaviour_weight" in mb else {}
-        pg, st = compute_policy_loss(t.policy_loss, logp, mb["old_logp"], mb["advantages"], lm, clip_low=t.clip_low,
-                                     clip_high=t.clip_high, dual_clip=t.dual_clip, **agg, **weights)
+        pg, st = compute_policy_loss(
+            t.policy_loss,
+            logp,
+            mb["old_logp"],
+            mb["advantages"],
+            lm,
+            clip_low=t.clip_low,
+            clip_high=t.clip_high,
+            dual_clip=t.dual_clip,
+            **agg,
+            **weights,
+        )
         loss = pg
         stats = {"pg_loss": float(pg.detach())}
         for name in ("clipfrac", "approx_kl", "ratio_mean"):

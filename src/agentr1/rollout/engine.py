@@ -121,8 +121,9 @@ class RolloutEngine:
             {"role": "system", "content": self.env.system_prompt()},
             {"role": "user", "content": self.env.user_prompt(question["question"])},
         ]
-        ids = self.tokenizer.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True,
-                                                 sanitize_control_tokens=True, return_dict=False)
+        ids = self.tokenizer.apply_chat_template(
+            msgs, tokenize=True, add_generation_prompt=True, sanitize_control_tokens=True, return_dict=False
+        )
         return [int(i) for i in ids]
 
     def observation_ids(self, observation: str, turn_text: str) -> list[int]:
@@ -184,8 +185,13 @@ class RolloutEngine:
             live = [i for i in live if budget[i] > 0]
             if not live:
                 break
-            gens = self._generate([trajs[i].input_ids for i in live], [budget[i] for i in live], stop_strings, rng, stats)
-            texts = [self._append_turn(trajs[i], g.token_ids[: budget[i]], g.logprobs[: budget[i]]) for i, g in zip(live, gens)]
+            gens = self._generate(
+                [trajs[i].input_ids for i in live], [budget[i] for i in live], stop_strings, rng, stats
+            )
+            texts = [
+                self._append_turn(trajs[i], g.token_ids[: budget[i]], g.logprobs[: budget[i]])
+                for i, g in zip(live, gens)
+            ]
             stats["generated_tokens"] += sum(len(trajs[i].response_ids) - trajs[i].turn_spans[-1][0] for i in live)
             t0 = time.perf_counter()
             results = self.env.step_batch(texts, [turn] * len(live), [supporting[i] for i in live])
@@ -212,8 +218,11 @@ class RolloutEngine:
             t.response_text = "".join(x for pair in _interleave(t.turn_texts, t.observations) for x in pair)
         counters = getattr(self.backend, "counters", None)
         if counters:
-            stats.update(prefilled_tokens=counters["prefilled"], shared_prefix_tokens=counters.get("shared", 0),
-                         reused_tokens=counters["reused"])
+            stats.update(
+                prefilled_tokens=counters["prefilled"],
+                shared_prefix_tokens=counters.get("shared", 0),
+                reused_tokens=counters["reused"],
+            )
         self.stats = stats
         return trajs
 

@@ -20,8 +20,9 @@ BUILD_INPUTS = frozenset({"model", "tokenizer", "model_path"})
 def make_backend(rollout_cfg: Any, model: Any = None, tokenizer: Any = None, model_path: str | None = None) -> Any:
     """The backend ``rollout_cfg.backend`` names, built from ``model`` + ``tokenizer`` (``hf``)
     or from the checkpoint directory ``model_path`` (``vllm``)."""
-    return BACKENDS.call(rollout_cfg.backend, rollout_cfg, shared=BUILD_INPUTS,
-                         model=model, tokenizer=tokenizer, model_path=model_path)
+    return BACKENDS.call(
+        rollout_cfg.backend, rollout_cfg, shared=BUILD_INPUTS, model=model, tokenizer=tokenizer, model_path=model_path
+    )
 
 
 def hf_backend(rollout_cfg: Any, model: Any = None, tokenizer: Any = None) -> Any:

@@ -168,7 +168,9 @@ class HFBackend:
         return all(type(layer) is DynamicLayer for layer in getattr(cache, "layers", [None]))
 
     @staticmethod
-    def _sample(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample(
+        logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Sampled ids and their log-probs ``log_softmax(logits / T)`` (greedy and ``T = 1`` when ``T = 0``)."""
         if temperature == 0:
             ids = logits.argmax(-1)

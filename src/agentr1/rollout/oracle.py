@@ -105,8 +105,9 @@ def plan_episode(
     expression = question.get("expression")
     calc = 0 if expression is None else 1
     if len(hops) + calc + 1 > max_turns:
-        raise ValueError(f"{qid}: {len(hops)} searches + {calc} calculation(s) + answer do not fit in "
-                         f"max_turns={max_turns}")
+        raise ValueError(
+            f"{qid}: {len(hops)} searches + {calc} calculation(s) + answer do not fit in max_turns={max_turns}"
+        )
     rng = _episode_rng(seed, qid)
     if isinstance(noise, Mapping):
         kind = _pick_kind(noise, rng.random())

@@ -91,7 +91,9 @@ class Trajectory:
         """Raise ``ValueError`` when the per-token fields are misaligned (cheap invariant check)."""
         n = len(self.response_ids)
         if len(self.action_mask) != n or len(self.logprobs) != n:
-            raise ValueError(f"{self.qid}: response/action_mask/logprobs lengths {n}/{len(self.action_mask)}/{len(self.logprobs)}")
+            raise ValueError(
+                f"{self.qid}: response/action_mask/logprobs lengths {n}/{len(self.action_mask)}/{len(self.logprobs)}"
+            )
         if self.process_rewards is not None and len(self.process_rewards) != n:
             raise ValueError(f"{self.qid}: process_rewards has {len(self.process_rewards)} entries for {n} tokens")
         span_tokens = sum(e - s for s, e in self.turn_spans)
@@ -106,12 +108,14 @@ class Trajectory:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
+    def from_dict(cls, d: dict[str, Any]) -> Trajectory:
         """The inverse of :meth:`to_dict` (unknown keys are ignored)."""
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in known}
         kwargs["turn_spans"] = [tuple(s) for s in kwargs.get("turn_spans", [])]
-        kwargs["outcomes"] = [[_outcome(o, d.get("qid"), k) for o in turn] for k, turn in enumerate(kwargs.get("outcomes", []))]
+        kwargs["outcomes"] = [
+            [_outcome(o, d.get("qid"), k) for o in turn] for k, turn in enumerate(kwargs.get("outcomes", []))
+        ]
         return cls(**kwargs)
 
 
@@ -119,8 +123,10 @@ def _outcome(o: Any, qid: Any, turn: int) -> CallOutcome:
     try:
         return CallOutcome(**o)
     except TypeError as exc:
-        raise ValueError(f"trajectory {qid}: outcomes[{turn}] holds {o!r}, not the fields of a CallOutcome "
-                         f"({', '.join(f.name for f in fields(CallOutcome))}): {exc}") from None
+        raise ValueError(
+            f"trajectory {qid}: outcomes[{turn}] holds {o!r}, not the fields of a CallOutcome "
+            f"({', '.join(f.name for f in fields(CallOutcome))}): {exc}"
+        ) from None
 
 
 PARQUET_SCHEMA = pa.schema(

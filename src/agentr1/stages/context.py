@@ -89,9 +89,15 @@ class StageContext:
 
 
 @contextlib.contextmanager
-def open_stage(cfg: Config, stage: str, run_name: str | None = None, variant: str | None = None,
-               tracked: bool = True, extra_tags: dict[str, str] | None = None,
-               continue_run: str | None = None) -> Iterator[StageContext]:
+def open_stage(
+    cfg: Config,
+    stage: str,
+    run_name: str | None = None,
+    variant: str | None = None,
+    tracked: bool = True,
+    extra_tags: dict[str, str] | None = None,
+    continue_run: str | None = None,
+) -> Iterator[StageContext]:
     """The :class:`StageContext` of one execution of ``stage``: inside the stage's MLflow run
     (:func:`agentr1.tracking.mlflow_adapter.stage_run`, named ``run_name``, with the effective
     config of the named run ``variant`` and ``extra_tags``; continuing the MLflow run
@@ -104,6 +110,7 @@ def open_stage(cfg: Config, stage: str, run_name: str | None = None, variant: st
         return
     from agentr1.tracking.mlflow_adapter import stage_run
 
-    with stage_run(cfg, stage, run_name=run_name, variant=variant, extra_tags=extra_tags,
-                   continue_run=continue_run) as run:
+    with stage_run(
+        cfg, stage, run_name=run_name, variant=variant, extra_tags=extra_tags, continue_run=continue_run
+    ) as run:
         yield StageContext(cfg, stage, run)

@@ -67,9 +67,17 @@ from agentr1.tracking.gate import check_gate_metric
 from agentr1.tracking.retry import TrackingFailed, is_tracking_error
 
 SPEC = StageSpec(
-    "evaluate", "greedy EM/F1 with bootstrap CIs of one policy on evaluate.splits (--policy NAME)", order=70,
-    args=(Arg("--policy", required=True, metavar="NAME",
-              help="a named run of params `runs`, or a baseline: cold_start, base_tool_call, naive_rag, cold_start_reference"),),
+    "evaluate",
+    "greedy EM/F1 with bootstrap CIs of one policy on evaluate.splits (--policy NAME)",
+    order=70,
+    args=(
+        Arg(
+            "--policy",
+            required=True,
+            metavar="NAME",
+            help="a named run of params `runs`, or a baseline: cold_start, base_tool_call, naive_rag, cold_start_reference",
+        ),
+    ),
     lock={"evaluate": "policy", "evaluate_baseline": "policy"},  # evaluate@<run>, evaluate_baseline@<name>
 )
 
@@ -84,9 +92,13 @@ def _run_tags(policy: Policy, eval_data: str) -> dict[str, str]:
     return {"agentr1.policy": policy.name, "agentr1.policy_kind": policy.kind, "agentr1.eval_data": eval_data}
 
 
-def log_outputs(ctx: StageContext, args: Any = None, replay: bool = False,
-                trajectories: Mapping[str, Sequence[Trajectory]] | None = None,
-                out_dir: str | Path | None = None) -> dict[str, Any]:
+def log_outputs(
+    ctx: StageContext,
+    args: Any = None,
+    replay: bool = False,
+    trajectories: Mapping[str, Sequence[Trajectory]] | None = None,
+    out_dir: str | Path | None = None,
+) -> dict[str, Any]:
     """The stage's MLflow run from ``metrics.json`` and ``episodes.jsonl`` in ``out_dir``
     (default ``<evaluate.out_dir>/<policy>``): the policy tags, the flat metrics (logged with the
     registered model when the policy is registered, else to the run), per split a seeded sample
@@ -125,8 +137,16 @@ def log_outputs(ctx: StageContext, args: Any = None, replay: bool = False,
 
     # one writer at a time: another evaluation's registration, `agentr1 promote` or `agentr1 track` waits
     with writer_lock(cfg, f"{policy.run_name} registration"):
-        return register_evaluation(run, policy.checkpoint, policy.name, policy.kind, flat, eval_data,
-                                   cfg.tracking.registered_model, cfg.tracking.gate_metric)
+        return register_evaluation(
+            run,
+            policy.checkpoint,
+            policy.name,
+            policy.kind,
+            flat,
+            eval_data,
+            cfg.tracking.registered_model,
+            cfg.tracking.gate_metric,
+        )
 
 
 def _write_timing(out: Path, times: dict[str, float], t_start: float, device: str, mlflow_info: dict[str, Any]) -> None:
@@ -171,13 +191,25 @@ def run(ctx: StageContext, args: Any = None) -> dict[str, Any]:
         backend = make_backend(rollout_cfg, model, tokenizer, model_path=str(resolve_checkpoint(policy.checkpoint)))
     setup = EvalSetup(backend, tokenizer, env, rollout_cfg, cfg.reward, cfg.seed)
     eval_data = eval_data_fingerprint(questions)
-    log.info("evaluate@%s (%s): %s from %s, %d batch(es) of <= %d", policy.name, policy.kind,
-             ", ".join(f"{s} {len(q)}" for s, q in questions.items()), policy.checkpoint,
-             sum(-(-len(qs) // ecfg.batch_size) for qs in questions.values()), ecfg.batch_size)
+    log.info(
+        "evaluate@%s (%s): %s from %s, %d batch(es) of <= %d",
+        policy.name,
+        policy.kind,
+        ", ".join(f"{s} {len(q)}" for s, q in questions.items()),
+        policy.checkpoint,
+        sum(-(-len(qs) // ecfg.batch_size) for qs in questions.values()),
+        ecfg.batch_size,
+    )
     with contextlib.suppress(TrackingFailed):  # recorded: log_outputs below then skips MLflow
         run.set_tags(_run_tags(policy, eval_data))
-    rows, trajs = play(setup, questions, ecfg.batch_size, naive=policy.kind == "naive_rag",
-                       label=f"evaluate@{policy.name}", phase=partial(ctx.phase, digits=3, quiet=True))
+    rows, trajs = play(
+        setup,
+        questions,
+        ecfg.batch_size,
+        naive=policy.kind == "naive_rag",
+        label=f"evaluate@{policy.name}",
+        phase=partial(ctx.phase, digits=3, quiet=True),
+    )
     with ctx.phase("summarize", digits=3, quiet=True):
         summaries = {split: summarize_split(rows[split], ecfg.bootstrap, cfg.seed) for split in questions}
     flat = flat_metrics(summaries)
@@ -187,8 +219,15 @@ def run(ctx: StageContext, args: Any = None) -> dict[str, Any]:
             sampling = sampled(replace(setup, rollout=cfg.rollout), questions, ecfg.sampling.k, ecfg.batch_size)
         flat.update(sampled_flat(sampling))
         for split, entry in sampling["splits"].items():
-            log.info("evaluate@%s %s: sampled EM %.3f, pass@%d %.3f (T %s)", policy.name, split, entry["sampled_em"],
-                     ecfg.sampling.k, entry["pass_at_k"], cfg.rollout.temperature)
+            log.info(
+                "evaluate@%s %s: sampled EM %.3f, pass@%d %.3f (T %s)",
+                policy.name,
+                split,
+                entry["sampled_em"],
+                ecfg.sampling.k,
+                entry["pass_at_k"],
+                cfg.rollout.temperature,
+            )
     metrics: dict[str, Any] = {
         "policy": policy.name,
         "kind": policy.kind,
@@ -220,9 +259,24 @@ def run(ctx: StageContext, args: Any = None) -> dict[str, Any]:
         run.health.fail(exc)  # the store's own error (a registry call): the run ends FAILED, for `agentr1 track`
     _write_timing(out, times, t_start, device, mlflow_info)
     for split, s in summaries.items():
-        log.info("evaluate@%s %s: EM %.3f [%.3f, %.3f], F1 %.3f, format %.3f (n=%d)", policy.name, split, s["em"],
-                 s["em_ci_lower"], s["em_ci_upper"], s["f1"], s["format_ok"], s["n"])
+        log.info(
+            "evaluate@%s %s: EM %.3f [%.3f, %.3f], F1 %.3f, format %.3f (n=%d)",
+            policy.name,
+            split,
+            s["em"],
+            s["em_ci_lower"],
+            s["em_ci_upper"],
+            s["f1"],
+            s["format_ok"],
+            s["n"],
+        )
     if "promotion" in mlflow_info:
         p = mlflow_info["promotion"]
-        log.info("evaluate@%s: registered version %s; gate %s (%s)", policy.name, mlflow_info["version"], p["decision"], p["reason"])
+        log.info(
+            "evaluate@%s: registered version %s; gate %s (%s)",
+            policy.name,
+            mlflow_info["version"],
+            p["decision"],
+            p["reason"],
+        )
     return metrics

@@ -67,8 +67,9 @@ def run(ctx: StageContext, args: Any = None) -> None:
         with atomic_dir(rcfg.index_dir) as tmp:
             retriever.save(tmp)
         log.info("index: built in %.1fs, %.1f MB on disk", ctx.times["build"], dir_bytes(rcfg.index_dir) / 1e6)
-        splits, timing = recall_report(retriever, ds.questions, rcfg.report.ks, rcfg.report.max_queries_per_split,
-                                      ds.corpus)
+        splits, timing = recall_report(
+            retriever, ds.questions, rcfg.report.ks, rcfg.report.max_queries_per_split, ds.corpus
+        )
     except RetrieverError as exc:
         raise StageError(str(exc)) from None
     report = {
@@ -79,13 +80,21 @@ def run(ctx: StageContext, args: Any = None) -> None:
         "splits": splits,
     }
     qps = timing["queries"] / timing["search_s"] if timing["search_s"] > 0 else None
-    timing_out = {"backend": rcfg.backend, "build_s": ctx.times["build"], "queries": timing["queries"],
-                  "queries_per_s": round(qps, 1) if qps else None}
+    timing_out = {
+        "backend": rcfg.backend,
+        "build_s": ctx.times["build"],
+        "queries": timing["queries"],
+        "queries_per_s": round(qps, 1) if qps else None,
+    }
     out = Path(rcfg.report_dir)
     write_json_atomic(out / REPORT_FILE, report)
     write_json_atomic(out / TIMING_FILE, timing_out)
-    log.info("index: report -> %s (%s queries/s over %d questions)", out / REPORT_FILE,
-             timing_out["queries_per_s"], timing["queries"])
+    log.info(
+        "index: report -> %s (%s queries/s over %d questions)",
+        out / REPORT_FILE,
+        timing_out["queries_per_s"],
+        timing["queries"],
+    )
     log_outputs(ctx)
 
 

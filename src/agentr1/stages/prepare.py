@@ -72,8 +72,13 @@ def run(ctx: StageContext, args: Any = None) -> Path:
     cfg = ctx.cfg
     if cfg.data.source == "real":
         for item in unwatched_inputs(cfg.data.real):
-            log.warning("prepare: %s is outside %s/, which dvc.yaml's prepare stage depends on: `dvc repro` will not "
-                        "see this file change (move it, or a symlink to it, under %s/)", item, RAW_DIR, RAW_DIR)
+            log.warning(
+                "prepare: %s is outside %s/, which dvc.yaml's prepare stage depends on: `dvc repro` will not "
+                "see this file change (move it, or a symlink to it, under %s/)",
+                item,
+                RAW_DIR,
+                RAW_DIR,
+            )
     with ctx.phase("total", quiet=True):
         with ctx.phase("build", quiet=True):
             ds, extra = build_dataset(cfg)
@@ -84,15 +89,30 @@ def run(ctx: StageContext, args: Any = None) -> Path:
             write_json_atomic(tmp / MANIFEST_FILE, manifest)
     for split in SPLITS:
         info = manifest["splits"][split]
-        log.info("prepare: %-5s %5d questions  types=%s  hops=%s", split, info["questions"], info["by_type"],
-                 info["by_hops"])
+        log.info(
+            "prepare: %-5s %5d questions  types=%s  hops=%s", split, info["questions"], info["by_type"], info["by_hops"]
+        )
     for entry in (manifest.get("records") or {}).get("sources", []):
         skipped = ", ".join(f"{n} {why}" for why, n in entry["skipped"].items()) or "none"
-        log.info("prepare: %s (%s): %d questions kept, %d without gold passages; skipped: %s; %d of its %d "
-                 "passages already in the corpus", entry["source"], entry["dataset"], entry["questions"],
-                 entry["without_gold"], skipped, entry["passages_already_in_corpus"], entry["passages"])
-    log.info("prepare: source=%s corpus=%d passages -> %s (build %.2fs, total %.2fs)", cfg.data.source,
-             len(ds.corpus), out, ctx.times["build"], ctx.times["total"])
+        log.info(
+            "prepare: %s (%s): %d questions kept, %d without gold passages; skipped: %s; %d of its %d "
+            "passages already in the corpus",
+            entry["source"],
+            entry["dataset"],
+            entry["questions"],
+            entry["without_gold"],
+            skipped,
+            entry["passages_already_in_corpus"],
+            entry["passages"],
+        )
+    log.info(
+        "prepare: source=%s corpus=%d passages -> %s (build %.2fs, total %.2fs)",
+        cfg.data.source,
+        len(ds.corpus),
+        out,
+        ctx.times["build"],
+        ctx.times["total"],
+    )
     log_outputs(ctx)
     return out
 

@@ -55,11 +55,21 @@ from agentr1.report.foundation import foundation
 from agentr1.report.inputs import check_inputs, load_curve, load_evaluation
 from agentr1.report.methods import BASELINES, group_methods, report_baselines
 from agentr1.report.stats import AVG
-from agentr1.report.summary import (grpo_row, method_pairs, step_credit, step_credit_inputs, summarize,
-                                    summary_markdown)
+from agentr1.report.summary import grpo_row, method_pairs, step_credit, step_credit_inputs, summarize, summary_markdown
+from agentr1.report.tables import (
+    Diff,
+    Row,
+    ablation_pairs,
+    breakdown,
+    breakdown_tables,
+    build_rows,
+    compare,
+    csv_text,
+    interval_method,
+    table3,
+    table4,
+)
 from agentr1.report.tools import tools_section
-from agentr1.report.tables import (Diff, Row, ablation_pairs, breakdown, breakdown_tables, build_rows, compare,
-                                   csv_text, interval_method, table3, table4)
 from agentr1.stages.context import StageContext
 from agentr1.stages.spec import StageSpec
 
@@ -67,33 +77,50 @@ SPEC = StageSpec("report", "Table 3/4 analogues, breakdowns, plots and summary.m
 
 log = logging.getLogger(__name__)
 
-def _report_json(cfg, rows: list[Row], ablation_diffs: dict[str, list[Diff]], vs_baselines: dict, bd: dict,
-                 facts: dict) -> dict:
+
+def _report_json(
+    cfg, rows: list[Row], ablation_diffs: dict[str, list[Diff]], vs_baselines: dict, bd: dict, facts: dict
+) -> dict:
     r = cfg.report
     splits = list(r.splits)
     policies = {}
     for row in rows:
         m = row.method
         policies[row.label] = {
-            "name": row.display, "kind": row.kind, "runs": row.runs, "n_seeds": row.n_seeds,
-            "overrides": m.overrides if m else {}, "estimator": m.estimator if m else None,
-            "masks_off": m.masks_off if m else [], "ablation_of": m.ablation_of if m else None,
+            "name": row.display,
+            "kind": row.kind,
+            "runs": row.runs,
+            "n_seeds": row.n_seeds,
+            "overrides": m.overrides if m else {},
+            "estimator": m.estimator if m else None,
+            "masks_off": m.masks_off if m else [],
+            "ablation_of": m.ablation_of if m else None,
             **{k: {**row.cells[k].as_dict(), "per_seed": row.per_seed[k]} for k in [*splits, AVG]},
         }
     return {
-        "metric": r.metric, "splits": splits,
-        "bootstrap": {"samples": r.bootstrap.samples, "ci": r.bootstrap.ci, "seed": cfg.seed, "interval": "percentile",
-                      # what each replicate redraws (agentr1.report.stats.seeds_questions)
-                      "resamples": {"training_seeds": "per RL row, S - 1 draws of its S seeds (Rao-Wu)"
-                                                      + ("; one draw for both rows of a difference on the same seeds"
-                                                         if r.pair_seeds else ""),
-                                    "questions": "per split, one draw shared by every seed and both rows (paired)"}},
-        "seeds": list(cfg.seeds), "min_seeds": r.min_seeds,
-        "interval_method": interval_method(r.bootstrap.ci, r.bootstrap.samples, r.pair_seeds), "pair_seeds": r.pair_seeds,
+        "metric": r.metric,
+        "splits": splits,
+        "bootstrap": {
+            "samples": r.bootstrap.samples,
+            "ci": r.bootstrap.ci,
+            "seed": cfg.seed,
+            "interval": "percentile",
+            # what each replicate redraws (agentr1.report.stats.seeds_questions)
+            "resamples": {
+                "training_seeds": "per RL row, S - 1 draws of its S seeds (Rao-Wu)"
+                + ("; one draw for both rows of a difference on the same seeds" if r.pair_seeds else ""),
+                "questions": "per split, one draw shared by every seed and both rows (paired)",
+            },
+        },
+        "seeds": list(cfg.seeds),
+        "min_seeds": r.min_seeds,
+        "interval_method": interval_method(r.bootstrap.ci, r.bootstrap.samples, r.pair_seeds),
+        "pair_seeds": r.pair_seeds,
         "policies": policies,
         "ablations": {a: {d.split: d.as_dict() for d in ds} for a, ds in ablation_diffs.items()},
-        "vs_baselines": {p: {b: {d.split: d.as_dict() for d in ds} for b, ds in per.items()}
-                         for p, per in vs_baselines.items()},
+        "vs_baselines": {
+            p: {b: {d.split: d.as_dict() for d in ds} for b, ds in per.items()} for p, per in vs_baselines.items()
+        },
         "breakdown": bd,
         "summary": facts,
     }
@@ -105,16 +132,22 @@ def before(cfg, args: Any = None) -> None:
     splits = list(rc.splits)
     not_evaluated = [s for s in splits if s not in cfg.evaluate.splits]
     if not_evaluated:
-        raise StageError(f"report.splits {not_evaluated} are not in evaluate.splits {list(cfg.evaluate.splits)}: "
-                         "add them there (and re-run the evaluate stages) or remove them from report.splits")
+        raise StageError(
+            f"report.splits {not_evaluated} are not in evaluate.splits {list(cfg.evaluate.splits)}: "
+            "add them there (and re-run the evaluate stages) or remove them from report.splits"
+        )
     runs = list(cfg.runs)
     clash = sorted(set(runs) & set(BASELINES))
     if clash:
         raise StageError(f"params runs {clash} reuse a baseline's name ({', '.join(BASELINES)}): rename the run")
     if not runs:
         raise StageError("params `runs` is empty: the report compares named RL runs against the baselines")
-    check_inputs(Path(cfg.evaluate.out_dir), Path(cfg.train.out_dir), cfg.replicas(),
-                 list(report_baselines(cfg.sft_reference is not None)))
+    check_inputs(
+        Path(cfg.evaluate.out_dir),
+        Path(cfg.train.out_dir),
+        cfg.replicas(),
+        list(report_baselines(cfg.sft_reference is not None)),
+    )
 
 
 def run(ctx: StageContext, args: Any = None) -> dict:
@@ -150,18 +183,28 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     if tools is not None:
         report["tools"] = tools[0]
     reference_dir = Path(cfg.sft_for("reference").report_dir) if cfg.sft_reference is not None else None
-    report["foundation"], foundation_md = foundation(Path(cfg.pretrain.report_dir), Path(cfg.sft.report_dir), eval_dir,
-                                                     splits, reference_dir)
+    report["foundation"], foundation_md = foundation(
+        Path(cfg.pretrain.report_dir), Path(cfg.sft.report_dir), eval_dir, splits, reference_dir
+    )
 
     t3_md, t3_csv = table3(rows, splits, metric, ci, samples, rc.pair_seeds)
     t4_md, t4_csv = table4(rows, ablation_diffs, splits, metric, ci, samples, rc.pair_seeds)
     bd_md, bd_csv = breakdown_tables(rows, bd, splits, metric)
     bh_md, bh_csv = behaviour_tables(rows, bh, splits, metric)
-    curve_rows = [[c.run, method_of[c.run], s, rw, dv, tc] for c in curves
-                  for s, rw, dv, tc in zip(c.steps, c.reward, c.dev_em, c.tool_calls)]
+    curve_rows = [
+        [c.run, method_of[c.run], s, rw, dv, tc]
+        for c in curves
+        for s, rw, dv, tc in zip(c.steps, c.reward, c.dev_em, c.tool_calls)
+    ]
     texts = {
-        "table3.md": t3_md, "table3.csv": t3_csv, "table4.md": t4_md, "table4.csv": t4_csv,
-        "breakdown.md": bd_md, "breakdown.csv": bd_csv, "behaviour.md": bh_md, "behaviour.csv": bh_csv,
+        "table3.md": t3_md,
+        "table3.csv": t3_csv,
+        "table4.md": t4_md,
+        "table4.csv": t4_csv,
+        "breakdown.md": bd_md,
+        "breakdown.csv": bd_csv,
+        "behaviour.md": bh_md,
+        "behaviour.csv": bh_csv,
         "summary.md": summary_markdown(facts, rows, metric, splits, interval_method(ci, samples, rc.pair_seeds))
         + "\n".join(["", *bh_md_section, *foundation_md]),
         "curves.csv": csv_text(["run", "method", "step", "reward", "dev_em", "tool_calls"], curve_rows),
@@ -180,8 +223,14 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     log_outputs(ctx)
 
     summary_path = out / "summary.md"
-    log.info("report: %d policies (%d RL methods, %d ablations) over %s; summary in %s", len(rows),
-             sum(r.kind == "rl" for r in rows), sum(r.kind == "ablation" for r in rows), ", ".join(splits), summary_path)
+    log.info(
+        "report: %d policies (%d RL methods, %d ablations) over %s; summary in %s",
+        len(rows),
+        sum(r.kind == "rl" for r in rows),
+        sum(r.kind == "ablation" for r in rows),
+        ", ".join(splits),
+        summary_path,
+    )
     print(summary_path)
     return report
 

@@ -51,11 +51,18 @@ from agentr1.env.load import corpus_env
 from agentr1.errors import StageError
 from agentr1.eval.quick import episode_metrics, summarize
 from agentr1.io import atomic_dir, write_json_atomic
+from agentr1.lm.sft import copy_probe, train_sft
 from agentr1.models import load_checkpoint, save_checkpoint
 from agentr1.models.vocab import restrict_vocabulary
-from agentr1.lm.sft import copy_probe, train_sft
 from agentr1.rollout import save_trajectories
-from agentr1.rollout.oracle import corpus_titles, oracle_rollout, plan_all, probe_episodes, unique_questions, world_texts
+from agentr1.rollout.oracle import (
+    corpus_titles,
+    oracle_rollout,
+    plan_all,
+    probe_episodes,
+    unique_questions,
+    world_texts,
+)
 from agentr1.stages.context import StageContext
 from agentr1.stages.outputs import curve_csv, summary_metrics
 from agentr1.stages.spec import StageSpec
@@ -93,8 +100,10 @@ def demo_sets(ctx: StageContext, ds) -> list[DemoSet]:
     sets = [DemoSet(train, ctx.env(), ds.corpus)] if train else []
     f = cfg.sft.fresh
     if f.worlds and cfg.data.source != "synthetic":
-        raise StageError(f"sft.fresh.worlds generates synthetic worlds, but data.source is {cfg.data.source!r}: "
-                         "set sft.fresh.worlds: 0 for real data")
+        raise StageError(
+            f"sft.fresh.worlds generates synthetic worlds, but data.source is {cfg.data.source!r}: "
+            "set sft.fresh.worlds: 0 for real data"
+        )
     taken = frozenset(str(p["title"]) for p in ds.corpus)
     for k in range(f.worlds):
         world = make_world(cfg.data.synthetic, k, f.families, f.questions, f"{cfg.seed}/sft", taken, "sft.fresh")
@@ -138,11 +147,20 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     with phase("oracle_plans"):
         try:
             for d in demos:
-                d.plans = plan_all(d.questions, corpus_titles(d.corpus), d.env.fmt, scfg.oracle_noise, cfg.seed,
-                                   d.env.max_turns, scfg.oracle_lead_space)
+                d.plans = plan_all(
+                    d.questions,
+                    corpus_titles(d.corpus),
+                    d.env.fmt,
+                    scfg.oracle_noise,
+                    cfg.seed,
+                    d.env.max_turns,
+                    scfg.oracle_lead_space,
+                )
         except (KeyError, ValueError) as exc:
-            raise StageError(f"cannot script the oracle ({exc}): the sft stage needs the synthetic world's "
-                             "supporting_ids (one passage per hop, in the corpus) and env.max_turns > hops") from None
+            raise StageError(
+                f"cannot script the oracle ({exc}): the sft stage needs the synthetic world's "
+                "supporting_ids (one passage per hop, in the corpus) and env.max_turns > hops"
+            ) from None
         plans = [p for d in demos for p in d.plans]
     with phase("policy"):
         model, tokenizer = load_checkpoint(base, cfg.model.dtype)
@@ -153,8 +171,13 @@ def run(ctx: StageContext, args: Any = None) -> dict:
             log.info("sft: vocabulary restricted to the world's tokens: %d -> %d", cut["before"], cut["after"])
         model.to(device)
     n_params = sum(p.numel() for p in model.parameters())
-    log.info("sft: base policy %s (%s) with %.2fM parameters, vocabulary %d", base, cfg.model.kind, n_params / 1e6,
-             len(tokenizer))
+    log.info(
+        "sft: base policy %s (%s) with %.2fM parameters, vocabulary %d",
+        base,
+        cfg.model.kind,
+        n_params / 1e6,
+        len(tokenizer),
+    )
     with phase("oracle_rollout"):
         oracle = [t for d in demos for t in oracle_rollout(d.questions, d.env, tokenizer, cfg.rollout, d.plans)]
         probe_eps = probe_episodes(ds, env, tokenizer, cfg, corpus_titles(ds.corpus))
@@ -163,7 +186,9 @@ def run(ctx: StageContext, args: Any = None) -> dict:
         with phase("probe_base"):
             copy["base"] = copy_probe(model, probe_eps, tokenizer.pad_token_id)
     oracle_summary = _oracle_summary(oracle, plans, cfg.reward)
-    log.info("sft: %d oracle episodes, oracle EM %.3f, kinds %s", len(oracle), oracle_summary["em"], oracle_summary["kinds"])
+    log.info(
+        "sft: %d oracle episodes, oracle EM %.3f, kinds %s", len(oracle), oracle_summary["em"], oracle_summary["kinds"]
+    )
 
     def log_step(row: dict) -> None:  # live in MLflow, one point per optimizer step
         run.logger.log({m: row[k] for k, m in SFT_METRICS.items()}, step=int(row["step"]))
@@ -171,16 +196,22 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     history: list[dict] = []
     with phase("train"):
         if scfg.enabled and scfg.steps > 0:
-            history = train_sft(model, oracle, tokenizer.pad_token_id, scfg, seed=cfg.seed, on_step=log_step,
-                                log_every=scfg.log_every)
+            history = train_sft(
+                model, oracle, tokenizer.pad_token_id, scfg, seed=cfg.seed, on_step=log_step, log_every=scfg.log_every
+            )
     if probe_eps:
         with phase("probe_cold_start"):
             copy["cold_start"] = copy_probe(model, probe_eps, tokenizer.pad_token_id)
         copy["gate"] = copy_gate(copy, scfg.copy_gate)
-        log.info("sft: copy probe (dev, teacher-forced top-1 of copyable tokens) base %.3f -> cold start %.3f "
-                 "(start %.3f, continue %.3f; gate %s)", copy["base"]["top1"] or 0, copy["cold_start"]["top1"] or 0,
-                 copy["cold_start"]["start"]["top1"] or 0, copy["cold_start"]["continue"]["top1"] or 0,
-                 "passed" if copy["gate"]["passed"] else "not passed")
+        log.info(
+            "sft: copy probe (dev, teacher-forced top-1 of copyable tokens) base %.3f -> cold start %.3f "
+            "(start %.3f, continue %.3f; gate %s)",
+            copy["base"]["top1"] or 0,
+            copy["cold_start"]["top1"] or 0,
+            copy["cold_start"]["start"]["top1"] or 0,
+            copy["cold_start"]["continue"]["top1"] or 0,
+            "passed" if copy["gate"]["passed"] else "not passed",
+        )
     tail = history[-10:]
     metrics = {
         "oracle": oracle_summary,
@@ -207,12 +238,20 @@ def run(ctx: StageContext, args: Any = None) -> dict:
         times["total"] = round(time.perf_counter() - t_start, 2)
         tokens_per_s = sum(r["tokens"] for r in history) / times["train"] if history and times["train"] else None
         write_json_atomic(Path(tmp) / "timing.json", {"time_s": dict(times), "tokens_per_s": tokens_per_s})
-    log.info("sft: oracle EM %.3f, loss %s -> %s in %d steps (total %.0fs)", oracle_summary["em"],
-             metrics["train"]["first_loss"], metrics["train"]["final_loss"], len(history), times["total"])
+    log.info(
+        "sft: oracle EM %.3f, loss %s -> %s in %d steps (total %.0fs)",
+        oracle_summary["em"],
+        metrics["train"]["first_loss"],
+        metrics["train"]["final_loss"],
+        len(history),
+        times["total"],
+    )
     return metrics
 
 
-def log_outputs(ctx: StageContext, args: Any = None, replay: bool = False, report_dir: str | Path | None = None) -> None:
+def log_outputs(
+    ctx: StageContext, args: Any = None, replay: bool = False, report_dir: str | Path | None = None
+) -> None:
     """The stage's MLflow run from ``metrics.json`` (``summary/*``) in ``report_dir`` (default
     ``sft.report_dir``); with ``replay`` (a run reconstructed by ``agentr1 track``) also the step
     curve a live run logs while it trains, from ``loss.csv``."""

@@ -19,14 +19,19 @@ from agentr1.stages import sft
 from agentr1.stages.context import StageContext
 from agentr1.stages.spec import StageSpec
 
-SPEC = StageSpec("sft_reference", "the reference cold start: the sft stage with params sft_reference (a better demonstrator)",
-                 order=55)
+SPEC = StageSpec(
+    "sft_reference",
+    "the reference cold start: the sft stage with params sft_reference (a better demonstrator)",
+    order=55,
+)
 
 
 def _reference(ctx: StageContext) -> StageContext:
     if ctx.cfg.sft_reference is None:
-        raise StageError("params define no sft_reference (the keys of sft the reference demonstrator changes, with its "
-                         "own out_dir and report_dir): add it, or drop the sft_reference stage from dvc.yaml")
+        raise StageError(
+            "params define no sft_reference (the keys of sft the reference demonstrator changes, with its "
+            "own out_dir and report_dir): add it, or drop the sft_reference stage from dvc.yaml"
+        )
     return replace(ctx, cfg=ctx.cfg.reference_config())
 
 

@@ -40,7 +40,11 @@ class Arg:
         self.flags, self.group, self.options = tuple(flags), group, dict(options)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Arg) and (self.flags, self.group, self.options) == (other.flags, other.group, other.options)
+        return isinstance(other, Arg) and (self.flags, self.group, self.options) == (
+            other.flags,
+            other.group,
+            other.options,
+        )
 
     def __repr__(self) -> str:
         opts = ([f"group={self.group!r}"] if self.group else []) + [f"{k}={v!r}" for k, v in self.options.items()]
@@ -89,8 +93,9 @@ def _value(node: ast.expr, where: str) -> Any:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CALLS:
         if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
             raise SpecError(f"{where}: no *args or **kwargs in SPEC")
-        return _CALLS[node.func.id](*(_value(a, where) for a in node.args),
-                                    **{k.arg: _value(k.value, where) for k in node.keywords})
+        return _CALLS[node.func.id](
+            *(_value(a, where) for a in node.args), **{k.arg: _value(k.value, where) for k in node.keywords}
+        )
     if isinstance(node, (ast.Tuple, ast.List)):
         items = [_value(e, where) for e in node.elts]
         return tuple(items) if isinstance(node, ast.Tuple) else items
@@ -99,8 +104,10 @@ def _value(node: ast.expr, where: str) -> Any:
     try:
         return ast.literal_eval(node)
     except ValueError:
-        raise SpecError(f"{where}: SPEC must be a literal declaration (StageSpec/Arg calls over literals), "
-                        f"not {ast.unparse(node)!r}") from None
+        raise SpecError(
+            f"{where}: SPEC must be a literal declaration (StageSpec/Arg calls over literals), "
+            f"not {ast.unparse(node)!r}"
+        ) from None
 
 
 def read_spec(path: str | Path, module: str = "") -> StageSpec | None:

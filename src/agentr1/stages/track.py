@@ -85,16 +85,22 @@ def resolve(key: str) -> tuple[str, argparse.Namespace]:
     :class:`StageError` naming the entry to add for an unknown one."""
     prefix, at, name = key.partition("@")
     if prefix not in LOCK_KINDS:
-        raise StageError(f"dvc.lock stage {key!r} has no entry in agentr1.stages.track.LOCK_KINDS, so `agentr1 track` "
-                         f"cannot log it: add {prefix!r}: <argument its @name fills or None> to the lock of the SPEC of "
-                         "its stage module and a log_outputs(ctx, args, replay) there (docs/EXTENDING.md, \"A stage\")")
+        raise StageError(
+            f"dvc.lock stage {key!r} has no entry in agentr1.stages.track.LOCK_KINDS, so `agentr1 track` "
+            f"cannot log it: add {prefix!r}: <argument its @name fills or None> to the lock of the SPEC of "
+            'its stage module and a log_outputs(ctx, args, replay) there (docs/EXTENDING.md, "A stage")'
+        )
     stage, arg = LOCK_KINDS[prefix]
     if bool(arg) != bool(at):
-        raise StageError(f"dvc.lock stage {key!r}: LOCK_KINDS[{prefix!r}] expects "
-                         f"{f'a foreach key {prefix}@<name>' if arg else f'the plain stage name {prefix!r}'}")
+        raise StageError(
+            f"dvc.lock stage {key!r}: LOCK_KINDS[{prefix!r}] expects "
+            f"{f'a foreach key {prefix}@<name>' if arg else f'the plain stage name {prefix!r}'}"
+        )
     module = importlib.import_module(STAGES[stage][0])
     if not hasattr(module, "log_outputs"):
-        raise StageError(f"stage module {module.__name__} has no log_outputs(ctx, args, replay): `agentr1 track` needs one")
+        raise StageError(
+            f"stage module {module.__name__} has no log_outputs(ctx, args, replay): `agentr1 track` needs one"
+        )
     return stage, argparse.Namespace(**({arg: name} if arg else {}))
 
 
@@ -143,7 +149,9 @@ def _structure_problems(key: str, raw: Any) -> list[str]:
             if not isinstance(item, dict) or not isinstance(item.get("path"), str) or not item["path"].strip():
                 problems.append(f"{key}: {field_}[{i}] is not a mapping with a string `path`")
     params = raw.get("params")
-    if params is not None and not (isinstance(params, dict) and all(isinstance(v, dict) or v is None for v in params.values())):
+    if params is not None and not (
+        isinstance(params, dict) and all(isinstance(v, dict) or v is None for v in params.values())
+    ):
         problems.append(f"{key}: params is not a mapping of params file -> mapping of keys")
     return problems
 
@@ -160,11 +168,14 @@ def _foreach_problem(cfg: Config, stage: str, args: argparse.Namespace, key: str
         name = args.policy
         if name in cfg.runs and name in BASELINES:
             return f"{key}: run {name!r} in params `runs` shadows the baseline of the same name: rename the run"
-        expected = (f"evaluate@{name}" if cfg.is_run(name) else f"evaluate_baseline@{name}" if name in BASELINES
-                    else None)
+        expected = (
+            f"evaluate@{name}" if cfg.is_run(name) else f"evaluate_baseline@{name}" if name in BASELINES else None
+        )
         if expected is None:
-            return (f"{key}: unknown policy {name!r}: not a run of params `runs` ({', '.join(sorted(cfg.runs))}) nor a "
-                    f"replica <run>-<seed> of one, nor a baseline ({', '.join(BASELINES)})")
+            return (
+                f"{key}: unknown policy {name!r}: not a run of params `runs` ({', '.join(sorted(cfg.runs))}) nor a "
+                f"replica <run>-<seed> of one, nor a baseline ({', '.join(BASELINES)})"
+            )
         if expected != key:
             return f"{key}: policy {name!r} is evaluated as {expected!r}, not {key!r}"
     elif stage == "train":
@@ -187,7 +198,9 @@ def lock_entries(lock_path: str | Path = "dvc.lock", cfg: Config | None = None) 
     :class:`StageError` listing every problem with the fix, or when there is no ``dvc.lock``."""
     lock_path = Path(lock_path)
     if not lock_path.is_file():
-        raise StageError(f"no {lock_path} here: run `agentr1 track` in the project root, after `dvc repro` (or `dvc pull`)")
+        raise StageError(
+            f"no {lock_path} here: run `agentr1 track` in the project root, after `dvc repro` (or `dvc pull`)"
+        )
     root = lock_path.parent
     inside = (root.resolve(), (root / ".dvc" / "cache").resolve())
     entries, problems, unknown = [], [], []
@@ -202,16 +215,30 @@ def lock_entries(lock_path: str | Path = "dvc.lock", cfg: Config | None = None) 
         cmd = raw.get("cmd") or ""
         cmd = cmd if isinstance(cmd, str) else " && ".join(cmd)
         if cmd.split()[:1] != ["agentr1"]:
-            entries.append(Entry(key, "", argparse.Namespace(), outs, deps, {}, state="skipped",
-                                 note=f"not an agentr1 stage (cmd `{cmd[:80]}`): no run to log"))
+            entries.append(
+                Entry(
+                    key,
+                    "",
+                    argparse.Namespace(),
+                    outs,
+                    deps,
+                    {},
+                    state="skipped",
+                    note=f"not an agentr1 stage (cmd `{cmd[:80]}`): no run to log",
+                )
+            )
             continue
         try:
             stage, args = resolve(key)
         except StageError as exc:
             unknown.append(str(exc))
             continue
-        problems += [f"{key}: {kind} {path!r} {why}" for kind, paths in (("out", outs), ("dep", deps)) for path in paths
-                     if (why := _path_problem(path, root, inside))]
+        problems += [
+            f"{key}: {kind} {path!r} {why}"
+            for kind, paths in (("out", outs), ("dep", deps))
+            for path in paths
+            if (why := _path_problem(path, root, inside))
+        ]
         name_problem = _foreach_problem(cfg, stage, args, key) if cfg is not None else None
         if name_problem:
             problems.append(name_problem)
@@ -222,16 +249,23 @@ def lock_entries(lock_path: str | Path = "dvc.lock", cfg: Config | None = None) 
         shown = problems[:MAX_PROBLEMS]
         if len(problems) > MAX_PROBLEMS:
             shown.append(f"... and {len(problems) - MAX_PROBLEMS} more")
-        raise StageError(f"{lock_path} is not what `dvc repro` writes, nothing logged ({len(problems)} problem(s)): "
-                         + "; ".join(shown) + f": {provenance.LOCK_FIX}")
-    after = {e.key: {o.key for o in entries if o is not e and any(_overlap(d, out) for d in e.deps for out in o.outs)}
-             for e in entries}
+        raise StageError(
+            f"{lock_path} is not what `dvc repro` writes, nothing logged ({len(problems)} problem(s)): "
+            + "; ".join(shown)
+            + f": {provenance.LOCK_FIX}"
+        )
+    after = {
+        e.key: {o.key for o in entries if o is not e and any(_overlap(d, out) for d in e.deps for out in o.outs)}
+        for e in entries
+    }
     ordered: list[Entry] = []
     while len(ordered) < len(entries):
         done = {e.key for e in ordered}
         ready = [e for e in entries if e.key not in done and after[e.key] <= done]
         if not ready:
-            raise StageError(f"{lock_path}: the stages {sorted(set(after) - done)} depend on each other's outputs in a cycle")
+            raise StageError(
+                f"{lock_path}: the stages {sorted(set(after) - done)} depend on each other's outputs in a cycle"
+            )
         ordered.append(ready[0])
     return ordered
 
@@ -251,10 +285,19 @@ def same_value(locked: Any, now: Any) -> bool:
     """Whether a param as ``dvc.lock`` recorded it (YAML 1.2) equals its value in the params
     file (read as YAML 1.1, where ``1e-4`` is a string: numbers compare as numbers)."""
     if isinstance(locked, dict) or isinstance(now, dict):
-        return (isinstance(locked, dict) and isinstance(now, dict) and locked.keys() == now.keys()
-                and all(same_value(locked[k], now[k]) for k in locked))
+        return (
+            isinstance(locked, dict)
+            and isinstance(now, dict)
+            and locked.keys() == now.keys()
+            and all(same_value(locked[k], now[k]) for k in locked)
+        )
     if isinstance(locked, list) or isinstance(now, list):
-        return isinstance(locked, list) and isinstance(now, list) and len(locked) == len(now) and all(map(same_value, locked, now))
+        return (
+            isinstance(locked, list)
+            and isinstance(now, list)
+            and len(locked) == len(now)
+            and all(map(same_value, locked, now))
+        )
     if isinstance(locked, bool) or isinstance(now, bool) or locked is None or now is None:
         return locked is now
     if locked == now:
@@ -270,16 +313,20 @@ def stale_reason(entry: Entry, root: Path) -> str | None:
     locked, a locked param that differs from the params file), with the fix; ``None`` when it can."""
     changed = [path for path, digest in entry.outs.items() if provenance.dvc_hash(root / path) != digest]
     if changed:
-        return (f"{', '.join(changed)} differ from what dvc.lock records: `dvc repro` (or `dvc checkout {entry.key}` "
-                "to restore the locked outputs) first")
+        return (
+            f"{', '.join(changed)} differ from what dvc.lock records: `dvc repro` (or `dvc checkout {entry.key}` "
+            "to restore the locked outputs) first"
+        )
     for file, values in entry.params.items():
         current = read_params(root / file)
         for key, locked in (values or {}).items():
             now = _lookup(current, key)
             if now is _MISSING or not same_value(locked, now):
                 shown = "missing" if now is _MISSING else repr(now)
-                return (f"param {key} in {file} ({shown}) differs from the value dvc.lock records for this stage "
-                        f"({locked!r}): `dvc repro` first, or restore {file}")
+                return (
+                    f"param {key} in {file} ({shown}) differs from the value dvc.lock records for this stage "
+                    f"({locked!r}): `dvc repro` first, or restore {file}"
+                )
     return None
 
 
@@ -316,9 +363,13 @@ def log_entry(cfg: Config, entry: Entry) -> str:
     module = importlib.import_module(STAGES[entry.stage][0])
     run_name, variant = module.names(cfg, entry.args) if hasattr(module, "names") else (entry.stage, None)
     if run_name != entry.key:
-        raise StageError(f"dvc.lock stage {entry.key!r} resolves to the run name {run_name!r}: fix the lock of the "
-                         f"SPEC of {module.__name__}")
-    with open_stage(cfg, entry.stage, run_name=run_name, variant=variant, extra_tags={LOGGED_FROM_TAG: LOGGED_FROM}) as ctx:
+        raise StageError(
+            f"dvc.lock stage {entry.key!r} resolves to the run name {run_name!r}: fix the lock of the "
+            f"SPEC of {module.__name__}"
+        )
+    with open_stage(
+        cfg, entry.stage, run_name=run_name, variant=variant, extra_tags={LOGGED_FROM_TAG: LOGGED_FROM}
+    ) as ctx:
         module.log_outputs(ctx, entry.args, replay=True)
     return str(ctx.run.run_id)
 
@@ -343,7 +394,9 @@ def track(cfg: Config, lock_path: str | Path = "dvc.lock", dry_run: bool = False
     if dry_run:
         return _checked_plan(cfg, lock_path)[0]
     with writer_lock(cfg, "agentr1 track"):
-        entries, client = _checked_plan(cfg, lock_path)  # inside the lock: what another writer logged is not logged again
+        entries, client = _checked_plan(
+            cfg, lock_path
+        )  # inside the lock: what another writer logged is not logged again
         if any(e.state in ("log", "adopt") for e in entries):
             _write(cfg, entries, client)
     return entries
@@ -371,11 +424,21 @@ def run_track(cfg: Config, args: argparse.Namespace) -> None:
     if getattr(args, "set", None):
         raise StageError("agentr1 track logs the params dvc.lock recorded: run it without --set")
     lock = Path("dvc.lock")
-    files = {str(f) for e in provenance.lock_stages(lock).values() if isinstance(e, dict) and isinstance(e.get("params"), dict)
-             for f in e["params"]} if lock.is_file() else set()
+    files = (
+        {
+            str(f)
+            for e in provenance.lock_stages(lock).values()
+            if isinstance(e, dict) and isinstance(e.get("params"), dict)
+            for f in e["params"]
+        }
+        if lock.is_file()
+        else set()
+    )
     if files and Path(args.params).resolve() not in {Path(f).resolve() for f in files}:
-        raise StageError(f"dvc.lock records params from {', '.join(sorted(files))}, not {args.params}: pass --params "
-                         f"{sorted(files)[0]}")
+        raise StageError(
+            f"dvc.lock records params from {', '.join(sorted(files))}, not {args.params}: pass --params "
+            f"{sorted(files)[0]}"
+        )
     entries = track(cfg, lock, dry_run=args.dry_run)
     words = {"log": "would log", "adopt": "would adopt"} if args.dry_run else {}
     counts: dict[str, int] = {}
@@ -383,9 +446,13 @@ def run_track(cfg: Config, args: argparse.Namespace) -> None:
         state = words.get(e.state, e.state)
         counts[state] = counts.get(state, 0) + 1
         print(f"{e.key:<34} {state}{': ' + e.note if e.note else ''}")
-    print(f"agentr1 track: {len(entries)} stages in dvc.lock: " + ", ".join(f"{n} {state}" for state, n in counts.items()))
+    print(
+        f"agentr1 track: {len(entries)} stages in dvc.lock: " + ", ".join(f"{n} {state}" for state, n in counts.items())
+    )
     client, _ = lockruns.open_store(cfg, create=False)
     n, aliases = lockruns.registry_state(client, cfg.tracking.registered_model) if client is not None else (0, {})
-    print(f"MLflow {redact_uri(resolve_tracking_uri(cfg))} experiment {experiment_name(cfg)}; registry "
-          f"{cfg.tracking.registered_model}: {n} versions, aliases "
-          + (", ".join(f"{a}=v{v}" for a, v in aliases.items()) or "none"))
+    print(
+        f"MLflow {redact_uri(resolve_tracking_uri(cfg))} experiment {experiment_name(cfg)}; registry "
+        f"{cfg.tracking.registered_model}: {n} versions, aliases "
+        + (", ".join(f"{a}=v{v}" for a, v in aliases.items()) or "none")
+    )

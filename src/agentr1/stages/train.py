@@ -79,11 +79,20 @@ from agentr1.stages.spec import Arg, StageSpec
 from agentr1.tracking.retry import TrackingFailed
 
 SPEC = StageSpec(
-    "train", "RL from the cold start with a named run (--run NAME; torchrun for data parallel)", order=60,
-    args=(Arg("--run", "--run-name", dest="run", default=None,
-              help="named run from params `runs` (default: the train section as is); under torchrun "
-                   "spell it --run-name (torchrun itself claims the prefix --run)"),
-          Arg("--resume", action="store_true", help="continue from <train.out_dir>/<run>/state")),
+    "train",
+    "RL from the cold start with a named run (--run NAME; torchrun for data parallel)",
+    order=60,
+    args=(
+        Arg(
+            "--run",
+            "--run-name",
+            dest="run",
+            default=None,
+            help="named run from params `runs` (default: the train section as is); under torchrun "
+            "spell it --run-name (torchrun itself claims the prefix --run)",
+        ),
+        Arg("--resume", action="store_true", help="continue from <train.out_dir>/<run>/state"),
+    ),
     lock={"train": "run"},  # train@<run>: agentr1 train --run <run>
 )
 
@@ -91,18 +100,35 @@ log = logging.getLogger(__name__)
 
 # curve.csv column -> metric name
 CURVE = {
-    "reward": "rollout/reward", "em": "rollout/em", "format_rate": "rollout/format_rate",
-    "tool_calls": "rollout/tool_calls", "turns": "rollout/turns", "response_length": "rollout/response_length",
-    "kl_ref": "train/kl_ref", "entropy": "train/entropy", "clipfrac": "train/clipfrac",
-    "grad_norm": "train/grad_norm", "lr": "train/lr", "vf_loss": "train/vf_loss", "dev_em": "dev/em",
-    "informative_groups": "rollout/informative_groups", "solved_groups": "rollout/solved_groups",
-    "batch_informative_groups": "rollout/batch_informative_groups", "filter_rounds": "rollout/filter_rounds",
-    "step_group_shared": "train/step_group_shared_later", "step_adv_abs": "train/step_adv_abs",
+    "reward": "rollout/reward",
+    "em": "rollout/em",
+    "format_rate": "rollout/format_rate",
+    "tool_calls": "rollout/tool_calls",
+    "turns": "rollout/turns",
+    "response_length": "rollout/response_length",
+    "kl_ref": "train/kl_ref",
+    "entropy": "train/entropy",
+    "clipfrac": "train/clipfrac",
+    "grad_norm": "train/grad_norm",
+    "lr": "train/lr",
+    "vf_loss": "train/vf_loss",
+    "dev_em": "dev/em",
+    "informative_groups": "rollout/informative_groups",
+    "solved_groups": "rollout/solved_groups",
+    "batch_informative_groups": "rollout/batch_informative_groups",
+    "filter_rounds": "rollout/filter_rounds",
+    "step_group_shared": "train/step_group_shared_later",
+    "step_adv_abs": "train/step_adv_abs",
     "episode_adv_abs": "train/episode_adv_abs",
 }
 # beside state/ (which every checkpoint replaces whole): the MLflow run this execution logs to
 RUN_FILE = "mlflow_run.json"
-TIMES = {"rollout_s": "time/rollout_s", "prepare_s": "time/prepare_s", "update_s": "time/update_s", "step_s": "time/step_s"}
+TIMES = {
+    "rollout_s": "time/rollout_s",
+    "prepare_s": "time/prepare_s",
+    "update_s": "time/update_s",
+    "step_s": "time/step_s",
+}
 
 
 def curve_csv(history: list[dict]) -> str:
@@ -173,13 +199,20 @@ def _prepare_state(run: str, run_dir: Path, state_dir: Path, resume: bool) -> st
         except StageError as exc:
             return str(exc)
         if not found:
-            return (f"--resume: nothing to resume for train@{run}: there is no training state in {state_dir} (nor a "
-                    "backup copy of one). Run without --resume to train from the cold start (a first run has no state yet; "
-                    f"one is written every train.checkpoint.every steps)")
+            return (
+                f"--resume: nothing to resume for train@{run}: there is no training state in {state_dir} (nor a "
+                "backup copy of one). Run without --resume to train from the cold start (a first run has no state yet; "
+                f"one is written every train.checkpoint.every steps)"
+            )
     else:
         if state_dir.exists():
-            log.warning("train@%s: discarding the old training state in %s (step %s) and training from the cold start; "
-                        "pass --resume to continue it instead", run, state_dir, ckpt.saved_step(state_dir))
+            log.warning(
+                "train@%s: discarding the old training state in %s (step %s) and training from the cold start; "
+                "pass --resume to continue it instead",
+                run,
+                state_dir,
+                ckpt.saved_step(state_dir),
+            )
             shutil.rmtree(state_dir)
         remove_stale_temps(run_dir, state_dir.name, kinds=("old",), keep_orphans=False)
     remove_stale_temps(run_dir)
@@ -192,8 +225,10 @@ def fresh_source(cfg, tcfg, corpus, seed: int) -> FreshWorlds | None:
     if tcfg.questions != "fresh":
         return None
     if cfg.data.source != "synthetic":
-        raise StageError(f"train.questions: fresh generates synthetic worlds, but data.source is {cfg.data.source!r}: "
-                         "set train.questions: dataset (RL on the train split) for real data")
+        raise StageError(
+            f"train.questions: fresh generates synthetic worlds, but data.source is {cfg.data.source!r}: "
+            "set train.questions: dataset (RL on the train split) for real data"
+        )
     return FreshWorlds(cfg.data.synthetic, tcfg.fresh, cfg.retrieval, cfg.env, corpus, seed)
 
 
@@ -233,8 +268,9 @@ def _remember_run(ctx: StageContext, args: Any) -> None:
         path.unlink(missing_ok=True)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, {"run_id": ctx.run.run_id, "experiment_id": ctx.run.experiment_id,
-                             "run_name": names(ctx.cfg, args)[0]})
+    write_json_atomic(
+        path, {"run_id": ctx.run.run_id, "experiment_id": ctx.run.experiment_id, "run_name": names(ctx.cfg, args)[0]}
+    )
 
 
 def run(ctx: StageContext, args: Any = None) -> dict | None:
@@ -265,12 +301,27 @@ def run(ctx: StageContext, args: Any = None) -> dict | None:
                 fresh.check(tcfg.steps)
             except ValueError as exc:
                 raise StageError(str(exc)) from None
-        run_params = {**flatten(cfg.env.model_dump(mode="json"), "env."), "model.dtype": cfg.model.dtype,
-                      "start_checkpoint": tree_digest(sft_dir), **input_digests(cfg.retrieval, cfg.data.processed_dir)}
+        run_params = {
+            **flatten(cfg.env.model_dump(mode="json"), "env."),
+            "model.dtype": cfg.model.dtype,
+            "start_checkpoint": tree_digest(sft_dir),
+            **input_digests(cfg.retrieval, cfg.data.processed_dir),
+        }
         model, tokenizer = load_checkpoint(sft_dir, cfg.model.dtype, cfg.model.trust_remote_code)
-        trainer = Trainer(model, tokenizer, tcfg, cfg.rollout, cfg.reward, episodes=Episodes(env, train_q, dev_q, fresh),
-                          logger=ctx.run.logger, seed=run_seed, dist=dist, state_dir=state_dir, model_path=sft_dir,
-                          run_params=run_params)
+        trainer = Trainer(
+            model,
+            tokenizer,
+            tcfg,
+            cfg.rollout,
+            cfg.reward,
+            episodes=Episodes(env, train_q, dev_q, fresh),
+            logger=ctx.run.logger,
+            seed=run_seed,
+            dist=dist,
+            state_dir=state_dir,
+            model_path=sft_dir,
+            run_params=run_params,
+        )
         problem = _prepare_state(run, run_dir, state_dir, resume) if dist.is_main else None
         problem = dist.broadcast_object(problem)
         if problem is not None:
@@ -281,12 +332,23 @@ def run(ctx: StageContext, args: Any = None) -> dict | None:
             trainer.resume()  # StageError when the params differ from the state's
             log.info("train@%s: resumed at step %d from %s", run, trainer.step, state_dir)
             if ctx.run.catch_up(trainer.history):  # the steps the state holds that the MLflow run lacks
-                log.info("train@%s: logged the steps after %d of the training state to MLflow run %s", run,
-                         ctx.run.logged_through, ctx.run.run_id)
+                log.info(
+                    "train@%s: logged the steps after %d of the training state to MLflow run %s",
+                    run,
+                    ctx.run.logged_through,
+                    ctx.run.run_id,
+                )
         n_params = sum(p.numel() for p in model.parameters())
-        log.info("train@%s: %s, %d steps x %d questions x %d rollouts, policy %.2fM parameters, %d rank(s)",
-                 run, tcfg.estimator, tcfg.steps, tcfg.batch_questions, tcfg.group_size, n_params / 1e6,
-                 dist.world_size)
+        log.info(
+            "train@%s: %s, %d steps x %d questions x %d rollouts, policy %.2fM parameters, %d rank(s)",
+            run,
+            tcfg.estimator,
+            tcfg.steps,
+            tcfg.batch_questions,
+            tcfg.group_size,
+            n_params / 1e6,
+            dist.world_size,
+        )
         history = trainer.train()
         metrics = None
         if dist.is_main:
@@ -300,8 +362,15 @@ def run(ctx: StageContext, args: Any = None) -> dict | None:
             ctx.run.outputs = str(run_dir)
             with contextlib.suppress(TrackingFailed):  # recorded: the run ends FAILED, for `agentr1 track`
                 log_outputs(ctx, args)
-            log.info("train@%s: reward %.3f -> %.3f, dev EM %s -> %s in %.0fs", run, metrics["reward_first3"] or 0,
-                     metrics["reward_last3"] or 0, metrics["dev_em_start"], metrics["dev_em_final"], times["total"])
+            log.info(
+                "train@%s: reward %.3f -> %.3f, dev EM %s -> %s in %.0fs",
+                run,
+                metrics["reward_first3"] or 0,
+                metrics["reward_last3"] or 0,
+                metrics["dev_em_start"],
+                metrics["dev_em_final"],
+                times["total"],
+            )
         dist.barrier()
         return metrics
     finally:

@@ -103,8 +103,16 @@ def run(ctx: StageContext, args: Any = None) -> ValidationReport:
         raise StageError(failure_message(report, report_dir))
     if processed_fingerprint(processed) != before_fp:
         raise StageError(f"{processed} changed while it was being validated: run `agentr1 validate` again")
-    write_json_atomic(report_dir / MARKER_FILE,
-                      {"data_sha256": before_fp["sha256"], "files": before_fp["files"], "params_sha256": params_hash(cfg)})
-    log.info("validation passed: %d expectations on %d questions / %d passages (%.1fs); marker %s",
-             len(report.results), rows["questions"], rows["corpus"], elapsed, report_dir / MARKER_FILE)
+    write_json_atomic(
+        report_dir / MARKER_FILE,
+        {"data_sha256": before_fp["sha256"], "files": before_fp["files"], "params_sha256": params_hash(cfg)},
+    )
+    log.info(
+        "validation passed: %d expectations on %d questions / %d passages (%.1fs); marker %s",
+        len(report.results),
+        rows["questions"],
+        rows["corpus"],
+        elapsed,
+        report_dir / MARKER_FILE,
+    )
     return report

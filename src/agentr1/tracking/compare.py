@@ -13,8 +13,9 @@ import argparse
 import functools
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
@@ -37,8 +38,13 @@ def rows_for_runs(client: MlflowClient, run_ids: Sequence[str]) -> list[Row]:
         except MlflowException as exc:
             raise StageError(f"no MLflow run {rid!r} in this tracking store: {exc.message}") from None
         stage = run.data.tags.get(STAGE_TAG, "?")
-        rows.append({"label": f"{run.info.run_name} ({rid[:8]})", "source": f"run {rid} stage {stage}",
-                     "metrics": dict(run.data.metrics)})
+        rows.append(
+            {
+                "label": f"{run.info.run_name} ({rid[:8]})",
+                "source": f"run {rid} stage {stage}",
+                "metrics": dict(run.data.metrics),
+            }
+        )
     return rows
 
 
@@ -49,8 +55,13 @@ def rows_for_aliases(client: MlflowClient, name: str, aliases: Sequence[str]) ->
         mv = version_by_alias(client, name, alias)
         if mv is None:
             raise StageError(f"registered model {name!r} has no alias {alias!r}: {REGISTER_HINT}")
-        rows.append({"label": f"{alias} (v{mv.version})", "source": f"{name} v{mv.version} run {mv.run_id}",
-                     "metrics": version_metrics(client, mv)})
+        rows.append(
+            {
+                "label": f"{alias} (v{mv.version})",
+                "source": f"{name} v{mv.version} run {mv.run_id}",
+                "metrics": version_metrics(client, mv),
+            }
+        )
     return rows
 
 
@@ -154,9 +165,12 @@ def run_promote(cfg, args: argparse.Namespace) -> None:
     client, _, _ = connect(cfg)
     name = args.model or cfg.tracking.registered_model
     version = getattr(args, "version", None)
-    result = promote(name, args.metric or cfg.tracking.gate_metric, version=version, dry_run=args.dry_run, client=client)
+    result = promote(
+        name, args.metric or cfg.tracking.gate_metric, version=version, dry_run=args.dry_run, client=client
+    )
     moved = " (dry run: aliases unchanged)" if args.dry_run else ""
-    print(f"{name} {'version' if version is not None else 'challenger'} v{result.challenger}: {result.decision}{moved} - "
-          f"{result.reason}")
+    print(
+        f"{name} {'version' if version is not None else 'challenger'} v{result.challenger}: {result.decision}{moved} - "
+        f"{result.reason}"
+    )
     print(json.dumps(result.to_dict(), sort_keys=True))
-

@@ -18,8 +18,9 @@ Only MLflow's own APIs are used (``search_runs`` with filter strings on tags, th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from mlflow import MlflowClient
 from mlflow.entities import Run
@@ -45,7 +46,7 @@ class Found:
     run_id: str
 
 
-def open_store(cfg: "Config", create: bool = True) -> tuple[MlflowClient | None, str | None]:
+def open_store(cfg: Config, create: bool = True) -> tuple[MlflowClient | None, str | None]:
     """A client on the stages' store and the id of the profile's experiment: made when missing
     with ``create`` (:func:`connect`), else ``None`` for a missing one, and no client for a
     SQLite store that does not exist yet (no file, an empty or a half-created one: nothing is
@@ -72,8 +73,13 @@ def runs_named(client: MlflowClient, experiment_id: str, key: str) -> list[Run]:
     flt = f"tags.`{RUN_NAME_TAG}` = '{key}' and attributes.status = 'FINISHED'"
     runs, token = [], None
     while True:
-        page = client.search_runs([experiment_id], filter_string=flt, order_by=["attributes.start_time DESC"],
-                                  max_results=_PAGE, page_token=token)
+        page = client.search_runs(
+            [experiment_id],
+            filter_string=flt,
+            order_by=["attributes.start_time DESC"],
+            max_results=_PAGE,
+            page_token=token,
+        )
         runs += list(page)
         token = page.token
         if not token:

@@ -9,7 +9,8 @@ Metric names are namespaced by the caller (``train/loss``, ``rollout/reward``, `
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 
 @runtime_checkable

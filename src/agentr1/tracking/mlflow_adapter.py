@@ -21,8 +21,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import mlflow
 from mlflow import MlflowClient
@@ -32,8 +33,8 @@ from mlflow.exceptions import MlflowException
 from agentr1.errors import StageError
 from agentr1.tracking import provenance
 from agentr1.tracking.logger import check_metrics
-from agentr1.tracking.redact import redact_uri
 from agentr1.tracking.owner import continuable, end_orphans, logged_steps, owner_tags
+from agentr1.tracking.redact import redact_uri
 from agentr1.tracking.retry import TrackingFailed, is_tracking_error, retrying
 from agentr1.tracking.run import StageRun, TrackingHealth
 from agentr1.tracking.store import bound_http_client, check_store, db_errors, store_error
@@ -63,7 +64,7 @@ def check_reachable(uri: str, timeout_s: float = 5.0, create: bool = True) -> bo
     return check_store(uri, timeout_s, create=create)
 
 
-def experiment_name(cfg: "Config") -> str:
+def experiment_name(cfg: Config) -> str:
     """``<tracking.experiment_prefix>-<profile>``, e.g. ``agentr1-nano``."""
     return f"{cfg.tracking.experiment_prefix}-{cfg.profile}"
 
@@ -104,7 +105,7 @@ def ensure_experiment(client: MlflowClient, name: str, artifact_location: str | 
     return exp.experiment_id
 
 
-def connect(cfg: "Config") -> tuple[MlflowClient, str, str]:
+def connect(cfg: Config) -> tuple[MlflowClient, str, str]:
     """Check the store, point MLflow at it, ensure the profile's experiment.
 
     Returns ``(client, tracking uri, experiment id)``; raises :class:`StageError` naming the URI
@@ -137,9 +138,16 @@ class MLflowLogger:
     ``train --resume``): a metric is not logged again at or before the last step the run holds
     of it - a resume is byte-identical, those steps are there already."""
 
-    def __init__(self, run_id: str, client: MlflowClient | None = None, trace_sample: int = 16, seed: int = 0,
-                 trace_tags: Mapping[str, str] | None = None, health: TrackingHealth | None = None,
-                 logged: Mapping[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        client: MlflowClient | None = None,
+        trace_sample: int = 16,
+        seed: int = 0,
+        trace_tags: Mapping[str, str] | None = None,
+        health: TrackingHealth | None = None,
+        logged: Mapping[str, int] | None = None,
+    ) -> None:
         self.run_id = run_id
         self.client = client or MlflowClient()
         self.trace_sample = trace_sample
@@ -155,13 +163,23 @@ class MLflowLogger:
         with contextlib.suppress(TrackingFailed):  # recorded and warned by health.write
             self.health.write(fn, *args, what=f"{what} of run {self.run_id}", retry=retry, **kwargs)
 
-    def log_trajectories(self, trajectories: Sequence["Trajectory"], step: int, split: str = "train") -> None:
+    def log_trajectories(self, trajectories: Sequence[Trajectory], step: int, split: str = "train") -> None:
         from agentr1.tracking.traces import log_trajectory_traces
 
         if step <= self.traced_through:
             return
-        self._try(log_trajectory_traces, trajectories, self.trace_sample, what=f"traces of step {step}", retry=False,
-                  run_id=self.run_id, seed=self.seed + step, split=split, step=step, tags=self.trace_tags)
+        self._try(
+            log_trajectory_traces,
+            trajectories,
+            self.trace_sample,
+            what=f"traces of step {step}",
+            retry=False,
+            run_id=self.run_id,
+            seed=self.seed + step,
+            split=split,
+            step=step,
+            tags=self.trace_tags,
+        )
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         self.log_steps([(step, metrics)])
@@ -170,8 +188,12 @@ class MLflowLogger:
         """Every ``(step, metrics)`` of ``series`` in as few ``log_batch`` calls as MLflow allows
         (a curve replayed from a CSV: hundreds of steps, a handful of requests)."""
         now = int(time.time() * 1000)
-        items = [Metric(k, v, now, step) for step, metrics in series for k, v in check_metrics(metrics, step).items()
-                 if step > self.logged.get(k, -1)]
+        items = [
+            Metric(k, v, now, step)
+            for step, metrics in series
+            for k, v in check_metrics(metrics, step).items()
+            if step > self.logged.get(k, -1)
+        ]
         for i in range(0, len(items), _METRIC_BATCH):
             batch = items[i : i + _METRIC_BATCH]
             self._try(self.client.log_batch, self.run_id, what=f"metrics of step {batch[0].step}", metrics=batch)
@@ -182,13 +204,13 @@ def _git_state(lock_path: str | Path) -> tuple[str, bool | None]:
     return provenance.git_state(exclude=provenance.pipeline_outputs(lock_path))
 
 
-def current_pipeline_id(cfg: "Config", lock_path: str | Path = "dvc.lock") -> str:
+def current_pipeline_id(cfg: Config, lock_path: str | Path = "dvc.lock") -> str:
     """The pipeline id a stage run started now would get (:func:`provenance.pipeline_id` of
     this checkout's commit and ``cfg``'s params)."""
     return provenance.pipeline_id(cfg.section_hash(), _git_state(lock_path)[0])
 
 
-def run_tags(cfg: "Config", stage: str, run_name: str, lock_path: str | Path) -> dict[str, str]:
+def run_tags(cfg: Config, stage: str, run_name: str, lock_path: str | Path) -> dict[str, str]:
     """Provenance tags of a stage run (see the module docstring of :mod:`.provenance`):
     ``agentr1.git_sha`` and ``agentr1.git_dirty`` (uncommitted changes outside the pipeline's
     own outputs and ``dvc.lock``, which every ``dvc repro`` rewrites), the params hash, the
@@ -251,14 +273,14 @@ def output_tags(stage_key: str, lock_path: str | Path) -> dict[str, str]:
     return tags
 
 
-def _log_params(client: MlflowClient, run_id: str, cfg: "Config") -> None:
+def _log_params(client: MlflowClient, run_id: str, cfg: Config) -> None:
     params = provenance.flat_params(cfg.model_dump(mode="json", by_alias=True))
     items = [Param(k, v) for k, v in sorted(params.items())]
     for i in range(0, len(items), _BATCH):
         client.log_batch(run_id, params=items[i : i + _BATCH])
 
 
-def variant_tags(cfg: "Config", variant: str) -> dict[str, str]:
+def variant_tags(cfg: Config, variant: str) -> dict[str, str]:
     """Tags of a stage run for the named run of params ``runs`` (``cfg`` = :meth:`Config.for_run`):
     ``agentr1.variant`` (the replica, ``grpo-1``), ``agentr1.run`` (the run of params ``runs`` it is
     a seed of, ``grpo``: what groups the seeds of one method), ``agentr1.estimator``,
@@ -266,14 +288,25 @@ def variant_tags(cfg: "Config", variant: str) -> dict[str, str]:
     or ``none``) and the run's own ``agentr1.seed``."""
     t = cfg.train
     masks = "+".join(m for m, on in (("loss", t.loss_mask), ("advantage", t.advantage_mask)) if on) or "none"
-    return {"agentr1.variant": variant, "agentr1.run": cfg.split_run(variant)[0], "agentr1.estimator": t.estimator,
-            "agentr1.masks": masks, "agentr1.seed": str(cfg.seed)}
+    return {
+        "agentr1.variant": variant,
+        "agentr1.run": cfg.split_run(variant)[0],
+        "agentr1.estimator": t.estimator,
+        "agentr1.masks": masks,
+        "agentr1.seed": str(cfg.seed),
+    }
 
 
 @contextlib.contextmanager
-def stage_run(cfg: "Config", stage: str, run_name: str | None = None, lock_path: str | Path = "dvc.lock",
-              variant: str | None = None, extra_tags: Mapping[str, str] | None = None,
-              continue_run: str | None = None) -> Iterator[StageRun]:
+def stage_run(
+    cfg: Config,
+    stage: str,
+    run_name: str | None = None,
+    lock_path: str | Path = "dvc.lock",
+    variant: str | None = None,
+    extra_tags: Mapping[str, str] | None = None,
+    continue_run: str | None = None,
+) -> Iterator[StageRun]:
     """One MLflow run for one execution of ``stage`` (the active run inside the block).
 
     Logs the config as flat params (and ``config.json``), tags it with provenance and the
@@ -335,11 +368,18 @@ def stage_run(cfg: "Config", stage: str, run_name: str | None = None, lock_path:
                 tags["mlflow.parentRunId"] = parent
             active = write(mlflow.start_run, run_id=resumed.info.run_id, tags=tags, what="continue the run")
         else:
-            active = write(mlflow.start_run, experiment_id=exp_id, run_name=name, parent_run_id=parent, tags=tags,
-                           what="start a run")
+            active = write(
+                mlflow.start_run,
+                experiment_id=exp_id,
+                run_name=name,
+                parent_run_id=parent,
+                tags=tags,
+                what="start a run",
+            )
     except (MlflowException, TrackingFailed) as exc:
-        raise StageError(f"MLflow tracking store {redact_uri(uri)}: cannot start a run for stage {stage}: "
-                         f"{redact_uri(str(exc))}") from None
+        raise StageError(
+            f"MLflow tracking store {redact_uri(uri)}: cannot start a run for stage {stage}: {redact_uri(str(exc))}"
+        ) from None
     run_id = health.run_id = active.info.run_id
     status = "FAILED"
     trace_tags = {"agentr1.run_name": name, **({"agentr1.policy": variant} if variant else {})}
@@ -347,17 +387,52 @@ def stage_run(cfg: "Config", stage: str, run_name: str | None = None, lock_path:
     try:
         if resumed is None:
             write(_log_params, client, run_id, logged, what="params")
-            write(mlflow.log_dict, logged.model_dump(mode="json", by_alias=True), "config.json", run_id=run_id,
-                  what="config.json")
+            write(
+                mlflow.log_dict,
+                logged.model_dump(mode="json", by_alias=True),
+                "config.json",
+                run_id=run_id,
+                what="config.json",
+            )
             log.info("MLflow run %s (%s) for stage %s in %s", run_id, name, stage, redact_uri(uri))
         else:
-            log.info("continuing MLflow run %s (%s, was %s) for stage %s in %s: it holds steps through %d", run_id, name,
-                     resumed.info.status, stage, redact_uri(uri), max(held.values(), default=-1))
+            log.info(
+                "continuing MLflow run %s (%s, was %s) for stage %s in %s: it holds steps through %d",
+                run_id,
+                name,
+                resumed.info.status,
+                stage,
+                redact_uri(uri),
+                max(held.values(), default=-1),
+            )
         logger = MLflowLogger(run_id, client, cfg.tracking.trace_sample, cfg.seed, trace_tags, health, held)
-        pipeline = StageRun(cfg, "pipeline", parent, exp_id, uri, tags[PIPELINE_TAG],
-                            MLflowLogger(parent, client, health=health), health=health) if parent else None
-        run = StageRun(cfg, stage, run_id, exp_id, uri, tags[PIPELINE_TAG], logger, trace_tags, pipeline, health,
-                       max(held.values(), default=-1))
+        pipeline = (
+            StageRun(
+                cfg,
+                "pipeline",
+                parent,
+                exp_id,
+                uri,
+                tags[PIPELINE_TAG],
+                MLflowLogger(parent, client, health=health),
+                health=health,
+            )
+            if parent
+            else None
+        )
+        run = StageRun(
+            cfg,
+            stage,
+            run_id,
+            exp_id,
+            uri,
+            tags[PIPELINE_TAG],
+            logger,
+            trace_tags,
+            pipeline,
+            health,
+            max(held.values(), default=-1),
+        )
         yield run
         done = True
         with contextlib.suppress(TrackingFailed):  # recorded in health
@@ -370,8 +445,15 @@ def stage_run(cfg: "Config", stage: str, run_name: str | None = None, lock_path:
         _end_run(client, run_id, parent, status, health, run.outputs if run else None, done)
 
 
-def _end_run(client: MlflowClient, run_id: str, parent: str | None, status: str, health: TrackingHealth,
-             outputs: str | None, done: bool) -> None:
+def _end_run(
+    client: MlflowClient,
+    run_id: str,
+    parent: str | None,
+    status: str,
+    health: TrackingHealth,
+    outputs: str | None,
+    done: bool,
+) -> None:
     """End the stage run (and mark its parent) with ``status``, retrying a busy store within one
     ``tracking.retry_timeout_s``; a tracking failure is tagged on the run (``agentr1.tracking_error``)
     and, when the stage itself got through (``done``), reported in one warning. A store that
@@ -391,9 +473,14 @@ def _end_run(client: MlflowClient, run_id: str, parent: str | None, status: str,
         attempt(client.set_tag, run_id, "agentr1.tracking_error", health.failure[:5000], what=f"tag run {run_id}")
         if done:
             where = f"outputs saved in {outputs}" if outputs else "the stage's outputs are saved"
-            log.warning("%s: %s; MLflow tracking failed (%s): its run %s ends FAILED; run `agentr1 track` (after "
-                        "`dvc repro` locked the stage) to log this stage from its outputs", health.run_name, where,
-                        health.failure, run_id)
+            log.warning(
+                "%s: %s; MLflow tracking failed (%s): its run %s ends FAILED; run `agentr1 track` (after "
+                "`dvc repro` locked the stage) to log this stage from its outputs",
+                health.run_name,
+                where,
+                health.failure,
+                run_id,
+            )
     with contextlib.suppress(Exception):
         mlflow.flush_trace_async_logging()
     try:
@@ -404,7 +491,11 @@ def _end_run(client: MlflowClient, run_id: str, parent: str | None, status: str,
             raise
         ended = attempt(client.set_terminated, run_id, status, what=f"end run {run_id} as {status}")
     if not ended:
-        log.warning("MLflow run %s (%s) stays RUNNING: the next start of %s marks it KILLED", run_id, health.run_name,
-                    health.run_name)
+        log.warning(
+            "MLflow run %s (%s) stays RUNNING: the next start of %s marks it KILLED",
+            run_id,
+            health.run_name,
+            health.run_name,
+        )
     if parent:
         attempt(client.set_terminated, parent, status, what=f"end the pipeline run {parent}")

@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from typing import TYPE_CHECKING, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from agentr1.io import pid_alive
 from agentr1.tracking.tags import RUN_NAME_TAG
@@ -77,27 +78,37 @@ def _quoted(run_name: str) -> bool:
     return "'" in run_name or "`" in run_name or "\\" in run_name
 
 
-def end_orphans(client: "MlflowClient", experiment_id: str, run_name: str, keep: str | None = None) -> list[str]:
+def end_orphans(client: MlflowClient, experiment_id: str, run_name: str, keep: str | None = None) -> list[str]:
     """Set the RUNNING runs named ``run_name`` whose owner is gone (:func:`owner_gone`) to
     KILLED, except ``keep``; returns their ids."""
     if _quoted(run_name):
         return []
-    found = client.search_runs([experiment_id], filter_string=f"tags.`{RUN_NAME_TAG}` = '{run_name}' and "
-                               "attributes.status = 'RUNNING'", max_results=1000)
+    found = client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.`{RUN_NAME_TAG}` = '{run_name}' and attributes.status = 'RUNNING'",
+        max_results=1000,
+    )
     ended = []
     for run in found:
         if run.info.run_id == keep or not owner_gone(run.data.tags):
             continue
-        client.set_tag(run.info.run_id, ENDED_BY_TAG, f"process {run.data.tags.get(PID_TAG)} on "
-                       f"{run.data.tags.get(HOST_TAG)} was gone when {run_name} started again (pid {os.getpid()})")
+        client.set_tag(
+            run.info.run_id,
+            ENDED_BY_TAG,
+            f"process {run.data.tags.get(PID_TAG)} on "
+            f"{run.data.tags.get(HOST_TAG)} was gone when {run_name} started again (pid {os.getpid()})",
+        )
         client.set_terminated(run.info.run_id, "KILLED")
-        log.warning("MLflow run %s (%s) was left RUNNING by a process that is gone (killed?): marked KILLED",
-                    run.info.run_id, run_name)
+        log.warning(
+            "MLflow run %s (%s) was left RUNNING by a process that is gone (killed?): marked KILLED",
+            run.info.run_id,
+            run_name,
+        )
         ended.append(run.info.run_id)
     return ended
 
 
-def continuable(client: "MlflowClient", experiment_id: str, run_id: str, run_name: str) -> tuple["Run | None", str]:
+def continuable(client: MlflowClient, experiment_id: str, run_id: str, run_name: str) -> tuple[Run | None, str]:
     """The run ``run_id`` when a resumed stage may continue it - in ``experiment_id``, not
     deleted, named ``run_name`` and not RUNNING under a live (or unknown) owner - else ``None``;
     and why (for the log). A FINISHED run is continued too: a process killed after its run ended
@@ -119,8 +130,11 @@ def continuable(client: "MlflowClient", experiment_id: str, run_id: str, run_nam
     return run, info.status
 
 
-def logged_steps(client: "MlflowClient", run: "Run") -> dict[str, int]:
+def logged_steps(client: MlflowClient, run: Run) -> dict[str, int]:
     """``{metric: the highest step run holds of it}``: a resumed stage logs a metric only at the
     steps after it (a resume is byte-identical: those it holds would be logged twice)."""
-    return {key: max(m.step for m in history) for key in run.data.metrics
-            if (history := client.get_metric_history(run.info.run_id, key))}
+    return {
+        key: max(m.step for m in history)
+        for key in run.data.metrics
+        if (history := client.get_metric_history(run.info.run_id, key))
+    }

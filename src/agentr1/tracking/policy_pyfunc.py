@@ -40,7 +40,7 @@ class PolicyModel(PythonModel):
             ids = self.tokenizer(str(prompt), return_tensors="pt", add_special_tokens=False)
             with torch.no_grad():
                 gen = self.model.generate(**ids, max_new_tokens=max_new, do_sample=False, pad_token_id=pad)
-            outputs.append(self.tokenizer.decode(gen[0, ids["input_ids"].shape[1]:], skip_special_tokens=True))
+            outputs.append(self.tokenizer.decode(gen[0, ids["input_ids"].shape[1] :], skip_special_tokens=True))
         return outputs
 
 

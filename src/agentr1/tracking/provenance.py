@@ -16,8 +16,9 @@ import hashlib
 import json
 import os
 import subprocess
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import yaml
 
@@ -107,12 +108,16 @@ def _read_lock(lock_path: Path) -> dict[str, Any]:
     if lock is None:
         return {}
     if not isinstance(lock, dict):
-        raise StageError(f"{lock_path}: the top level is a {type(lock).__name__}, not a mapping with `stages`: {LOCK_FIX}")
+        raise StageError(
+            f"{lock_path}: the top level is a {type(lock).__name__}, not a mapping with `stages`: {LOCK_FIX}"
+        )
     stages = lock.get("stages")
     if stages is None:
         return {}
     if not isinstance(stages, dict):
-        raise StageError(f"{lock_path}: `stages` is a {type(stages).__name__}, not a mapping of stage entries: {LOCK_FIX}")
+        raise StageError(
+            f"{lock_path}: `stages` is a {type(stages).__name__}, not a mapping of stage entries: {LOCK_FIX}"
+        )
     return stages
 
 
@@ -140,7 +145,9 @@ def entry_items(entry: Any, field: str) -> list[dict[str, Any]]:
     return [i for i in items if isinstance(i, dict) and isinstance(i.get("path"), str) and i["path"]]
 
 
-def dvc_dep_hashes(stage: str, lock_path: str | Path = "dvc.lock", root: str | Path | None = None) -> dict[str, dict[str, str]]:
+def dvc_dep_hashes(
+    stage: str, lock_path: str | Path = "dvc.lock", root: str | Path | None = None
+) -> dict[str, dict[str, str]]:
     """``{dep path: {"hash": ..., "source": "upstream"|"file"|"locked"}}`` for ``stage``'s
     dependencies in ``dvc.lock`` (see the module docstring); ``{}`` when the lock or the stage's
     entry is missing (first run). ``stage`` is the lock key, e.g. ``train@ppo``."""
@@ -152,8 +159,12 @@ def dvc_dep_hashes(stage: str, lock_path: str | Path = "dvc.lock", root: str | P
     entry = stages.get(stage)
     if not entry or not isinstance(entry, dict):
         return {}
-    produced = {out["path"]: entry_hash(out) for name, other in stages.items() if name != stage
-                for out in entry_items(other, "outs")}
+    produced = {
+        out["path"]: entry_hash(out)
+        for name, other in stages.items()
+        if name != stage
+        for out in entry_items(other, "outs")
+    }
     result: dict[str, dict[str, str]] = {}
     for dep in entry_items(entry, "deps"):
         path = dep["path"]

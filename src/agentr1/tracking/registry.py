@@ -30,10 +30,11 @@ import json
 import logging
 import tempfile
 import warnings
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import mlflow
 from mlflow import MlflowClient
@@ -57,9 +58,11 @@ REGISTRATION_TAG, PENDING, COMPLETE = "agentr1.registration", "pending", "comple
 VARIANT_TAG = "agentr1.variant"
 METRICS_TAG = "agentr1.metrics_sha256"  # digest of the evaluation metrics a version was registered with
 # how a store gets its registered policies, for every "no such alias" error
-REGISTER_HINT = ("the evaluate stages register the policies they evaluate: run `agentr1 track` in the project root "
-                 "(it registers those of the evaluations DVC skipped or restored, e.g. after a fresh clone's `dvc repro` "
-                 "or `dvc pull`), or `dvc repro` the evaluate@<run> stages; `agentr1 promote` then moves champion")
+REGISTER_HINT = (
+    "the evaluate stages register the policies they evaluate: run `agentr1 track` in the project root "
+    "(it registers those of the evaluations DVC skipped or restored, e.g. after a fresh clone's `dvc repro` "
+    "or `dvc pull`), or `dvc repro` the evaluate@<run> stages; `agentr1 promote` then moves champion"
+)
 DOWNLOAD_WRITTEN = frozenset({"registered_model_meta"})
 POLICY_CODE = Path(__file__).with_name("policy_pyfunc.py")
 SIGNATURE = ModelSignature(
@@ -135,8 +138,9 @@ def log_policy_model(
             mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, run_id=rid, model_id=info.model_id)
         # the version is created with the tags that identify it (one insert) and marked pending, so
         # a registration interrupted from here on is recognisable (register_evaluation deletes it)
-        mv = mlflow.register_model(info.model_uri, registered_name,
-                                   tags={**(tags or {}), EVAL_DATA_TAG: eval_data, REGISTRATION_TAG: PENDING})
+        mv = mlflow.register_model(
+            info.model_uri, registered_name, tags={**(tags or {}), EVAL_DATA_TAG: eval_data, REGISTRATION_TAG: PENDING}
+        )
     version = str(mv.version)
     if description:
         client.update_model_version(registered_name, version, description=description)
@@ -163,8 +167,10 @@ def train_run_of(client: MlflowClient, experiment_id: str, checkpoint_sha256: st
     runs = client.search_runs(
         [experiment_id],
         filter_string=f"tags.`{CHECKPOINT_TAG}` = '{checkpoint_sha256}' and tags.`{STAGE_TAG}` = 'train' "
-                      "and attributes.status = 'FINISHED'",
-        order_by=["attributes.start_time DESC"], max_results=1)
+        "and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
     return runs[0] if runs else None
 
 
@@ -174,17 +180,27 @@ def describe_version(variant: str, metrics: Mapping[str, float], train_run: Run 
     ``ppo: weights from [train@ppo](#/experiments/1/runs/1a2b...) (run 1a2b...). test/em 0.045 [0.020, 0.075]``."""
     if train_run is not None:
         info = train_run.info
-        origin = f"weights from [{info.run_name}](#/experiments/{info.experiment_id}/runs/{info.run_id}) (run {info.run_id})"
+        origin = (
+            f"weights from [{info.run_name}](#/experiments/{info.experiment_id}/runs/{info.run_id}) (run {info.run_id})"
+        )
     else:
         origin = "weights from no tracked train@ run"
-    heads = [f"{k} {metrics[k]:.3f} [{metrics.get(k + '_ci_lower', float('nan')):.3f}, "
-             f"{metrics.get(k + '_ci_upper', float('nan')):.3f}]" for k in sorted(metrics) if k.endswith("/em")]
+    heads = [
+        f"{k} {metrics[k]:.3f} [{metrics.get(k + '_ci_lower', float('nan')):.3f}, "
+        f"{metrics.get(k + '_ci_upper', float('nan')):.3f}]"
+        for k in sorted(metrics)
+        if k.endswith("/em")
+    ]
     return f"{variant}: {origin}. " + ("; ".join(heads) or "no EM metrics")
 
 
 def load_policy_model(
-    registered_name: str = "agentr1-policy", alias: str = CHAMPION, *, version: str | None = None,
-    client: MlflowClient | None = None, dst_path: str | Path | None = None,
+    registered_name: str = "agentr1-policy",
+    alias: str = CHAMPION,
+    *,
+    version: str | None = None,
+    client: MlflowClient | None = None,
+    dst_path: str | Path | None = None,
 ):
     """The pyfunc of a registered version (``version``, else the one ``alias`` points at), loaded
     only after its downloaded files match the ``agentr1.artifact_sha256`` recorded at registration
@@ -192,20 +208,30 @@ def load_policy_model(
     recorded digest, or its files differ; in those cases no code of the model has run.
     ``dst_path``: where the files are downloaded (default: a new temporary folder)."""
     client = client or MlflowClient()
-    mv = client.get_model_version(registered_name, version) if version else version_by_alias(client, registered_name, alias)
+    mv = (
+        client.get_model_version(registered_name, version)
+        if version
+        else version_by_alias(client, registered_name, alias)
+    )
     if mv is None:
         raise StageError(f"{registered_name} has no '{alias}' alias: {REGISTER_HINT} (or pass version=)")
     expected = mv.tags.get(ARTIFACT_TAG)
     if not expected:
-        raise StageError(f"{registered_name} version {mv.version} has no {ARTIFACT_TAG} tag, so its files cannot be "
-                         "verified before its code runs: re-register the checkpoint with agentr1 (evaluate stage)")
+        raise StageError(
+            f"{registered_name} version {mv.version} has no {ARTIFACT_TAG} tag, so its files cannot be "
+            "verified before its code runs: re-register the checkpoint with agentr1 (evaluate stage)"
+        )
     dst = Path(dst_path) if dst_path else Path(tempfile.mkdtemp(prefix="agentr1-model-"))
-    local = mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{registered_name}/{mv.version}", dst_path=str(dst))
+    local = mlflow.artifacts.download_artifacts(
+        artifact_uri=f"models:/{registered_name}/{mv.version}", dst_path=str(dst)
+    )
     got = tree_digest(local)
     if got != expected:
-        raise StageError(f"{registered_name} version {mv.version}: the stored model files do not match the digest recorded "
-                         f"at registration ({ARTIFACT_TAG} {expected[:16]}..., files {got[:16]}...); refusing to load code "
-                         "that may have been changed in the artifact store - re-register from a trusted checkpoint")
+        raise StageError(
+            f"{registered_name} version {mv.version}: the stored model files do not match the digest recorded "
+            f"at registration ({ARTIFACT_TAG} {expected[:16]}..., files {got[:16]}...); refusing to load code "
+            "that may have been changed in the artifact store - re-register from a trusted checkpoint"
+        )
     return mlflow.pyfunc.load_model(local)
 
 
@@ -215,7 +241,7 @@ def model_id_of(mv: ModelVersion) -> str | None:
     if mv.model_id:
         return mv.model_id
     source = mv.source or ""
-    return source[len("models:/"):] if source.startswith("models:/m-") else None
+    return source[len("models:/") :] if source.startswith("models:/m-") else None
 
 
 def version_metrics(client: MlflowClient, mv: ModelVersion) -> dict[str, float]:
@@ -257,7 +283,8 @@ def version_by_alias(client: MlflowClient, name: str, alias: str) -> ModelVersio
         raise TrackingFailed(
             f"registered model {name!r}: reading alias '{alias}' failed ({type(exc).__name__}: {short(exc, 160)}); "
             "nothing decided, no alias moved: run it again once the tracking store answers (another writer holding "
-            "the SQLite file? a server down? check tracking.uri / MLFLOW_TRACKING_URI)") from exc
+            "the SQLite file? a server down? check tracking.uri / MLFLOW_TRACKING_URI)"
+        ) from exc
 
 
 def version_by_number(client: MlflowClient, name: str, version: str | int) -> ModelVersion:
@@ -268,14 +295,21 @@ def version_by_number(client: MlflowClient, name: str, version: str | int) -> Mo
     try:
         return client.get_model_version(name, str(version))
     except Exception as exc:
-        if isinstance(exc, MlflowException) and exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-            raise StageError(f"registered model {name!r} has no version {version!r} ({exc.message}): pass a version "
-                             f"`agentr1 compare` lists, or gate the '{CHALLENGER}' alias") from None
+        if isinstance(exc, MlflowException) and exc.error_code in (
+            "RESOURCE_DOES_NOT_EXIST",
+            "INVALID_PARAMETER_VALUE",
+        ):
+            raise StageError(
+                f"registered model {name!r} has no version {version!r} ({exc.message}): pass a version "
+                f"`agentr1 compare` lists, or gate the '{CHALLENGER}' alias"
+            ) from None
         if not is_tracking_error(exc):
             raise
-        raise TrackingFailed(f"registered model {name!r}: reading version {version} failed ({type(exc).__name__}: "
-                             f"{short(exc, 160)}); nothing decided, no alias moved: run it again once the tracking "
-                             "store answers") from exc
+        raise TrackingFailed(
+            f"registered model {name!r}: reading version {version} failed ({type(exc).__name__}: "
+            f"{short(exc, 160)}); nothing decided, no alias moved: run it again once the tracking "
+            "store answers"
+        ) from exc
 
 
 def gate_stats(client: MlflowClient, mv: ModelVersion, metric: str) -> GateStats:
@@ -291,12 +325,15 @@ def gate_stats(client: MlflowClient, mv: ModelVersion, metric: str) -> GateStats
             f"(has {sorted(values)}): log them with the model or choose another --metric"
         )
     try:
-        return GateStats(metric, values[keys[0]], values[keys[1]], values[keys[2]], mv.tags.get(EVAL_DATA_TAG, ""),
-                         str(mv.version))
+        return GateStats(
+            metric, values[keys[0]], values[keys[1]], values[keys[2]], mv.tags.get(EVAL_DATA_TAG, ""), str(mv.version)
+        )
     except ValueError as exc:
-        raise StageError(f"{mv.name} version {mv.version}: {exc}, so the gate cannot compare it and no alias moved: "
-                         "evaluate it again (`dvc repro -f evaluate@<run>`, then `agentr1 track`) or gate another "
-                         "version") from None
+        raise StageError(
+            f"{mv.name} version {mv.version}: {exc}, so the gate cannot compare it and no alias moved: "
+            "evaluate it again (`dvc repro -f evaluate@<run>`, then `agentr1 track`) or gate another "
+            "version"
+        ) from None
 
 
 POLICY_KIND_TAG = "agentr1.policy_kind"  # a version's policy kind (register_evaluation): only "rl" is gated
@@ -322,8 +359,12 @@ class Promotion:
 
 
 def promote(
-    registered_name: str = "agentr1-policy", metric: str = "test/em", *, version: str | int | None = None,
-    dry_run: bool = False, client: MlflowClient | None = None,
+    registered_name: str = "agentr1-policy",
+    metric: str = "test/em",
+    *,
+    version: str | int | None = None,
+    dry_run: bool = False,
+    client: MlflowClient | None = None,
 ) -> Promotion:
     """Apply the gate to the challenger and the ``champion`` alias of ``registered_name`` and move
     ``champion`` to the challenger when it passes (unless ``dry_run``). The challenger is version
@@ -348,7 +389,8 @@ def promote(
         raise StageError(
             f"{registered_name} version {challenger.version} is a {kind!r} policy ({POLICY_KIND_TAG}), not a trained "
             f"one ('rl'): baselines are never gated, no alias moved; point '{CHALLENGER}' back at an RL version "
-            f"(`agentr1 track` or `dvc repro` of its evaluate@<run> stage re-registers it) or pass that version")
+            f"(`agentr1 track` or `dvc repro` of its evaluate@<run> stage re-registers it) or pass that version"
+        )
     champion = version_by_alias(client, registered_name, CHAMPION)
     decision, reason = gate(
         gate_stats(client, challenger, metric), gate_stats(client, champion, metric) if champion else None
@@ -370,8 +412,12 @@ def evaluation_identity(digest: str, variant: str, eval_data: str, metrics: Mapp
     evaluated questions (``eval_data``) and the digest of its metrics (the same checkpoint
     evaluated with other rollout or bootstrap settings is another evaluation, another version)."""
     flat = json.dumps({k: float(v) for k, v in sorted(metrics.items())}, sort_keys=True)
-    return {CHECKPOINT_TAG: digest, VARIANT_TAG: variant, EVAL_DATA_TAG: eval_data,
-            METRICS_TAG: hashlib.sha256(flat.encode()).hexdigest()}
+    return {
+        CHECKPOINT_TAG: digest,
+        VARIANT_TAG: variant,
+        EVAL_DATA_TAG: eval_data,
+        METRICS_TAG: hashlib.sha256(flat.encode()).hexdigest(),
+    }
 
 
 def registered_version(client: MlflowClient, name: str, identity: Mapping[str, str]) -> ModelVersion | None:
@@ -380,18 +426,27 @@ def registered_version(client: MlflowClient, name: str, identity: Mapping[str, s
     registration was interrupted: no digest, description or alias) is deleted first, with a
     warning. Versions registered before the ``agentr1.registration`` tag existed never match."""
     try:
-        found = client.search_model_versions(f"name = '{name}' and tags.`{CHECKPOINT_TAG}` = '{identity[CHECKPOINT_TAG]}'")
+        found = client.search_model_versions(
+            f"name = '{name}' and tags.`{CHECKPOINT_TAG}` = '{identity[CHECKPOINT_TAG]}'"
+        )
     except MlflowException as exc:
         if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
             return None
         raise
-    same = sorted((v for v in found if all(v.tags.get(k) == value for k, value in identity.items())),
-                  key=lambda v: int(v.version))
+    same = sorted(
+        (v for v in found if all(v.tags.get(k) == value for k, value in identity.items())), key=lambda v: int(v.version)
+    )
     for v in same:
         if v.tags.get(REGISTRATION_TAG) != COMPLETE:
-            log.warning("%s version %s: an unfinished registration of this evaluation (%s = %s: its process was "
-                        "interrupted before the digest, description or alias were written); deleting it and "
-                        "registering again", name, v.version, REGISTRATION_TAG, v.tags.get(REGISTRATION_TAG))
+            log.warning(
+                "%s version %s: an unfinished registration of this evaluation (%s = %s: its process was "
+                "interrupted before the digest, description or alias were written); deleting it and "
+                "registering again",
+                name,
+                v.version,
+                REGISTRATION_TAG,
+                v.tags.get(REGISTRATION_TAG),
+            )
             client.delete_model_version(name, str(v.version))
     complete = [v for v in same if v.tags.get(REGISTRATION_TAG) == COMPLETE]
     return complete[-1] if complete else None
@@ -409,12 +464,28 @@ def _recorded_promotion(client: MlflowClient, mv: ModelVersion, metric: str) -> 
     now = str(champion.version) if champion is not None else None
     if decision == "promote" and now != str(mv.version):
         return None
-    return Promotion(mv.name, metric, decision, f"{reason} (recorded when this evaluation was first registered)",
-                     str(mv.version), None if decision == "promote" else now, now, False).to_dict()
+    return Promotion(
+        mv.name,
+        metric,
+        decision,
+        f"{reason} (recorded when this evaluation was first registered)",
+        str(mv.version),
+        None if decision == "promote" else now,
+        now,
+        False,
+    ).to_dict()
 
 
-def register_evaluation(run: Any, checkpoint: str | Path, variant: str, kind: str, metrics: Mapping[str, float],
-                        eval_data: str, registered_name: str, gate_metric: str) -> dict[str, Any]:
+def register_evaluation(
+    run: Any,
+    checkpoint: str | Path,
+    variant: str,
+    kind: str,
+    metrics: Mapping[str, float],
+    eval_data: str,
+    registered_name: str,
+    gate_metric: str,
+) -> dict[str, Any]:
     """Register an evaluated checkpoint from the evaluation's run ``run`` (a
     :class:`agentr1.tracking.run.StageRun`) with its provenance: the ``train@`` run that wrote the
     weights (found by the checkpoint digest it tagged), the digest, the variant and a description
@@ -440,16 +511,29 @@ def register_evaluation(run: Any, checkpoint: str | Path, variant: str, kind: st
         client.set_registered_model_alias(registered_name, alias, str(mv.version))
         run.log_metrics(metrics, step=0)  # a registered model's metrics go to its own run: this one has none yet
         run.set_tags({"agentr1.registered_version": f"{registered_name}/{mv.version}"})
-        log.info("%s version %s already holds this evaluation (%s): reused, alias %s", registered_name, mv.version,
-                 variant, alias)
+        log.info(
+            "%s version %s already holds this evaluation (%s): reused, alias %s",
+            registered_name,
+            mv.version,
+            variant,
+            alias,
+        )
         train_run_id = mv.tags.get("agentr1.train_run_id")
     else:
         train_run = train_run_of(client, run.experiment_id, digest) if rl else None
         tags = {k: v for k, v in identity.items() if k != EVAL_DATA_TAG} | {"agentr1.policy_kind": kind}
         if train_run is not None:
             tags["agentr1.train_run_id"] = train_run.info.run_id
-        mv = run.log_model(checkpoint, metrics, eval_data=eval_data, name=f"policy-{variant}", alias=alias, tags=tags,
-                           description=describe_version(variant, metrics, train_run), registered_name=registered_name)
+        mv = run.log_model(
+            checkpoint,
+            metrics,
+            eval_data=eval_data,
+            name=f"policy-{variant}",
+            alias=alias,
+            tags=tags,
+            description=describe_version(variant, metrics, train_run),
+            registered_name=registered_name,
+        )
         train_run_id = tags.get("agentr1.train_run_id")
     info: dict[str, Any] = {"model": registered_name, "version": str(mv.version), "train_run_id": train_run_id}
     if reused:
@@ -458,5 +542,7 @@ def register_evaluation(run: Any, checkpoint: str | Path, variant: str, kind: st
     if recorded is not None:
         info["promotion"] = recorded
     elif rl:
-        info["promotion"] = promote(registered_name, gate_metric, version=str(mv.version)).to_dict()  # this run's, by number
+        info["promotion"] = promote(
+            registered_name, gate_metric, version=str(mv.version)
+        ).to_dict()  # this run's, by number
     return info

@@ -98,8 +98,13 @@ def parse_json(text: str, line: int | None = None) -> Any:
         return value
 
     try:
-        doc = json.loads(text, parse_constant=lambda t: keep(_Literal(t)), parse_float=lambda t: keep(_parse_float(t)),
-                         parse_int=lambda t: keep(_parse_int(t)), object_pairs_hook=_no_duplicates)
+        doc = json.loads(
+            text,
+            parse_constant=lambda t: keep(_Literal(t)),
+            parse_float=lambda t: keep(_parse_float(t)),
+            parse_int=lambda t: keep(_parse_int(t)),
+            object_pairs_hook=_no_duplicates,
+        )
     except json.JSONDecodeError as exc:
         where = f"line {line if line is not None else exc.lineno} column {exc.colno}"
         raise Bad(f"{where}: broken JSON ({exc.msg})") from None
@@ -122,7 +127,9 @@ def check_flat_metrics(doc: dict[str, Any]) -> None:
     for key, value in flat.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             shown = json.dumps(value)[:40]
-            raise Bad(f"{key} is {shown} ({'a boolean' if isinstance(value, bool) else type(value).__name__}), not a number")
+            raise Bad(
+                f"{key} is {shown} ({'a boolean' if isinstance(value, bool) else type(value).__name__}), not a number"
+            )
         if is_proportion(key) and not 0 <= value <= 1:
             raise Bad(f"{key} is {value}, outside [0, 1] (a share of episodes)")
     for key in flat:

@@ -23,7 +23,8 @@ import random
 import re
 import sqlite3
 import time
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from agentr1.errors import StageError
 
@@ -106,7 +107,12 @@ def retrying(fn: Callable[..., T], *args: Any, what: str, deadline: Deadline, **
                 waited = f" after {attempts} attempts in {time.monotonic() - t0:.0f}s" if attempts > 1 else ""
                 raise TrackingFailed(f"{what}: {short(exc)}{waited}") from exc
             pause = min(delay * (0.5 + _jitter.random()), left, MAX_DELAY_S)
-            log.info("MLflow store busy (%s): %s; retrying in %.2fs (%.0fs of tracking.retry_timeout_s left)",
-                     short(exc, 120), what, pause, left)
+            log.info(
+                "MLflow store busy (%s): %s; retrying in %.2fs (%.0fs of tracking.retry_timeout_s left)",
+                short(exc, 120),
+                what,
+                pause,
+                left,
+            )
             time.sleep(pause)
             delay = min(delay * 2, MAX_DELAY_S)

@@ -18,10 +18,11 @@ it with ``agentr1 track``.
 from __future__ import annotations
 
 import csv
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-import logging
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentr1.tracking.logger import MetricsLogger, NullLogger
 from agentr1.tracking.retry import Deadline, TrackingFailed, retrying, short
@@ -52,10 +53,16 @@ class TrackingHealth:
     def fail(self, exc: BaseException) -> None:
         """Record ``exc`` (the first time: with a warning) as the run's tracking failure."""
         if self.failure is None:
-            self.failure = short(exc, 1000) if isinstance(exc, TrackingFailed) else f"{type(exc).__name__}: {short(exc, 1000)}"
-            log.warning("MLflow tracking of %s (run %s) failed: %s. The stage goes on without MLflow; its run will end "
-                        "FAILED: run `agentr1 track` after it to log the stage from its outputs",
-                        self.run_name, self.run_id, self.failure)
+            self.failure = (
+                short(exc, 1000) if isinstance(exc, TrackingFailed) else f"{type(exc).__name__}: {short(exc, 1000)}"
+            )
+            log.warning(
+                "MLflow tracking of %s (run %s) failed: %s. The stage goes on without MLflow; its run will end "
+                "FAILED: run `agentr1 track` after it to log the stage from its outputs",
+                self.run_name,
+                self.run_id,
+                self.failure,
+            )
 
     def write(self, fn: Callable[..., T], *args: Any, what: str, retry: bool = True, **kwargs: Any) -> T:
         """``fn(*args, **kwargs)`` retried while the store is busy (a single attempt without
@@ -75,7 +82,7 @@ class StageRun:
     """One stage execution's MLflow run. ``run_id`` is ``None`` when tracking is disabled; every
     method is then a no-op and ``logger`` is a :class:`NullLogger`."""
 
-    cfg: "Config"
+    cfg: Config
     stage: str
     run_id: str | None = None
     experiment_id: str | None = None
@@ -83,7 +90,7 @@ class StageRun:
     pipeline_id: str | None = None
     logger: MetricsLogger = field(default_factory=NullLogger)
     trace_tags: dict[str, str] = field(default_factory=dict)  # on every trace: agentr1.run_name, agentr1.policy
-    pipeline: "StageRun | None" = None  # the pipeline's parent run (tracking.parent_run), if any
+    pipeline: StageRun | None = None  # the pipeline's parent run (tracking.parent_run), if any
     health: TrackingHealth = field(default_factory=TrackingHealth)
     logged_through: int = -1  # a continued run (train --resume): the last step it already holds
     outputs: str | None = None  # where the stage saved its outputs (named when tracking fails)
@@ -125,8 +132,13 @@ class StageRun:
         trainer's) that this run does not hold yet: all of them in a new run; in a continued one
         the logger skips each metric at the steps the run holds of it. Returns the number of steps
         after :attr:`logged_through` (those a continued run lacked entirely)."""
-        series = [(int(h["step"]), {k: v for k, v in h.items() if k != "step" and isinstance(v, (int, float))
-                                     and not isinstance(v, bool)}) for h in history]
+        series = [
+            (
+                int(h["step"]),
+                {k: v for k, v in h.items() if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)},
+            )
+            for h in history
+        ]
         series = [(step, metrics) for step, metrics in series if metrics]
         if not self.enabled or not series:
             return 0
@@ -149,8 +161,13 @@ class StageRun:
         reconstructed from the outputs; returns the number of rows read."""
         with open(csv_path, newline="", encoding="utf-8") as f:
             rows = list(csv.DictReader(f))
-        series = [(int(row[step_column]), {name: float(row[col]) for col, name in columns.items() if row.get(col) not in ("", None)})
-                  for row in rows]
+        series = [
+            (
+                int(row[step_column]),
+                {name: float(row[col]) for col, name in columns.items() if row.get(col) not in ("", None)},
+            )
+            for row in rows
+        ]
         self._log_series([(step, metrics) for step, metrics in series if metrics])
         return len(rows)
 
@@ -165,7 +182,7 @@ class StageRun:
         for i in range(0, len(items), _TAG_BATCH):
             self._write(client.log_batch, self.run_id, what="tags", tags=items[i : i + _TAG_BATCH])
 
-    def log_traces(self, trajectories: Sequence["Trajectory"], sample_n: int | None = None, **kw: Any) -> list[str]:
+    def log_traces(self, trajectories: Sequence[Trajectory], sample_n: int | None = None, **kw: Any) -> list[str]:
         """:func:`agentr1.tracking.traces.log_trajectory_traces` into this run
         (``sample_n`` defaults to ``tracking.trace_sample``)."""
         if not self.enabled:
@@ -175,11 +192,24 @@ class StageRun:
         n = self.cfg.tracking.trace_sample if sample_n is None else sample_n
         kw["tags"] = {**self.trace_tags, **kw.get("tags", {})}
         # not retried: a trace written before the failure would be written twice
-        return self._write(log_trajectory_traces, trajectories, n, what="traces", retry=False, run_id=self.run_id,
-                           seed=self.cfg.seed, **kw)
+        return self._write(
+            log_trajectory_traces,
+            trajectories,
+            n,
+            what="traces",
+            retry=False,
+            run_id=self.run_id,
+            seed=self.cfg.seed,
+            **kw,
+        )
 
-    def log_episode_traces(self, rows: Sequence[Mapping[str, Any]], split: str, sample_n: int | None = None,
-                           tags: Mapping[str, str] | None = None) -> list[str]:
+    def log_episode_traces(
+        self,
+        rows: Sequence[Mapping[str, Any]],
+        split: str,
+        sample_n: int | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> list[str]:
         """:func:`agentr1.tracking.traces.log_episode_traces` of scored episode rows (an
         evaluation's ``episodes.jsonl``, in question order) into this run: the same seeded sample
         and tags as :meth:`log_traces` of the episodes' trajectories."""
@@ -188,8 +218,17 @@ class StageRun:
         from agentr1.tracking.traces import log_episode_traces
 
         n = self.cfg.tracking.trace_sample if sample_n is None else sample_n
-        return self._write(log_episode_traces, rows, n, what="traces", retry=False, run_id=self.run_id,
-                           seed=self.cfg.seed, split=split, tags={**self.trace_tags, **(tags or {})})
+        return self._write(
+            log_episode_traces,
+            rows,
+            n,
+            what="traces",
+            retry=False,
+            run_id=self.run_id,
+            seed=self.cfg.seed,
+            split=split,
+            tags={**self.trace_tags, **(tags or {})},
+        )
 
     def log_episode_table(self, rows: Sequence[Mapping[str, Any]], artifact_file: str) -> None:
         """:func:`agentr1.tracking.traces.log_episode_table` into this run."""
@@ -198,18 +237,24 @@ class StageRun:
 
             self._write(log_episode_table, rows, artifact_file, what=f"table {artifact_file}", run_id=self.run_id)
 
-    def pipeline_run(self) -> "StageRun":
+    def pipeline_run(self) -> StageRun:
         """The pipeline's parent run (where the report's headline results go), or a disabled run
         when tracking is off or ``tracking.parent_run`` is false."""
         return self.pipeline if self.pipeline is not None else StageRun(self.cfg, "pipeline")
 
-    def log_table(self, trajectories: Sequence["Trajectory"], artifact_file: str, **kw: Any) -> None:
+    def log_table(self, trajectories: Sequence[Trajectory], artifact_file: str, **kw: Any) -> None:
         """:func:`agentr1.tracking.traces.log_trajectory_table` into this run."""
         if self.enabled:
             from agentr1.tracking.traces import log_trajectory_table
 
-            self._write(log_trajectory_table, trajectories, artifact_file, what=f"table {artifact_file}",
-                        run_id=self.run_id, **kw)
+            self._write(
+                log_trajectory_table,
+                trajectories,
+                artifact_file,
+                what=f"table {artifact_file}",
+                run_id=self.run_id,
+                **kw,
+            )
 
     def tag_checkpoint(self, checkpoint_dir: str | Path) -> str | None:
         """Tag this run with the digest of the checkpoint it wrote (``agentr1.checkpoint_sha256``),
@@ -231,4 +276,6 @@ class StageRun:
 
         kw.setdefault("registered_name", self.cfg.tracking.registered_model)
         # not retried: it registers a model version, which a second attempt would register again
-        return self._write(log_policy_model, checkpoint_dir, metrics, what="model", retry=False, run_id=self.run_id, **kw)
+        return self._write(
+            log_policy_model, checkpoint_dir, metrics, what="model", retry=False, run_id=self.run_id, **kw
+        )

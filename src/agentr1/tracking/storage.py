@@ -29,9 +29,10 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import urlparse
 
 from agentr1.errors import StageError
@@ -44,8 +45,13 @@ MULTIPART_THRESHOLD = 64 * 1024 * 1024
 _MD5_META = "agentr1-md5"
 
 _CREDENTIAL_CODES = {
-    "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidClientTokenId", "ExpiredToken",
-    "InvalidToken", "TokenRefreshRequired", "AuthorizationHeaderMalformed",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "InvalidClientTokenId",
+    "ExpiredToken",
+    "InvalidToken",
+    "TokenRefreshRequired",
+    "AuthorizationHeaderMalformed",
 }
 _DENIED_CODES = {"AccessDenied", "403", "Forbidden", "AllAccessDisabled"}
 _MISSING_BUCKET_CODES = {"NoSuchBucket"}
@@ -66,16 +72,23 @@ def safe_target(dest: Path, rel: str, key: str) -> Path:
     (``a/../b``, ``a//b``), a leading ``/``, a backslash or a drive letter, or a resolved path
     outside ``dest`` (a symlink inside it)."""
     parts = rel.split("/")
-    bad = (not rel or rel.startswith("/") or "\\" in rel or re.match(r"[A-Za-z]:", parts[0]) is not None
-           or any(p in ("", ".", "..") for p in parts))
+    bad = (
+        not rel
+        or rel.startswith("/")
+        or "\\" in rel
+        or re.match(r"[A-Za-z]:", parts[0]) is not None
+        or any(p in ("", ".", "..") for p in parts)
+    )
     out = dest / rel
     if not bad:
         root = dest.resolve()
         bad = root != out.resolve() and root not in out.resolve().parents
     if bad:
-        raise UnsafeKeyError(f"refusing S3 object {key!r}: its key would write outside {dest} (no '..', empty, "
-                             "absolute or backslash path segments are allowed); nothing was downloaded. "
-                             "Remove or rename that object in the bucket")
+        raise UnsafeKeyError(
+            f"refusing S3 object {key!r}: its key would write outside {dest} (no '..', empty, "
+            "absolute or backslash path segments are allowed); nothing was downloaded. "
+            "Remove or rename that object in the bucket"
+        )
     return out
 
 
@@ -102,8 +115,9 @@ def layout_problems(dest: Path, rels: list[str], delete: bool = False) -> tuple[
     for rel in sorted(files):
         long = [seg for seg in rel.split("/") if len(os.fsencode(seg)) > NAME_MAX_BYTES]
         if long:
-            problems.append(f"{rel[:60]!r}...: a path segment of {len(os.fsencode(long[0]))} bytes (at most "
-                            f"{NAME_MAX_BYTES})")
+            problems.append(
+                f"{rel[:60]!r}...: a path segment of {len(os.fsencode(long[0]))} bytes (at most {NAME_MAX_BYTES})"
+            )
         elif len(os.fsencode(str(dest / rel))) > PATH_MAX_BYTES:
             problems.append(f"{rel[:60]!r}...: a local path over {PATH_MAX_BYTES} bytes")
     for rel in sorted(files & folders):
@@ -155,12 +169,7 @@ def _md5(path: Path) -> str:
 def resolve_endpoint(endpoint_url: str | None = None) -> str | None:
     """The endpoint to use: the argument, else ``AWS_ENDPOINT_URL_S3``, else ``AWS_ENDPOINT_URL``
     (the variables boto3 itself reads), else None (AWS)."""
-    return (
-        endpoint_url
-        or os.environ.get("AWS_ENDPOINT_URL_S3")
-        or os.environ.get("AWS_ENDPOINT_URL")
-        or None
-    )
+    return endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
 
 
 class S3Storage:
@@ -205,7 +214,7 @@ class S3Storage:
 
     # ------------------------------------------------------------------------------ construction
     @classmethod
-    def from_url(cls, url: str, endpoint_url: str | None = None, **kwargs: Any) -> "S3Storage":
+    def from_url(cls, url: str, endpoint_url: str | None = None, **kwargs: Any) -> S3Storage:
         """``S3Storage.from_url("s3://bucket/some/prefix")``."""
         parsed = urlparse(url)
         if parsed.scheme != "s3" or not parsed.netloc:
@@ -240,9 +249,7 @@ class S3Storage:
                 retries={"max_attempts": self._max_attempts, "mode": "standard"},
                 signature_version="s3v4",
             )
-            self._client = session.client(
-                "s3", endpoint_url=self.endpoint_url, region_name=region, config=config
-            )
+            self._client = session.client("s3", endpoint_url=self.endpoint_url, region_name=region, config=config)
         return self._client
 
     # ------------------------------------------------------------------------------ errors
@@ -250,15 +257,20 @@ class S3Storage:
         """Map a botocore/boto3 exception to a StorageError that names the fix."""
         from boto3.exceptions import S3UploadFailedError
         from botocore.exceptions import (
-            ClientError, ConnectionClosedError, ConnectTimeoutError, EndpointConnectionError,
-            NoCredentialsError, PartialCredentialsError, ReadTimeoutError,
+            ClientError,
+            ConnectionClosedError,
+            ConnectTimeoutError,
+            EndpointConnectionError,
+            NoCredentialsError,
+            PartialCredentialsError,
+            ReadTimeoutError,
         )
 
         if isinstance(exc, StorageError):
             return exc
         if isinstance(exc, S3UploadFailedError) and isinstance(exc.__context__, Exception):
             inner = self._translate(exc.__context__, action)
-            if not type(inner) is StorageError:
+            if type(inner) is not StorageError:
                 return inner
         if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
             return S3CredentialsError(
@@ -323,7 +335,7 @@ class S3Storage:
             out = []
             for obj in self._iter_objects(sub):
                 k = obj["Key"]
-                out.append(k[len(base) + 1:] if base else k)
+                out.append(k[len(base) + 1 :] if base else k)
             return sorted(out)
         except Exception as exc:  # noqa: BLE001
             raise self._translate(exc, "list") from exc
@@ -332,7 +344,9 @@ class S3Storage:
         from boto3.s3.transfer import TransferConfig
 
         self.client.upload_file(
-            str(path), self.bucket, key,
+            str(path),
+            self.bucket,
+            key,
             ExtraArgs={"Metadata": {_MD5_META: _md5(path)}},
             Config=TransferConfig(multipart_threshold=MULTIPART_THRESHOLD),
         )
@@ -390,8 +404,9 @@ class S3Storage:
             raise StorageError(f"download: nothing at s3://{self.bucket}/{key} ({self._where()})")
         return written
 
-    def _targets(self, objects: list[dict[str, Any]], base: str, dest: Path,
-                 delete: bool = False) -> tuple[list[tuple[dict[str, Any], Path]], list[Path]]:
+    def _targets(
+        self, objects: list[dict[str, Any]], base: str, dest: Path, delete: bool = False
+    ) -> tuple[list[tuple[dict[str, Any], Path]], list[Path]]:
         """``(object, local path)`` for every object under ``base`` and the local paths in the way
         (``delete`` only, :func:`layout_problems`), every key checked by :func:`safe_target` and
         :func:`layout_problems` before anything is written: one bad key refuses the whole transfer."""
@@ -401,9 +416,11 @@ class S3Storage:
         problems, in_the_way = layout_problems(dest, [obj["Key"][cut:] for obj in files], delete)
         if problems:
             more = f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""
-            raise KeyLayoutError(f"the objects under s3://{self.bucket}/{base} cannot all be files in {dest}: "
-                                 f"{'; '.join(problems[:5])}{more}. Nothing was downloaded; rename or remove those "
-                                 "objects (or the local paths named)")
+            raise KeyLayoutError(
+                f"the objects under s3://{self.bucket}/{base} cannot all be files in {dest}: "
+                f"{'; '.join(problems[:5])}{more}. Nothing was downloaded; rename or remove those "
+                "objects (or the local paths named)"
+            )
         return pairs, in_the_way
 
     def _remote_md5(self, obj: dict[str, Any]) -> str | None:
@@ -441,7 +458,12 @@ class S3Storage:
             raise self._translate(exc, "sync_up") from exc
         log.info(
             "sync_up %s -> s3://%s/%s: %d uploaded, %d unchanged, %d deleted",
-            src, self.bucket, base, len(result.transferred), len(result.skipped), len(result.deleted),
+            src,
+            self.bucket,
+            base,
+            len(result.transferred),
+            len(result.skipped),
+            len(result.deleted),
         )
         return result
 
@@ -476,7 +498,12 @@ class S3Storage:
                     result.deleted.append(str(f))
         log.info(
             "sync_down s3://%s/%s -> %s: %d downloaded, %d unchanged, %d deleted",
-            self.bucket, base, dest, len(result.transferred), len(result.skipped), len(result.deleted),
+            self.bucket,
+            base,
+            dest,
+            len(result.transferred),
+            len(result.skipped),
+            len(result.deleted),
         )
         return result
 
@@ -485,6 +512,7 @@ class S3Storage:
 # A folder that holds a whole bucket, one file per object (``folder/<key>``): what keeps an
 # in-memory S3 (moto_server in scripts/topology.sh) across a restart. `save_bucket` before the
 # server stops, `restore_bucket` into the fresh, empty bucket after it starts.
+
 
 def save_bucket(store: S3Storage, folder: str | os.PathLike[str]) -> SyncResult:
     """Make ``folder`` an exact copy of the objects under ``store``'s prefix: afterwards
@@ -504,8 +532,7 @@ def restore_bucket(store: S3Storage, folder: str | os.PathLike[str]) -> SyncResu
     inverse of :func:`save_bucket` (objects already there with the same bytes are skipped; nothing
     is deleted). ``folder`` must be a directory."""
     if not Path(folder).is_dir():
-        raise StorageError(f"restore_bucket: {folder} is not a directory; nothing to restore "
-                           "(save_bucket writes one)")
+        raise StorageError(f"restore_bucket: {folder} is not a directory; nothing to restore (save_bucket writes one)")
     return store.sync_up(folder, "")
 
 

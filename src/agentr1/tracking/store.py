@@ -47,14 +47,25 @@ CREATE_LOCK_TIMEOUT_S = 300.0  # another process creating the store (a few secon
 # tables whose rows are a user's data: a store holding any is never moved aside
 DATA_TABLES = ("runs", "registered_models", "model_versions", "logged_models", "trace_info", "datasets")
 # the DBAPI module a SQLAlchemy dialect imports -> the pip package that provides it
-DRIVER_PACKAGES = {"psycopg2": "psycopg2-binary", "psycopg": "psycopg[binary]", "pg8000": "pg8000",
-                   "asyncpg": "asyncpg", "MySQLdb": "mysqlclient", "pymysql": "pymysql",
-                   "mysql": "mysql-connector-python", "mariadb": "mariadb", "pyodbc": "pyodbc",
-                   "pymssql": "pymssql"}
+DRIVER_PACKAGES = {
+    "psycopg2": "psycopg2-binary",
+    "psycopg": "psycopg[binary]",
+    "pg8000": "pg8000",
+    "asyncpg": "asyncpg",
+    "MySQLdb": "mysqlclient",
+    "pymysql": "pymysql",
+    "mysql": "mysql-connector-python",
+    "mariadb": "mariadb",
+    "pyodbc": "pyodbc",
+    "pymssql": "pymssql",
+}
 DB_SCHEMES = ("postgresql", "mysql", "mssql")  # MLflow's SQLAlchemy stores besides sqlite
 # MLflow's HTTP client: (environment variable, TrackingConfig field); a user's own setting wins
-HTTP_ENV = (("MLFLOW_HTTP_REQUEST_TIMEOUT", "http_timeout_s"), ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "http_retries"),
-            ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "http_backoff_factor"))
+HTTP_ENV = (
+    ("MLFLOW_HTTP_REQUEST_TIMEOUT", "http_timeout_s"),
+    ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "http_retries"),
+    ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "http_backoff_factor"),
+)
 
 
 def is_server(uri: str) -> bool:
@@ -85,7 +96,7 @@ def check_store(uri: str, timeout_s: float = 5.0, create: bool = True) -> bool:
     return True
 
 
-def bound_http_client(tracking: "TrackingConfig") -> None:
+def bound_http_client(tracking: TrackingConfig) -> None:
     """Bound MLflow's own HTTP client for the rest of the process (its defaults: 120 s per request
     and 7 retries with backoff, about 250 s against a failing server) from ``tracking.http_*``;
     an environment variable the user set wins."""
@@ -112,17 +123,23 @@ def store_error(uri: str, exc: Exception) -> StageError:
     cause (redacted, one line) and the fix."""
     cause = redact_uri(" ".join(str(exc).split()))[:400]
     db = sqlite_path(uri)
-    fix = (f"if {db} is damaged or from another MLflow version, back it up and run `mlflow db upgrade "
-           f"{redact_uri(uri)}`, or move it aside to start a new store" if db is not None
-           else "check the store and its server's log, or point MLFLOW_TRACKING_URI / tracking.uri at another store")
-    return StageError(f"MLflow tracking store {redact_uri(uri)} could not be opened ({type(exc).__name__}: "
-                      f"{cause}): {fix}")
+    fix = (
+        f"if {db} is damaged or from another MLflow version, back it up and run `mlflow db upgrade "
+        f"{redact_uri(uri)}`, or move it aside to start a new store"
+        if db is not None
+        else "check the store and its server's log, or point MLFLOW_TRACKING_URI / tracking.uri at another store"
+    )
+    return StageError(
+        f"MLflow tracking store {redact_uri(uri)} could not be opened ({type(exc).__name__}: {cause}): {fix}"
+    )
 
 
 # ------------------------------------------------------------------------------------ SQLite
 def _fix(db: Path) -> str:
-    return (f"move it aside (`mv {db} {db}.bad`) to start a new store, restore it from a backup, or point "
-            f"tracking.uri / MLFLOW_TRACKING_URI at another sqlite:///<file> or server")
+    return (
+        f"move it aside (`mv {db} {db}.bad`) to start a new store, restore it from a backup, or point "
+        f"tracking.uri / MLFLOW_TRACKING_URI at another sqlite:///<file> or server"
+    )
 
 
 def check_sqlite(db: Path, uri: str, timeout_s: float = 5.0) -> str:
@@ -133,8 +150,10 @@ def check_sqlite(db: Path, uri: str, timeout_s: float = 5.0) -> str:
     data without a schema version. Reads only (a hot journal is rolled back)."""
     name = f"MLflow tracking store {redact_uri(uri)}"
     if db.is_dir():
-        raise StageError(f"{name}: {db} is a directory, not a database file: set tracking.uri (or "
-                         f"MLFLOW_TRACKING_URI) to a file, e.g. sqlite:///{db / 'mlflow.db'}")
+        raise StageError(
+            f"{name}: {db} is a directory, not a database file: set tracking.uri (or "
+            f"MLFLOW_TRACKING_URI) to a file, e.g. sqlite:///{db / 'mlflow.db'}"
+        )
     if not db.exists():
         return "missing"
     if not db.is_file():
@@ -156,15 +175,21 @@ def check_sqlite(db: Path, uri: str, timeout_s: float = 5.0) -> str:
         problems = [row[0] for row in con.execute("PRAGMA quick_check")]
         if problems != ["ok"]:
             raise StageError(f"{name}: {db} is damaged (PRAGMA quick_check: {'; '.join(problems[:3])}): {_fix(db)}")
-        tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
-                                                "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'")}
+        tables = {
+            row[0]
+            for row in con.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
+            )
+        }
         if not tables:
             return "missing"
         known = _mlflow_tables()
         if not tables & known:
-            raise StageError(f"{name}: {db} is a SQLite database but not an MLflow store (tables: "
-                             f"{', '.join(sorted(tables)[:5])}): point tracking.uri / MLFLOW_TRACKING_URI at "
-                             f"another file (e.g. sqlite:///mlflow/mlflow.db); it is left as it is")
+            raise StageError(
+                f"{name}: {db} is a SQLite database but not an MLflow store (tables: "
+                f"{', '.join(sorted(tables)[:5])}): point tracking.uri / MLFLOW_TRACKING_URI at "
+                f"another file (e.g. sqlite:///mlflow/mlflow.db); it is left as it is"
+            )
         revision = None
         if "alembic_version" in tables:
             row = con.execute("SELECT version_num FROM alembic_version").fetchone()
@@ -175,9 +200,11 @@ def check_sqlite(db: Path, uri: str, timeout_s: float = 5.0) -> str:
         if not _has_data(con, tables):
             return "ok" if foreign else "half"
         if revision is None:  # runs or models, but no schema version: no migration can fix it
-            raise StageError(f"{name}: {db} holds runs or models but no schema version (alembic_version), so "
-                             f"MLflow cannot open or upgrade it; it is left as it is: back it up, then move it aside "
-                             f"(`mv {db} {db}.bad`) to start a new store, or point tracking.uri at another store")
+            raise StageError(
+                f"{name}: {db} holds runs or models but no schema version (alembic_version), so "
+                f"MLflow cannot open or upgrade it; it is left as it is: back it up, then move it aside "
+                f"(`mv {db} {db}.bad`) to start a new store, or point tracking.uri at another store"
+            )
         return "ok"  # an older schema with data: MLflow's upgrade path (`mlflow db upgrade`), errors named
     except sqlite3.OperationalError as exc:
         if "locked" in str(exc) or "busy" in str(exc):
@@ -233,12 +260,19 @@ def create_sqlite(db: Path, uri: str, timeout_s: float = 5.0) -> None:
                 os.replace(db, aside)
                 for side in ("-journal", "-wal", "-shm"):
                     Path(str(db) + side).unlink(missing_ok=True)
-                log.warning("%s: %s held a half-created schema and no data (an interrupted first command): "
-                            "moved it to %s and creating the store again", name, db, aside)
+                log.warning(
+                    "%s: %s held a half-created schema and no data (an interrupted first command): "
+                    "moved it to %s and creating the store again",
+                    name,
+                    db,
+                    aside,
+                )
             _publish(_build(db), db)
     except Timeout:
-        raise StageError(f"{name}: another process has been creating {db} for {CREATE_LOCK_TIMEOUT_S:.0f} s "
-                         f"(lock {lock.lock_file}): wait for it, or stop it and run again") from None
+        raise StageError(
+            f"{name}: another process has been creating {db} for {CREATE_LOCK_TIMEOUT_S:.0f} s "
+            f"(lock {lock.lock_file}): wait for it, or stop it and run again"
+        ) from None
     except OSError as exc:
         raise StageError(f"{name}: cannot create {db} ({exc}): fix the path or its permissions") from None
 
@@ -301,25 +335,44 @@ def check_server(uri: str, timeout_s: float = 5.0) -> None:
 
     creds = get_default_host_creds(uri)
     shown = redact_uri(uri)
-    fix = ("Start it (e.g. `mlflow server --host 127.0.0.1 --port 5000 --backend-store-uri "
-           "sqlite:///mlflow/mlflow.db`) or point MLFLOW_TRACKING_URI / tracking.uri at a reachable server or a sqlite:/// store.")
-    probes = (("/health", None, {200}),  # then one cheap API call: 404 is its answer for an unknown name
-              ("/api/2.0/mlflow/experiments/get-by-name", {"experiment_name": "Default"}, {200, 404}))
+    fix = (
+        "Start it (e.g. `mlflow server --host 127.0.0.1 --port 5000 --backend-store-uri "
+        "sqlite:///mlflow/mlflow.db`) or point MLFLOW_TRACKING_URI / tracking.uri at a reachable server or a sqlite:/// store."
+    )
+    probes = (
+        ("/health", None, {200}),  # then one cheap API call: 404 is its answer for an unknown name
+        ("/api/2.0/mlflow/experiments/get-by-name", {"experiment_name": "Default"}, {200, 404}),
+    )
     for endpoint, params, ok in probes:
         try:
-            resp = http_request(creds, endpoint, "GET", max_retries=0, backoff_factor=0, backoff_jitter=0,
-                                timeout=timeout_s, raise_on_status=False, params=params)
+            resp = http_request(
+                creds,
+                endpoint,
+                "GET",
+                max_retries=0,
+                backoff_factor=0,
+                backoff_jitter=0,
+                timeout=timeout_s,
+                raise_on_status=False,
+                params=params,
+            )
         except Exception as exc:  # noqa: BLE001 - requests/urllib3/MLflow errors alike: the server is unusable
             problem = f"{type(exc).__name__}: {exc}"
-            raise StageError(f"MLflow tracking server {shown} is unreachable or does not answer within "
-                             f"{timeout_s:g} s at {endpoint} ({redact_uri(problem)[:300]}). {fix}") from None
+            raise StageError(
+                f"MLflow tracking server {shown} is unreachable or does not answer within "
+                f"{timeout_s:g} s at {endpoint} ({redact_uri(problem)[:300]}). {fix}"
+            ) from None
         if resp.status_code in (401, 403):
-            raise StageError(f"MLflow tracking server {shown} refused the credentials (HTTP {resp.status_code} at "
-                             f"{endpoint}): set them in the URI (http://user:password@host) or MLFLOW_TRACKING_USERNAME"
-                             f" / MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN)")
+            raise StageError(
+                f"MLflow tracking server {shown} refused the credentials (HTTP {resp.status_code} at "
+                f"{endpoint}): set them in the URI (http://user:password@host) or MLFLOW_TRACKING_USERNAME"
+                f" / MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN)"
+            )
         if resp.status_code not in ok:
-            raise StageError(f"MLflow tracking server {shown} answers HTTP {resp.status_code} at {endpoint}: the "
-                             f"server is up but failing (check its log and its backend store). {fix}")
+            raise StageError(
+                f"MLflow tracking server {shown} answers HTTP {resp.status_code} at {endpoint}: the "
+                f"server is up but failing (check its log and its backend store). {fix}"
+            )
 
 
 # ---------------------------------------------------------------------------------- other DBs
@@ -336,13 +389,16 @@ def check_driver(uri: str) -> None:
     try:
         dialect = make_url(uri).get_dialect()
     except (ArgumentError, NoSuchModuleError, ValueError) as exc:
-        raise StageError(f"MLflow tracking store {shown}: not a usable database URL ({redact_uri(str(exc))}): use "
-                         f"e.g. postgresql://user:password@host:5432/mlflow") from None
+        raise StageError(
+            f"MLflow tracking store {shown}: not a usable database URL ({redact_uri(str(exc))}): use "
+            f"e.g. postgresql://user:password@host:5432/mlflow"
+        ) from None
     try:
         dialect.import_dbapi()
     except ImportError as exc:
         module = (getattr(exc, "name", None) or "").split(".")[0]
         package = DRIVER_PACKAGES.get(module, module or "the database driver")
-        raise StageError(f"MLflow tracking store {shown}: the {scheme} driver is not installed (cannot import "
-                         f"{module or exc}): `pip install {package}` in this environment, or use a sqlite:/// store"
-                         ) from None
+        raise StageError(
+            f"MLflow tracking store {shown}: the {scheme} driver is not installed (cannot import "
+            f"{module or exc}): `pip install {package}` in this environment, or use a sqlite:/// store"
+        ) from None

@@ -32,7 +32,8 @@ from __future__ import annotations
 import contextlib
 import json
 import random
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import mlflow
 from mlflow.entities import SpanType
@@ -40,7 +41,6 @@ from mlflow.entities import SpanType
 from agentr1.env.base import CallOutcome
 from agentr1.env.rewards import answer_scores
 from agentr1.rollout.trajectory import Trajectory
-
 
 REPLAYED = "agentr1.replayed"  # on every span: its times are the logging time (module docstring)
 
@@ -75,9 +75,19 @@ def _tool_span_kind(outcomes: Sequence[CallOutcome]) -> tuple[str, str]:
     return ("+".join(names), SpanType.RETRIEVER if all_search else SpanType.TOOL)
 
 
-def _episode_meta(qid: str, golds: Sequence[str], em: float, f1: float, turns: int, reason: str, sample_index: int,
-                  reward: float | None, tags: dict[str, str] | None, split: str | None,
-                  step: int | None) -> tuple[dict[str, Any], dict[str, str]]:
+def _episode_meta(
+    qid: str,
+    golds: Sequence[str],
+    em: float,
+    f1: float,
+    turns: int,
+    reason: str,
+    sample_index: int,
+    reward: float | None,
+    tags: dict[str, str] | None,
+    split: str | None,
+    step: int | None,
+) -> tuple[dict[str, Any], dict[str, str]]:
     """The root span's attributes and the trace's tags of one episode (module docstring)."""
     attrs: dict[str, Any] = {
         "agentr1.qid": qid,
@@ -101,16 +111,31 @@ def _episode_meta(qid: str, golds: Sequence[str], em: float, f1: float, turns: i
 
 
 @contextlib.contextmanager
-def _episode_span(qid: str, question: str, answer: str | None, golds: Sequence[str], reason: str, run_id: str | None,
-                  attrs: dict[str, Any], tags: dict[str, str]) -> Iterator[Any]:
+def _episode_span(
+    qid: str,
+    question: str,
+    answer: str | None,
+    golds: Sequence[str],
+    reason: str,
+    run_id: str | None,
+    attrs: dict[str, Any],
+    tags: dict[str, str],
+) -> Iterator[Any]:
     """The AGENT root span of one episode's trace (the turns go inside the block); its outputs
     and the trace's tags are set when the block ends."""
     with mlflow.start_span(f"episode {qid}", span_type=SpanType.AGENT, run_id=run_id) as root:
         root.set_inputs({"qid": qid, "question": question})
         root.set_attributes({**attrs, REPLAYED: True})
         yield root
-        root.set_outputs({"answer": answer, "golds": list(golds), "em": attrs["agentr1.em"], "f1": attrs["agentr1.f1"],
-                          "reason": reason})
+        root.set_outputs(
+            {
+                "answer": answer,
+                "golds": list(golds),
+                "em": attrs["agentr1.em"],
+                "f1": attrs["agentr1.f1"],
+                "reason": reason,
+            }
+        )
         mlflow.update_current_trace(tags=tags)
 
 
@@ -163,8 +188,19 @@ def log_trajectory_traces(
     for i in sample_indices(len(trajectories), sample_n, seed):
         t = trajectories[i]
         scores = answer_scores(t.answer, t.golds)
-        attrs, trace_tags = _episode_meta(t.qid, t.golds, scores["em"], scores["f1"], t.num_turns, t.reason,
-                                          t.sample_index, t.outcome_reward, tags, split, step)
+        attrs, trace_tags = _episode_meta(
+            t.qid,
+            t.golds,
+            scores["em"],
+            scores["f1"],
+            t.num_turns,
+            t.reason,
+            t.sample_index,
+            t.outcome_reward,
+            tags,
+            split,
+            step,
+        )
         ids.append(_trace_episode(t, run_id, trace_tags, attrs))
     mlflow.flush_trace_async_logging()
     return ids
@@ -189,10 +225,22 @@ def log_episode_traces(
     for i in sample_indices(len(rows), sample_n, seed):
         r = rows[i]
         qid, golds = str(r["id"]), [str(g) for g in r["golds"]]
-        attrs, trace_tags = _episode_meta(qid, golds, float(r["em"]), float(r["f1"]), int(r["turns"]), str(r["reason"]),
-                                          0, r.get("reward"), tags, split, None)
-        with _episode_span(qid, str(r["question"]), r.get("answer"), golds, str(r["reason"]), run_id, attrs,
-                           trace_tags) as root:
+        attrs, trace_tags = _episode_meta(
+            qid,
+            golds,
+            float(r["em"]),
+            float(r["f1"]),
+            int(r["turns"]),
+            str(r["reason"]),
+            0,
+            r.get("reward"),
+            tags,
+            split,
+            None,
+        )
+        with _episode_span(
+            qid, str(r["question"]), r.get("answer"), golds, str(r["reason"]), run_id, attrs, trace_tags
+        ) as root:
             pass
         ids.append(root.trace_id)
     mlflow.flush_trace_async_logging()
@@ -203,8 +251,21 @@ def trajectory_rows(trajectories: Sequence[Trajectory]) -> dict[str, list[Any]]:
     """Column-wise summary of every trajectory (the logged table's content)."""
     cols: dict[str, list[Any]] = {
         k: []
-        for k in ("qid", "sample_index", "question", "golds", "answer", "em", "reward", "reason",
-                  "turns", "tool_calls", "action_tokens", "response_tokens", "response_text")
+        for k in (
+            "qid",
+            "sample_index",
+            "question",
+            "golds",
+            "answer",
+            "em",
+            "reward",
+            "reason",
+            "turns",
+            "tool_calls",
+            "action_tokens",
+            "response_tokens",
+            "response_text",
+        )
     }
     for t in trajectories:
         cols["qid"].append(t.qid)

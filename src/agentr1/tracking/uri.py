@@ -29,7 +29,7 @@ def resolve_tracking_uri(cfg: Config, uri: str | None = None, project_dir: str |
     it against the working directory. Absolute ``sqlite:////`` paths and servers pass unchanged."""
     chosen = (uri or "").strip() or os.environ.get("MLFLOW_TRACKING_URI", "").strip() or cfg.tracking.uri
     if project_dir is not None and chosen.startswith(SQLITE) and not chosen.startswith(SQLITE + "/"):
-        return SQLITE + str((Path(project_dir) / chosen[len(SQLITE):]).resolve())
+        return SQLITE + str((Path(project_dir) / chosen[len(SQLITE) :]).resolve())
     return chosen
 
 
@@ -38,5 +38,5 @@ def sqlite_path(uri: str) -> Path | None:
     None for any other store (``sqlite://`` in memory included)."""
     if not uri.startswith(SQLITE):
         return None
-    path = uri[len(SQLITE):].split("?", 1)[0]
+    path = uri[len(SQLITE) :].split("?", 1)[0]
     return Path(path) if path and path != ":memory:" else None

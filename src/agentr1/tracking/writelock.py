@@ -38,8 +38,9 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from agentr1.errors import StageError
 from agentr1.tracking.redact import redact_uri
@@ -84,13 +85,20 @@ def _describe(info: dict) -> str:
         return "holder unknown"
     since = info.get("since")
     when = time.strftime("%H:%M:%S", time.localtime(since)) if isinstance(since, (int, float)) else "?"
-    return (f"held by pid {info.get('pid', '?')} on {info.get('host', '?')} since {when}: "
-            f"{info.get('what', '?')} (`{info.get('command', '?')}`)")
+    return (
+        f"held by pid {info.get('pid', '?')} on {info.get('host', '?')} since {when}: "
+        f"{info.get('what', '?')} (`{info.get('command', '?')}`)"
+    )
 
 
 def _write_holder(lock: Path, what: str) -> None:
-    info = {"pid": os.getpid(), "host": socket.gethostname(), "what": what, "since": time.time(),
-            "command": redact_uri(" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else "?")[:300]}
+    info = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "what": what,
+        "since": time.time(),
+        "command": redact_uri(" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else "?")[:300],
+    }
     try:
         holder_file(lock).write_text(json.dumps(info) + "\n")
     except OSError as exc:  # informative only: the lock itself holds
@@ -98,7 +106,7 @@ def _write_holder(lock: Path, what: str) -> None:
 
 
 @contextlib.contextmanager
-def writer_lock(store: "Config | str", what: str, timeout_s: float | None = None) -> Iterator[Path | None]:
+def writer_lock(store: Config | str, what: str, timeout_s: float | None = None) -> Iterator[Path | None]:
     """Hold the writer lock of ``store`` (a config: its tracking store and
     ``tracking.lock_timeout_s``; or a tracking URI) while the block runs; ``what`` names the
     command in the holder file and in the messages (``agentr1 track``). Waits up to
@@ -120,8 +128,10 @@ def writer_lock(store: "Config | str", what: str, timeout_s: float | None = None
         path.parent.mkdir(parents=True, exist_ok=True)
         key = (str(path.resolve()), threading.get_ident())
     except OSError as exc:
-        raise StageError(f"MLflow tracking store {redact_uri(uri)}: cannot create the writer lock's folder "
-                         f"{path.parent} ({exc}): fix its permissions or the store's path") from None
+        raise StageError(
+            f"MLflow tracking store {redact_uri(uri)}: cannot create the writer lock's folder "
+            f"{path.parent} ({exc}): fix its permissions or the store's path"
+        ) from None
     with _held_guard:
         entry = _held.get(key)
         if entry is not None:  # this thread holds it already (track -> the evaluate stage's replay)
@@ -139,18 +149,27 @@ def writer_lock(store: "Config | str", what: str, timeout_s: float | None = None
         try:
             lock.acquire(timeout=0)
         except Timeout:
-            log.warning("%s: waiting up to %.0f s for the writer lock of MLflow store %s (%s; lock %s)", what, limit,
-                        redact_uri(uri), _describe(_holder(path)), path)
+            log.warning(
+                "%s: waiting up to %.0f s for the writer lock of MLflow store %s (%s; lock %s)",
+                what,
+                limit,
+                redact_uri(uri),
+                _describe(_holder(path)),
+                path,
+            )
             lock.acquire(timeout=max(limit, 0.0))
     except Timeout:
         raise StageError(
             f"{what}: another command has been writing to MLflow tracking store {redact_uri(uri)} for more than "
             f"{limit:g} s ({_describe(_holder(path))}; lock {path}): wait for it to finish and run this again, or "
             f"stop it if it hangs (the lock is freed when its process exits); tracking.lock_timeout_s sets how long "
-            f"to wait") from None
+            f"to wait"
+        ) from None
     except OSError as exc:
-        raise StageError(f"{what}: cannot lock {path} for MLflow tracking store {redact_uri(uri)} ({exc}): fix the "
-                         "permissions of its folder") from None
+        raise StageError(
+            f"{what}: cannot lock {path} for MLflow tracking store {redact_uri(uri)} ({exc}): fix the "
+            "permissions of its folder"
+        ) from None
     waited = time.monotonic() - start
     if waited >= 1.0:
         log.info("%s: got the writer lock of %s after %.1f s", what, redact_uri(uri), waited)

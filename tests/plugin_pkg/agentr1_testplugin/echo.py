@@ -21,8 +21,12 @@ class EchoTool(Tool):
     """Answers ``prefix + text``; its options model is :class:`EchoOptions`."""
 
     name, description, options = "echo", "Repeat a text.", EchoOptions
-    parameters = {"type": "object", "properties": {"text": {"type": "string", "pattern": r"\S"}},
-                  "required": ["text"], "additionalProperties": False}
+    parameters = {
+        "type": "object",
+        "properties": {"text": {"type": "string", "pattern": r"\S"}},
+        "required": ["text"],
+        "additionalProperties": False,
+    }
     purpose, action, example = "hearing your words again", "echo", {"text": "hello"}
 
     def __init__(self, prefix: str = "echo: ") -> None:

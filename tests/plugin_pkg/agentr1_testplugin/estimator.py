@@ -1,7 +1,7 @@
 """A grouped advantage estimator: each sequence's score minus its group's mean, on the mask tokens.
 
-    s_b  = sum_t mask[b,t] * r[b,t]
-    A_bt = mask_bt * (s_b - mean_{g(b)}(s))           (returns = advantages)
+s_b  = sum_t mask[b,t] * r[b,t]
+A_bt = mask_bt * (s_b - mean_{g(b)}(s))           (returns = advantages)
 """
 
 from __future__ import annotations

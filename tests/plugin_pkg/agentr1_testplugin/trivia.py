@@ -18,7 +18,16 @@ def load_trivia(records: Iterable[Record], limit: int | None = None, origin: str
         title, text = require_text(rec, "title", where), require_text(rec, "text", where)
         pid = passage_id(title, text)
         corpus.add(pid, title, text, where)
-        loaded.questions.append(question(f"{SOURCE}:{require_text(rec, 'id', where)}", require_text(rec, "question", where),
-                                         [require_text(rec, "answer", where)], "trivia", 1, [pid], SOURCE))
+        loaded.questions.append(
+            question(
+                f"{SOURCE}:{require_text(rec, 'id', where)}",
+                require_text(rec, "question", where),
+                [require_text(rec, "answer", where)],
+                "trivia",
+                1,
+                [pid],
+                SOURCE,
+            )
+        )
     loaded.passages = corpus.passages()
     return loaded
