@@ -95,8 +95,8 @@ def comparisons(cfg, seeds: list[int], eval_dir: Path) -> dict[str, dict]:
     baselines from ``evaluate.out_dir``): ``{name: {split: {two_level, question_only}}}``."""
     from agentr1.report.inputs import load_evaluation
     from agentr1.report.methods import group_methods, report_baselines
+    from agentr1.report.rows import ablation_pairs, build_rows, compare, compare_questions_only
     from agentr1.report.summary import grpo_row, method_pairs
-    from agentr1.report.tables import ablation_pairs, build_rows, compare, compare_questions_only
 
     rc = cfg.report
     splits, samples, ci = list(rc.splits), rc.bootstrap.samples, rc.bootstrap.ci

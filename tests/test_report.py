@@ -734,7 +734,7 @@ def test_flat_panels_say_so_and_bars_carry_their_values():
     import matplotlib.pyplot as plt
 
     from agentr1.report.plots import _bars, _note_if_flat
-    from agentr1.report.tables import Cell
+    from agentr1.report.rows import Cell
 
     fig, (zero, empty, some) = plt.subplots(1, 3)
     _note_if_flat(zero, [0.0, 0.0], "no data")

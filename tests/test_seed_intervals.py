@@ -11,8 +11,8 @@ import pytest
 
 from agentr1.report.inputs import Evaluation, Question
 from agentr1.report.methods import group_methods
+from agentr1.report.rows import build_rows, compare, compare_questions_only
 from agentr1.report.stats import seeds_questions
-from agentr1.report.tables import build_rows, compare, compare_questions_only
 
 Q = 300
 

@@ -263,7 +263,7 @@ def test_calls_by_tool_and_tool_usage():
 # ------------------------------------------------------------------------------- report
 def test_report_tools_section_per_type_cis_calls_and_rl_vs_cold_start():
     from agentr1.report.inputs import Evaluation, Question
-    from agentr1.report.tables import Row
+    from agentr1.report.rows import Row
     from agentr1.report.tools import tools_section
 
     types = ["arithmetic"] * 40 + ["multi_tool"] * 40 + ["bridge"] * 20

@@ -1,5 +1,10 @@
 """Profiles: ``profiles/<name>.yaml`` = partial params merged onto ``params.yaml`` (stage ``profile``).
 
+One module of more than 500 lines on purpose: it is the ``agentr1 profile`` command, each section one of its
+outputs (``--print-set``, ``--dry-run``, ``--write``) rendered from the one :class:`Profile` that
+:func:`load_profile` builds (``base``, the merged ``raw``, ``launch``); split by output, each part would still
+depend on that merge and its rules (``REPLACED_KEYS``, the ``launch`` key) for what it prints.
+
 ``params.yaml`` is the embedded ``nano`` profile. A profile file holds only the keys that differ
 from it (plus ``profile: <name>``) and is merged onto it:
 

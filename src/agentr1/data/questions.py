@@ -1,5 +1,10 @@
 """Multi-hop questions over the synthetic world.
 
+One module of more than 500 lines on purpose: half of it is the template tables, and their keys are what the
+split hygiene below is enforced on: path and comparison sampling both admit each question through one
+:class:`Registry` (question texts, (template key, answer) pairs per split); split by question kind, those rules
+would be enforced in several files sharing that registry.
+
 Question kinds (``type``):
     bridge         HotpotQA-style, 2 hops: "Where was the director of <film> born?"
     comparison     HotpotQA-style, 2 hops over two entities named in the question: "Which film was

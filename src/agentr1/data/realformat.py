@@ -1,5 +1,10 @@
 """Shared plumbing for the real-dataset loaders (HotpotQA, 2Wiki, MuSiQue, FlashRAG).
 
+One module of more than 500 lines on purpose: every loader relies on one contract, an error naming ``where``
+(file and record or line, from :func:`read_records` through every field check) and text made NFC and control-free
+(:func:`clean_value`, :func:`reject_control`) before :func:`passage_id` hashes it or :class:`CorpusBuilder` and
+:func:`match_context` compare it; split into reading, hygiene and contexts, that ordering would span modules.
+
 * :func:`read_records` reads a local file in any of the layouts the datasets ship in: one JSON
   array, JSON Lines (whatever the file suffix says; 2Wiki ships JSON Lines named ``.json``) or
   Parquet (hub downloads). It yields ``(where, record)`` pairs; ``where`` names the file and the

@@ -60,7 +60,6 @@ CORPUS_SCHEMA = pa.schema([("id", pa.string()), ("title", pa.string()), ("text",
 OPTIONAL_QUESTION_FIELDS = (pa.field("expression", pa.string()),)
 
 QUESTION_FIELDS = tuple(QUESTION_SCHEMA.names)
-CORPUS_FIELDS = tuple(CORPUS_SCHEMA.names)
 CORPUS_FILE = "corpus.parquet"
 # a complete HTML character reference (&amp; &quot; &#39; &#x27;): passage titles hold none once
 # loaded (HotpotQA's raw titles do: agentr1.data.realformat.unescape_entities; validate checks it)
@@ -133,7 +132,9 @@ def _rows(items: Iterable[Mapping[str, Any] | Question | Passage]) -> list[dict[
     return [it.to_dict() if hasattr(it, "to_dict") else dict(it) for it in items]
 
 
-def _encodes(text: Any) -> bool:
+def encodes_utf8(text: str) -> bool:
+    """False for a string with a lone surrogate (JSON's ``"\\ud800"``): text that UTF-8, and so Parquet
+    and every retriever, cannot take (the one check of it: ``data/`` and the retrieval server)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -145,7 +146,7 @@ def _unencodable(rows: list[dict[str, Any]]) -> str:
     """The first row field holding text that UTF-8 cannot encode (a lone surrogate), in words."""
     for i, r in enumerate(rows):
         for k, v in r.items():
-            if any(isinstance(t, str) and not _encodes(t) for t in (v if isinstance(v, list) else [v])):
+            if any(isinstance(t, str) and not encodes_utf8(t) for t in (v if isinstance(v, list) else [v])):
                 return f"row {i} (id {r.get('id')!r}) field {k!r}"
     return "a row"
 

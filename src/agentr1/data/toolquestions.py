@@ -37,7 +37,6 @@ from agentr1.data.questions import Registry, SynQuestion, TooSmall, _leaks
 from agentr1.data.world import Entity, World
 
 ARITHMETIC, MULTI_TOOL = "arithmetic", "multi_tool"
-TOOL_TYPES = (ARITHMETIC, MULTI_TOOL)
 MAX_AMOUNT = 10**9
 FACTORS = range(2, 13)
 _UNITS = (

@@ -1,6 +1,11 @@
 """Tool-call formats: how tools are described to the model, how its turn is parsed, and how
 observations and answers are written back.
 
+One module of more than 400 lines on purpose: both formats are one scanner, :meth:`ToolFormat.parse`, over
+their own ``_Marker`` tables, and :func:`select_calls` relies on what it guarantees (every element ends at a stop
+string, so a cut turn parses like the uncut one); split per format, the private ``_Marker`` and those rules would
+sit apart from the markers that must obey them.
+
 Two formats are registered in :data:`agentr1.registry.FORMATS` (``get_format(name, tools=...,
 think=...)`` builds one):
 

@@ -23,7 +23,7 @@ with a method's seeds together) on every split, from the episodes of ``episodes.
   predates the field.
 
 Each number is computed per run, then averaged over a method's seeds (evaluated on the same
-questions, :func:`agentr1.report.tables.seed_average`); ``n`` is the group's questions and
+questions, :func:`agentr1.report.rows.seed_average`); ``n`` is the group's questions and
 ``n_multihop`` its multi-hop ones. The same numbers per question type and per number of hops
 (``by`` = ``type`` | ``hops``; ``all`` = the whole split).
 """
@@ -35,8 +35,9 @@ from typing import Any
 
 from agentr1.eval.support import MULTI_HOP
 from agentr1.report.inputs import Evaluation, Question
+from agentr1.report.rows import Row, hops_key
 from agentr1.report.summary import COLD_START, PAPER_BASELINES, grpo_row
-from agentr1.report.tables import Row, _hops_key, _md_table, csv_text, fmt, split_header
+from agentr1.report.tables import csv_text, fmt, md_table, split_header
 
 FIELDS = ("score", "tool_calls", "early_answer", "format_ok", "answered")
 BREAKDOWN = ("right", "wrong_all", "wrong_some", "wrong_none")
@@ -89,7 +90,7 @@ def _stats(qs: Sequence[Question]) -> dict[str, Any]:
 
 
 def _group(q: Question, by: str) -> str:
-    return "all" if by == "all" else q.type if by == "type" else _hops_key(q.hops)
+    return "all" if by == "all" else q.type if by == "type" else hops_key(q.hops)
 
 
 def _order(group: str) -> tuple:
@@ -140,7 +141,7 @@ def _by_tables(rows: Sequence[Row], split_data: Mapping, field: str, count: str,
     body = [
         [_name(r), *(fmt(split_data[by][g].get(r.label, {}).get(field), digits) for by, g, _ in cols)] for r in rows
     ]
-    return _md_table(header, body)
+    return md_table(header, body)
 
 
 def _breakdown_table(rows: Sequence[Row], split_data: Mapping) -> str:
@@ -159,7 +160,7 @@ def _breakdown_table(rows: Sequence[Row], split_data: Mapping) -> str:
         for r in rows
         if r.label not in PAPER_BASELINES
     ]
-    return _md_table(header, body)
+    return md_table(header, body)
 
 
 def behaviour_tables(rows: Sequence[Row], data: Mapping, splits: Sequence[str], metric: str) -> tuple[str, str]:
@@ -212,7 +213,7 @@ def behaviour_tables(rows: Sequence[Row], data: Mapping, splits: Sequence[str], 
             for r in rows
             for s in [whole[r.label]]
         ]
-        md.append(_md_table(header, body))
+        md.append(md_table(header, body))
         md.append(f"### {split}: tool calls per episode by question type and hops\n")
         md.append(_by_tables(rows, d, "tool_calls", "n", 2))
         md.append(f"### {split}: early-answer share by question type and hops (n = multi-hop episodes)\n")

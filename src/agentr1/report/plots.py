@@ -19,8 +19,8 @@ from pathlib import Path
 
 from agentr1.io import atomic_path
 from agentr1.report.inputs import Curve
+from agentr1.report.rows import Row, ablation_pairs, table3_rows
 from agentr1.report.stats import AVG
-from agentr1.report.tables import Row, ablation_pairs, table3_rows
 
 LINESTYLES = ["-", "--", ":", "-."]
 MARKERS = ["o", "s", "^", "v", "D", "P", "X", "*", "<", ">"]

@@ -1,5 +1,5 @@
 """The generated summary (``summary.md``): every statement is computed from the report's numbers,
-and every "beats", "above" or "direction" is a verdict (:attr:`agentr1.report.tables.Diff.verdict`:
+and every "beats", "above" or "direction" is a verdict (:attr:`agentr1.report.rows.Diff.verdict`:
 the two-level interval over training seeds x questions excludes 0, and each RL row holds
 ``report.min_seeds`` seeds); a point estimate is called one.
 
@@ -18,12 +18,12 @@ the two-level interval over training seeds x questions excludes 0, and each RL r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from agentr1.registry import ESTIMATORS
 from agentr1.report.methods import REFERENCE
+from agentr1.report.rows import Diff, Row, ablation_pairs, table3_rows
 from agentr1.report.stats import AVG
-from agentr1.report.tables import Diff, Row, ablation_pairs, fmt, table3_rows
+from agentr1.report.tables import fmt
 
 # the two baselines of the paper's Table 3 that "beat both" refers to
 PAPER_BASELINES = ("base_tool_call", "naive_rag")
@@ -65,69 +65,107 @@ def summarize(
     vs_methods: Mapping[tuple[str, str], list[Diff]] | None = None,
     min_seeds: int = 3,
 ) -> dict:
-    """The summary's facts (for report.json) and its lines (for summary.md)."""
-    m = metric.upper()
+    """The summary's facts (for report.json) and its lines (for summary.md), in the order a reader
+    meets them: the rows not judged, the highest mean, GRPO against the baselines, every RL method
+    against the baselines, GRPO against the reference cold start, the methods against each other,
+    the ablations."""
     by_label = {r.label: r for r in rows}
     facts: dict = {"min_seeds": min_seeds}
-    lines: list[str] = []
-    split_txt = ", ".join(splits)
+    lines = _not_judged_lines(rows, min_seeds, facts)
+    lines += _best_lines(rows, splits, metric, facts)
+    grpo = grpo_row(rows)
+    lines += _grpo_lines(grpo, by_label, vs_baselines, metric, facts)
+    lines += _baseline_lines(rows, by_label, vs_baselines, splits, metric, ci, facts)
+    if REFERENCE in by_label and grpo is not None:
+        lines += _reference_lines(grpo, by_label, vs_baselines, splits, facts)
+    lines += _method_lines(vs_methods or {}, by_label, splits, ci, facts)
+    lines += _ablation_lines(rows, ablation_diffs, ci, facts)
+    facts["lines"] = lines
+    return facts
 
-    def per_split(r: Row) -> str:
-        return ", ".join(f"{s} {r.cells[s].mean:.3f}" for s in splits)
 
-    rl = [r for r in rows if r.kind == "rl"]
+def _not_judged_lines(rows: Sequence[Row], min_seeds: int, facts: dict) -> list[str]:
+    """The RL rows with fewer than ``min_seeds`` seeds: listed, never judged."""
     few = [r for r in rows if r.kind in ("rl", "ablation") and r.n_seeds < min_seeds]
     facts["not_judged"] = [r.label for r in few]
-    if few:
-        lines.append(
-            f"- Not judged (a verdict needs {min_seeds} training seeds per RL row, params report.min_seeds): "
-            + _names([f"{r.display} ({r.n_seeds} seed{'s' if r.n_seeds != 1 else ''})" for r in few])
-            + ". Their differences are listed below, never called beyond noise."
-        )
+    if not few:
+        return []
+    return [
+        f"- Not judged (a verdict needs {min_seeds} training seeds per RL row, params report.min_seeds): "
+        + _names([f"{r.display} ({r.n_seeds} seed{'s' if r.n_seeds != 1 else ''})" for r in few])
+        + ". Their differences are listed below, never called beyond noise."
+    ]
 
-    # highest mean (a point estimate; the verdicts follow)
+
+def _per_split(r: Row, splits: Sequence[str]) -> str:
+    return ", ".join(f"{s} {r.cells[s].mean:.3f}" for s in splits)
+
+
+def _best_lines(rows: Sequence[Row], splits: Sequence[str], metric: str, facts: dict) -> list[str]:
+    """The highest mean on the average (a point estimate; the verdicts follow)."""
     t3 = table3_rows(rows)
     best_score = max(r.cells[AVG].mean for r in t3)
     best = [r for r in t3 if r.cells[AVG].mean == best_score]
     facts["best"] = {"labels": [r.label for r in best], "avg": best_score}
     verb = "scores" if len(best) == 1 else "tie at"
-    lines.append(
-        f"- Highest mean on the average {m} over {split_txt} (a point estimate): "
-        f"**{_names([r.display for r in best])}** {verb} {best_score:.3f} ({per_split(best[0])})."
-    )
+    return [
+        f"- Highest mean on the average {metric.upper()} over {', '.join(splits)} (a point estimate): "
+        f"**{_names([r.display for r in best])}** {verb} {best_score:.3f} ({_per_split(best[0], splits)})."
+    ]
 
-    # GRPO vs Base Tool Call (ratio of means) and vs the cold start (difference, verdict)
-    grpo = grpo_row(rows)
-    base, cold = by_label.get("base_tool_call"), by_label.get(COLD_START)
+
+def _grpo_lines(
+    grpo: Row | None,
+    by_label: Mapping[str, Row],
+    vs_baselines: Mapping[str, Mapping[str, list[Diff]]],
+    metric: str,
+    facts: dict,
+) -> list[str]:
+    """GRPO against Base Tool Call (ratio of means) and against the cold start (difference, verdict)."""
+    m = metric.upper()
     if grpo is None:
-        lines.append("- No GRPO method among params `runs`: no GRPO comparison.")
         facts["grpo"] = None
+        return ["- No GRPO method among params `runs`: no GRPO comparison."]
+    base, cold = by_label.get("base_tool_call"), by_label.get(COLD_START)
+    g, b, c = grpo.cells[AVG].mean, base.cells[AVG].mean, cold.cells[AVG].mean
+    ratio = g / b if b > 0 else None
+    d = _avg(vs_baselines[grpo.label][COLD_START])
+    facts["grpo"] = {
+        "label": grpo.label,
+        "avg": g,
+        "base_tool_call_avg": b,
+        "ratio_vs_base_tool_call": ratio,
+        "cold_start_avg": c,
+        "points_vs_cold_start": 100 * (g - c),
+        "vs_cold_start": d.as_dict(),
+    }
+    if ratio is not None:
+        lines = [f"- {grpo.display}'s mean average {m} is {ratio:.2f}x {base.display}'s ({g:.3f} vs {b:.3f})."]
     else:
-        g, b, c = grpo.cells[AVG].mean, base.cells[AVG].mean, cold.cells[AVG].mean
-        ratio = g / b if b > 0 else None
-        d = _avg(vs_baselines[grpo.label][COLD_START])
-        facts["grpo"] = {
-            "label": grpo.label,
-            "avg": g,
-            "base_tool_call_avg": b,
-            "ratio_vs_base_tool_call": ratio,
-            "cold_start_avg": c,
-            "points_vs_cold_start": 100 * (g - c),
-            "vs_cold_start": d.as_dict(),
-        }
-        if ratio is not None:
-            lines.append(f"- {grpo.display}'s mean average {m} is {ratio:.2f}x {base.display}'s ({g:.3f} vs {b:.3f}).")
-        else:
-            lines.append(
-                f"- {base.display} scores {b:.3f} average {m}, so the ratio is undefined; "
-                f"{grpo.display} scores {g:.3f}."
-            )
-        lines.append(
-            f"- {grpo.display} ({grpo.n_seeds} seeds) minus {cold.display} on the average {m}: {_ci(d)} "
-            f"({g:.3f} vs {c:.3f}): {d.verdict}."
-        )
+        lines = [
+            f"- {base.display} scores {b:.3f} average {m}, so the ratio is undefined; {grpo.display} scores {g:.3f}."
+        ]
+    lines.append(
+        f"- {grpo.display} ({grpo.n_seeds} seeds) minus {cold.display} on the average {m}: {_ci(d)} "
+        f"({g:.3f} vs {c:.3f}): {d.verdict}."
+    )
+    return lines
 
-    # RL methods vs the baselines, beyond noise on the average
+
+def _baseline_lines(
+    rows: Sequence[Row],
+    by_label: Mapping[str, Row],
+    vs_baselines: Mapping[str, Mapping[str, list[Diff]]],
+    splits: Sequence[str],
+    metric: str,
+    ci: float,
+    facts: dict,
+) -> list[str]:
+    """Every RL method against the paper's baselines and the cold start it started from: beyond
+    noise on the average, and per split with each interval."""
+    m = metric.upper()
+    rl = [r for r in rows if r.kind == "rl"]
+
     def beats(r: Row, baseline: str) -> bool:
         d = _avg(vs_baselines[r.label][baseline])
         return d.diff > 0 and d.beyond_noise
@@ -139,13 +177,13 @@ def summarize(
     pb = _names([by_label[b].display for b in PAPER_BASELINES])
     rest = [r.display for r in rl if r not in beat_both]
     if beat_both:
-        lines.append(
+        lines = [
             f"- Beat both {pb} beyond noise (average {m}, {ci:.0%} interval of the difference above 0 "
             f"against each): {_names([r.display for r in beat_both])}"
             + (f"; the others do not: {_names(rest)}." if rest else ".")
-        )
+        ]
     else:
-        lines.append(f"- No RL method beats both {pb} beyond noise on the average {m} ({ci:.0%} intervals).")
+        lines = [f"- No RL method beats both {pb} beyond noise on the average {m} ({ci:.0%} intervals)."]
     lines.append(
         f"- Beat the cold start they started from beyond noise (average {m}): "
         + (_names([r.display for r in beat_cold]) if beat_cold else "none")
@@ -165,12 +203,7 @@ def summarize(
             + f". Beyond noise: {_names(won) if won else 'none'}"
             + (" (all of them)." if won and len(won) == len(diffs) else ".")
         )
-    if REFERENCE in by_label and grpo is not None:
-        lines += _reference_lines(grpo, by_label, vs_baselines, splits, facts)
-    lines += _method_lines(vs_methods or {}, by_label, splits, ci, facts)
-    lines += _ablation_lines(rows, ablation_diffs, ci, facts)
-    facts["lines"] = lines
-    return facts
+    return lines
 
 
 def _reference_lines(
@@ -291,83 +324,6 @@ def _ablation_lines(rows: Sequence[Row], ablation_diffs: Mapping[str, list[Diff]
         else "mixed"
     )
     return lines
-
-
-def step_credit(
-    rows: Sequence[Row],
-    diffs: Mapping[str, list[Diff]],
-    shared: Mapping[str, float | None],
-    splits: Sequence[str],
-    ci: float,
-) -> tuple[dict, list[str]]:
-    """Each step-level method (an estimator declaring ``stepwise``, GiGPO) against plain GRPO from
-    the same cold start: ``diffs[label]`` (its differences over seeds x questions, a = the method) per
-    split, and ``shared[label]``, the mean share of later turns in a step group of more than one
-    over its runs' training steps (the turns where its step advantage can differ from the
-    episode's). Returns the facts (for report.json) and the summary's lines."""
-    grpo = grpo_row(rows)
-    facts: dict = {}
-    lines: list[str] = []
-    for r in rows:
-        if r.label not in diffs or grpo is None:
-            continue
-        parts = [
-            f"{d.split} {d.a_mean:.3f} vs {d.b_mean:.3f}, {d.diff:+.3f} [{d.ci_lower:+.3f}, {d.ci_upper:+.3f}]"
-            for d in diffs[r.label]
-            if d.split in splits
-        ]
-        test = [d for d in diffs[r.label] if d.split == splits[0]][0]
-        verdict = (
-            "above GRPO beyond noise"
-            if test.diff > 0 and test.beyond_noise
-            else "below GRPO beyond noise"
-            if test.beyond_noise
-            else "not judged (too few seeds)"
-            if not test.judged
-            else "at least GRPO's score, within noise"
-            if test.diff >= 0
-            else "below GRPO, within noise"
-        )
-        sh = shared.get(r.label)
-        why = (
-            f" Step groups: on average {sh:.0%} of the turns after the first share their state with another episode "
-            "of the group (where the step advantage can differ from the episode's)."
-            if sh is not None
-            else ""
-        )
-        facts[r.label] = {
-            "vs": grpo.label,
-            "diffs": {d.split: d.as_dict() for d in diffs[r.label]},
-            "step_group_shared_later": sh,
-            "verdict_" + splits[0]: verdict,
-        }
-        lines.append(
-            f"- {r.display} ({r.n_seeds} seed(s)) against {grpo.display} ({grpo.n_seeds}), same cold start, "
-            f"{ci:.0%} interval: " + "; ".join(parts) + f". On {splits[0]}: {verdict}." + why
-        )
-    return facts, lines
-
-
-def step_credit_inputs(rows: Sequence[Row], curves: Sequence, diff: Callable[[Row, Row], list[Diff]]):
-    """For :func:`step_credit`: each full-mask step-level method's differences against plain GRPO
-    from the same cold start (``diff(a, b)``: the report's comparison) and its runs' mean
-    step-group share over their curves (:class:`agentr1.report.inputs.Curve`)."""
-    grpo = grpo_row(rows)
-    stepwise = [
-        r
-        for r in rows
-        if r.kind == "rl"
-        and r.method is not None
-        and grpo is not None
-        and ESTIMATORS.spec(r.method.estimator).meta.get("stepwise")
-        and r.method.cold_start == grpo.method.cold_start
-    ]
-    diffs = {r.label: diff(r, grpo) for r in stepwise}
-    shared = {}
-    for r in stepwise:
-        vals = [v for c in curves if c.run in r.runs for v in c.step_group_shared if v is not None]
-        shared[r.label] = sum(vals) / len(vals) if vals else None
-    return diffs, shared
 
 
 def _avg(diffs: list[Diff]) -> Diff:

@@ -6,7 +6,7 @@ present in that split): the metric's mean over the group's questions with its in
 two-level bootstrap over seeds x questions as Table 3, :func:`agentr1.report.stats.seeds_questions`,
 the groups as its strata), the calls per episode and success rate of each tool (the evaluations'
 ``by_type.<type>.by_tool``, averaged over a method's seeds), and for each RL method the difference
-to the cold start per group (:func:`agentr1.report.tables.compare`): "beyond noise" when its
+to the cold start per group (:func:`agentr1.report.rows.compare`): "beyond noise" when its
 interval excludes 0 and the method has ``report.min_seeds`` seeds.
 """
 
@@ -16,8 +16,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentr1.report.inputs import Evaluation
+from agentr1.report.rows import Cell, Diff, Row, compare, row_terms
 from agentr1.report.stats import AVG, seeds_questions
-from agentr1.report.tables import Cell, Diff, Row, _md_table, cell_text, compare, fmt, fmt_signed, row_terms
+from agentr1.report.tables import cell_text, fmt, fmt_signed, md_table
 
 TASK_TYPES = ("arithmetic", "multi_tool", "gsm8k")
 COLD_START = "cold_start"
@@ -121,14 +122,14 @@ def _markdown(
         "avg = the mean over the groups. Calls: per episode, per tool (ok = share of calls that executed).\n",
     ]
     md.append(
-        _md_table(
+        md_table(
             ["Method", *(f"{k} (n={trows[0].cells[k].n})" for k in keys), AVG],
             [[r.display, *(cell_text(r.cells[k]) for k in [*keys, AVG])] for r in trows],
         )
     )
     md.append("\n## Tool calls per episode\n")
     md.append(
-        _md_table(["Method", *keys], [[r.display, *(_calls_text(calls[r.label][k]) for k in keys)] for r in trows])
+        md_table(["Method", *keys], [[r.display, *(_calls_text(calls[r.label][k]) for k in keys)] for r in trows])
     )
     if diffs:
         md.append(f"\n## RL vs the cold start ({m} difference, {ci:.0%} interval over seeds x questions, paired)\n")
@@ -143,5 +144,5 @@ def _markdown(
             ]
             for a, ds in diffs.items()
         ]
-        md.append(_md_table(["Method", *keys, AVG], body))
+        md.append(md_table(["Method", *keys, AVG], body))
     return "\n".join(md) + "\n"

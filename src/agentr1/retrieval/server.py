@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agentr1.data.schema import encodes_utf8
 from agentr1.retrieval.base import Hit, Retriever, RetrieverError
 from agentr1.retrieval.corpus import search_r1_contents
 from agentr1.retrieval.jsonbody import clip, describe, json_kind
@@ -68,15 +69,6 @@ class RetrieveLimits:
             raise ValueError(f"{', '.join(bad)} must be > 0")
 
 
-def _is_unicode(text: str) -> bool:
-    """False for a string with a lone surrogate (JSON's ``"\\ud800"``): not text a retriever can take."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def parse_request(body: Any, limits: RetrieveLimits) -> tuple[list[str], int, bool]:
     """Validate a ``/retrieve`` body -> (queries, topk, return_scores); :class:`RequestError` (400
     not an object, 422 a bad or over-budget value) naming the field, the limit and the fix."""
@@ -106,7 +98,7 @@ def parse_request(body: Any, limits: RetrieveLimits) -> tuple[list[str], int, bo
                 f"queries[{i}] has {len(q)} characters; at most {limits.max_query_chars} "
                 "(retrieval.server.max_query_chars): shorten it",
             )
-        if not _is_unicode(q):
+        if not encodes_utf8(q):
             raise RequestError(422, f"queries[{i}] holds a lone surrogate (\\ud800-\\udfff): not Unicode text")
     chars = sum(map(len, queries))
     if chars > limits.max_request_chars:

@@ -28,6 +28,11 @@ verl. A **singleton group** (``n_g = 1``) has no baseline to compare against: it
 Registry: :data:`agentr1.registry.ESTIMATORS` names every estimator and holds what it declares
 (``needs_values``: a critic; ``grouped``: ``index``); :func:`compute_advantage` is the
 dispatcher a trainer calls with the run's config.
+
+One module of more than 400 lines on purpose: the estimators share the group and sequence helpers
+(:func:`group_ids`, :func:`group_stats`, :func:`group_normalized`, :func:`sequence_scores`) and the
+multi-turn mask semantics above, which each states against the same conventions; split per
+estimator, those helpers and the checks that every estimator is 0 off the mask would sit apart.
 """
 
 from __future__ import annotations
@@ -39,13 +44,26 @@ import torch
 
 from agentr1.registry import ESTIMATORS
 from agentr1.rl.masks import WHITEN_EPS, as_bool, masked_sum, masked_whiten
+from agentr1.rl.stats import step_stats
 from agentr1.rl.steps import Steps
 
 # Shared knobs a trainer may pass to any estimator; each is forwarded only to estimators whose
 # signature takes it (the signature is the estimator's list of knobs). Anything else unknown to
 # the chosen estimator is a TypeError (a typo, not a knob).
 SHARED_OPTIONS = frozenset(
-    {"values", "index", "gamma", "lam", "whiten", "norm_by_std", "eps", "steps", "step_weight", "episode_stats"}
+    {
+        "values",
+        "index",
+        "gamma",
+        "lam",
+        "whiten",
+        "norm_by_std",
+        "eps",
+        "steps",
+        "step_weight",
+        "episode_stats",
+        "diagnostics",
+    }
 )
 
 
@@ -54,7 +72,7 @@ def compute_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run estimator ``name`` of :data:`~agentr1.registry.ESTIMATORS`. Keyword arguments in
     :data:`SHARED_OPTIONS` (``values``, ``index``, ``gamma``, ``lam``, ``whiten``,
-    ``norm_by_std``, ``eps``, ``steps``, ``step_weight``, ``episode_stats``) are passed only where the estimator
+    ``norm_by_std``, ``eps``, ``steps``, ``step_weight``, ``episode_stats``, ``diagnostics``) are passed only where the estimator
     accepts them, so one config serves every estimator; the input it declares it needs
     (``values`` for ``needs_values``, ``index`` for ``grouped``, ``steps`` for ``stepwise``)
     missing or ``None`` raises ``ValueError``; any other keyword the
@@ -105,23 +123,13 @@ def group_stats(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-sample ``(count, mean, unbiased std)`` of its group; std is 0 for singletons. With
     ``weights`` ``[B]`` (positive integers) sample ``b`` counts as ``weights[b]`` equal samples:
-    ``count = sum w``, ``mean = sum w s / count``, ``var = sum w (s - mean)^2 / (count - 1)``."""
-    if weights is None:
-        count = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(
-            0, gid, torch.ones_like(scores)
-        )
-        total = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(0, gid, scores)
-        mean = total / count
-        sq = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(
-            0, gid, (scores - mean[gid]) ** 2
-        )
-    else:
-        w = weights.to(scores.dtype)
-        count = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(0, gid, w)
-        mean = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(0, gid, w * scores) / count
-        sq = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device).index_add_(
-            0, gid, w * (scores - mean[gid]) ** 2
-        )
+    ``count = sum w``, ``mean = sum w s / count``, ``var = sum w (s - mean)^2 / (count - 1)``; without
+    them every weight is 1 (``1.0 * x == x``: the same bits as unweighted sums)."""
+    w = torch.ones_like(scores) if weights is None else weights.to(scores.dtype)
+    zeros = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device)
+    count = zeros.clone().index_add_(0, gid, w)
+    mean = zeros.clone().index_add_(0, gid, w * scores) / count
+    sq = zeros.clone().index_add_(0, gid, w * (scores - mean[gid]) ** 2)
     var = torch.where(count > 1, sq / (count - 1).clamp(min=1), torch.zeros_like(sq))
     return count[gid], mean[gid], var.sqrt()[gid]
 
@@ -349,6 +357,7 @@ def gigpo(
     eps: float = 1e-6,
     step_weight: float = 1.0,
     episode_stats: str = "episodes",
+    diagnostics: dict[str, float] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GiGPO (Group-in-Group Policy Optimization, arXiv 2505.10978): the episode-level group
     advantage plus a step-level one from the turns of the group's episodes that start from the
@@ -368,9 +377,12 @@ def gigpo(
     a lone episode's raw score through; a lone step gets 0 there too). With no shared state beyond
     the prompt every step group after the first turn is a singleton, so ``A = (1 + step_weight) *
     a_b`` on the first turn's tokens and ``a_b`` on the others (GRPO with ``gamma = 1`` under
-    ``episodes``). Returns ``(A, A)``.
+    ``episodes``). Returns ``(A, A)``; a ``diagnostics`` dict gets the step statistics of the two
+    parts (:func:`agentr1.rl.stats.step_stats`: computed once, here, for the update and the logs).
     """
     a_ep, a_step = gigpo_parts(token_rewards, mask, index, steps, gamma, norm_by_std, eps, episode_stats)
+    if diagnostics is not None:
+        diagnostics.update(step_stats(steps, a_ep, a_step))
     turn = steps.turn
     per_tok = torch.gather(a_step, 1, turn.clamp(min=0)) * (turn >= 0)
     adv = _broadcast(a_ep, mask) + torch.where(as_bool(mask), step_weight * per_tok, _zero(per_tok))

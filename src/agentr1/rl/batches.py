@@ -24,8 +24,27 @@ from agentr1.rl.distributed import Dist
 from agentr1.rl.masks import as_bool
 from agentr1.rl.sampling import seed_key
 
-LOSS_KEYS = ("input_ids", "attention_mask", "loss_mask", "adv_mask", "old_logp", "advantages", "returns")
-OPTIONAL_KEYS = ("ref_logp", "values", "behaviour_weight")  # when the run has them (KL, a critic, off_policy)
+# The per-token (B, T) tensors of a prepared batch, each with its use in an update: "loss" = every
+# loss needs it; "optional" = a loss needs it when the run has it (KL, a critic, off_policy); None =
+# kept for diagnostics. Step rows (agentr1.rl.steps) carry them all; micro-batches the first two kinds.
+TOKEN_KEYS: dict[str, str | None] = {
+    "input_ids": "loss",
+    "attention_mask": "loss",
+    "action_mask": None,
+    "response_mask": None,
+    "loss_mask": "loss",
+    "adv_mask": "loss",
+    "old_logp": "loss",
+    "ref_logp": "optional",
+    "values": "optional",
+    "advantages": "loss",
+    "returns": "loss",
+    "token_rewards": None,
+    "logprobs": None,
+    "behaviour_weight": "optional",
+}
+LOSS_KEYS = tuple(k for k, use in TOKEN_KEYS.items() if use == "loss")
+OPTIONAL_KEYS = tuple(k for k, use in TOKEN_KEYS.items() if use == "optional")
 
 
 def mini_batches(batch_size: int, tcfg, seed: int, step: int) -> Iterator[tuple[int, int, list[int]]]:

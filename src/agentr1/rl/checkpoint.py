@@ -72,10 +72,6 @@ def save_state(path: str | Path, tensors: dict[str, Any], meta: dict[str, Any]) 
     return path
 
 
-def has_state(path: str | Path) -> bool:
-    return (Path(path) / MANIFEST).is_file()
-
-
 def saved_step(path: str | Path) -> int | None:
     """The step in ``path``'s manifest (``None`` when it has none or it is unreadable)."""
     try:

@@ -52,10 +52,6 @@ Stats = dict[str, torch.Tensor]
 SHARED_OPTIONS = frozenset({"clip_low", "clip_high", "dual_clip", "agg_mode", "denom", "norm_const", "weights"})
 
 
-def _zero(x: torch.Tensor) -> torch.Tensor:
-    return torch.zeros((), dtype=x.dtype, device=x.device)
-
-
 def _masked(x: torch.Tensor, m: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
     return torch.where(m, x, torch.full((), fill, dtype=x.dtype, device=x.device))
 

@@ -67,23 +67,19 @@ def deterministic_metrics(history: Sequence[dict[str, float]]) -> list[dict[str,
     return [{k: v for k, v in h.items() if not k.startswith(TIME_PREFIX)} for h in history]
 
 
-def step_stats(token_rewards: torch.Tensor, mask: torch.Tensor, index, steps, tcfg) -> dict[str, float]:
-    """GiGPO's diagnostics of a batch (:mod:`agentr1.rl.steps`): the share of turns whose step
-    group holds more than one turn (``train/step_group_shared``; every first turn shares the
-    prompt when ``group_size > 1``), the same share over the later turns
+def step_stats(steps, a_ep: torch.Tensor, a_step: torch.Tensor) -> dict[str, float]:
+    """GiGPO's diagnostics of a batch (:mod:`agentr1.rl.steps`), from the two advantages the
+    estimator computed for the update (``a_ep`` ``[B]``, ``a_step`` ``[B, J]``:
+    :func:`agentr1.rl.advantages.gigpo_parts`, handed over by :func:`agentr1.rl.advantages.gigpo`):
+    the share of turns whose step group holds more than one turn (``train/step_group_shared``; every
+    first turn shares the prompt when ``group_size > 1``), the same share over the later turns
     (``train/step_group_shared_later``: where step credit can differ from the episode's), and the
     mean ``|a_bj|`` of the turns against the mean ``|a_b|`` of the episodes
-    (``train/step_adv_abs``, ``train/episode_adv_abs``; :func:`agentr1.rl.advantages.gigpo_parts`)."""
-    from agentr1.rl.advantages import gigpo_parts
-
+    (``train/step_adv_abs``, ``train/episode_adv_abs``)."""
     sizes = steps.sizes()
     valid = steps.group >= 0
     later = valid.clone()
     later[:, 0] = False
-    g = tcfg.gigpo
-    a_ep, a_step = gigpo_parts(
-        token_rewards, mask, index, steps, tcfg.gamma, g.norm_by_std(tcfg.norm_by_std), episode_stats=g.episode_stats
-    )
 
     def share(sel: torch.Tensor) -> float:
         return float((sizes[sel] > 1).float().mean()) if bool(sel.any()) else 0.0

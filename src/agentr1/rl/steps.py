@@ -55,25 +55,8 @@ from dataclasses import dataclass
 
 import torch
 
+from agentr1.rl.batches import TOKEN_KEYS
 from agentr1.rl.masks import as_bool
-
-# per-token tensors of a prepared batch that step rows carry (the others are per row or unused)
-TOKEN_KEYS = (
-    "input_ids",
-    "attention_mask",
-    "action_mask",
-    "response_mask",
-    "loss_mask",
-    "adv_mask",
-    "old_logp",
-    "ref_logp",
-    "values",
-    "advantages",
-    "returns",
-    "token_rewards",
-    "logprobs",
-    "behaviour_weight",
-)
 
 
 @dataclass(frozen=True)
@@ -189,7 +172,7 @@ def anchor_groups(
 
 
 def step_rows(batch: dict, turn: torch.Tensor) -> dict:
-    """One row per turn (module docstring): the per-token tensors of :data:`TOKEN_KEYS` present
+    """One row per turn (module docstring): the per-token tensors of :data:`agentr1.rl.batches.TOKEN_KEYS` present
     in ``batch``, row ``(b, j)`` cut after the last token of turn ``j`` (attention 0 beyond) and its
     ``loss_mask`` / ``adv_mask`` kept only on turn ``j``'s tokens; ``trajectory`` ``[B']`` and
     ``turn`` ``[B']`` name each row's episode and turn. Other keys are kept as they are."""
@@ -214,4 +197,4 @@ def step_rows(batch: dict, turn: torch.Tensor) -> dict:
     return out
 
 
-__all__ = ["ANCHORS", "Steps", "TOKEN_KEYS", "anchor_groups", "anchor_states", "step_rows", "turn_index"]
+__all__ = ["ANCHORS", "Steps", "anchor_groups", "anchor_states", "step_rows", "turn_index"]

@@ -1,5 +1,8 @@
 """End-to-end RL for a tool-using agent (Agent-R1): the loop, read top to bottom.
 
+One module of about 400 lines on purpose: it is the loop and nothing else (the parts it calls are
+their own modules, listed below), so that one step reads top to bottom in one place.
+
 One step ``k`` (:meth:`Trainer.train_step`): collect -> score -> advantages -> update.
 1. collect (:mod:`agentr1.rl.sampling`): ``batch_questions`` questions, each rolled out
    ``group_size`` times through the multi-turn engine (token-exact trajectories with
@@ -87,7 +90,7 @@ from agentr1.rl.masks import as_bool, build_token_rewards, masked_mean, select_m
 from agentr1.rl.optim import Optimizers
 from agentr1.rl.sampling import Episodes, Sampling
 from agentr1.rl.state import Resumable
-from agentr1.rl.stats import StepStats, step_stats
+from agentr1.rl.stats import StepStats
 from agentr1.rl.steps import anchor_groups, step_rows, turn_index
 from agentr1.rl.weight_sync import WeightSync
 from agentr1.rollout import Trajectory, collate
@@ -279,6 +282,7 @@ class Trainer(Sampling, Optimizers, Resumable):
                 batch["input_ids"], batch["action_mask"], index, g.similarity, g.anchor, g.window, g.max_compare
             )
         norm_by_std = t.gigpo.norm_by_std(t.norm_by_std) if steps is not None else t.norm_by_std
+        step_diagnostics: dict[str, float] = {}  # GiGPO's step statistics (agentr1.rl.stats.step_stats)
         adv, ret = compute_advantage(
             t.estimator,
             rewards,
@@ -292,12 +296,12 @@ class Trainer(Sampling, Optimizers, Resumable):
             steps=steps,
             step_weight=t.gigpo.step_weight,
             episode_stats=t.gigpo.episode_stats,
+            diagnostics=step_diagnostics,
         )
         batch["token_rewards"], batch["advantages"], batch["returns"] = rewards, adv, ret
         stats["train/adv_abs_mean"] = float(masked_mean(adv.abs(), adv_mask))
         stats["train/token_reward_sum"] = float(rewards.sum() / B)
-        if steps is not None:
-            stats.update(step_stats(rewards, adv_mask, index, steps, t))
+        stats.update(step_diagnostics)
         if t.sample_unit == "step":
             batch = step_rows(batch, turn_index(batch["action_mask"]))
             stats["train/step_rows"] = float(batch["input_ids"].shape[0])

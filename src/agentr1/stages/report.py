@@ -54,21 +54,11 @@ from agentr1.report.behaviour import behaviour, behaviour_summary, behaviour_tab
 from agentr1.report.foundation import foundation
 from agentr1.report.inputs import check_inputs, load_curve, load_evaluation
 from agentr1.report.methods import BASELINES, group_methods, report_baselines
+from agentr1.report.rows import Diff, Row, ablation_pairs, breakdown, build_rows, compare
 from agentr1.report.stats import AVG
-from agentr1.report.summary import grpo_row, method_pairs, step_credit, step_credit_inputs, summarize, summary_markdown
-from agentr1.report.tables import (
-    Diff,
-    Row,
-    ablation_pairs,
-    breakdown,
-    breakdown_tables,
-    build_rows,
-    compare,
-    csv_text,
-    interval_method,
-    table3,
-    table4,
-)
+from agentr1.report.step_credit import step_credit, step_credit_inputs
+from agentr1.report.summary import grpo_row, method_pairs, summarize, summary_markdown
+from agentr1.report.tables import breakdown_tables, csv_text, interval_method, table3, table4
 from agentr1.report.tools import tools_section
 from agentr1.stages.context import StageContext
 from agentr1.stages.spec import StageSpec

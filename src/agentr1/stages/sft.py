@@ -134,7 +134,7 @@ def copy_gate(copy: dict, gate) -> dict:
 def run(ctx: StageContext, args: Any = None) -> dict:
     """Run the stage (module docstring); returns the metrics it wrote."""
     t_start = time.perf_counter()
-    cfg, run, times, phase = ctx.cfg, ctx.run, ctx.times, ctx.phase
+    cfg, times, phase = ctx.cfg, ctx.times, ctx.phase
     scfg = cfg.sft
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if scfg.num_threads is not None:
@@ -145,30 +145,9 @@ def run(ctx: StageContext, args: Any = None) -> dict:
         demos = demo_sets(ctx, ds)
         base = ctx.checkpoint(cfg.pretrain.out_dir, "agentr1 pretrain (dvc repro pretrain)")
     with phase("oracle_plans"):
-        try:
-            for d in demos:
-                d.plans = plan_all(
-                    d.questions,
-                    corpus_titles(d.corpus),
-                    d.env.fmt,
-                    scfg.oracle_noise,
-                    cfg.seed,
-                    d.env.max_turns,
-                    scfg.oracle_lead_space,
-                )
-        except (KeyError, ValueError) as exc:
-            raise StageError(
-                f"cannot script the oracle ({exc}): the sft stage needs the synthetic world's "
-                "supporting_ids (one passage per hop, in the corpus) and env.max_turns > hops"
-            ) from None
-        plans = [p for d in demos for p in d.plans]
+        plans = _plan_demos(demos, cfg)
     with phase("policy"):
-        model, tokenizer = load_checkpoint(base, cfg.model.dtype)
-        if cfg.model.kind != "scratch" and cfg.model.restrict_vocab:
-            texts = [t for d in demos for t in world_texts(ds, d.env, d.questions, d.plans)]
-            texts += [f"{p['title']}\n{p['text']}" for d in demos[1:] for p in d.corpus]
-            model, tokenizer, cut = restrict_vocabulary(model, tokenizer, texts)
-            log.info("sft: vocabulary restricted to the world's tokens: %d -> %d", cut["before"], cut["after"])
+        model, tokenizer = _policy(base, cfg, ds, demos)
         model.to(device)
     n_params = sum(p.numel() for p in model.parameters())
     log.info(
@@ -189,55 +168,22 @@ def run(ctx: StageContext, args: Any = None) -> dict:
     log.info(
         "sft: %d oracle episodes, oracle EM %.3f, kinds %s", len(oracle), oracle_summary["em"], oracle_summary["kinds"]
     )
-
-    def log_step(row: dict) -> None:  # live in MLflow, one point per optimizer step
-        run.logger.log({m: row[k] for k, m in SFT_METRICS.items()}, step=int(row["step"]))
-
-    history: list[dict] = []
     with phase("train"):
-        if scfg.enabled and scfg.steps > 0:
-            history = train_sft(
-                model, oracle, tokenizer.pad_token_id, scfg, seed=cfg.seed, on_step=log_step, log_every=scfg.log_every
-            )
+        history = _train(ctx, model, oracle, tokenizer.pad_token_id)
     if probe_eps:
         with phase("probe_cold_start"):
             copy["cold_start"] = copy_probe(model, probe_eps, tokenizer.pad_token_id)
         copy["gate"] = copy_gate(copy, scfg.copy_gate)
-        log.info(
-            "sft: copy probe (dev, teacher-forced top-1 of copyable tokens) base %.3f -> cold start %.3f "
-            "(start %.3f, continue %.3f; gate %s)",
-            copy["base"]["top1"] or 0,
-            copy["cold_start"]["top1"] or 0,
-            copy["cold_start"]["start"]["top1"] or 0,
-            copy["cold_start"]["continue"]["top1"] or 0,
-            "passed" if copy["gate"]["passed"] else "not passed",
-        )
-    tail = history[-10:]
+        _log_copy(copy)
     metrics = {
         "oracle": oracle_summary,
-        "train": {
-            "enabled": scfg.enabled,
-            "examples": len(oracle),
-            "fresh_examples": sum(len(d.questions) for d in demos if d.corpus is not ds.corpus),
-            "steps": len(history),
-            "batch_size": scfg.batch_size,
-            "epochs": len(history) * scfg.batch_size / len(oracle) if oracle else None,
-            "first_loss": history[0]["loss"] if history else None,
-            "final_loss": sum(r["loss"] for r in tail) / len(tail) if tail else None,
-        },
+        "train": _train_summary(
+            scfg, history, oracle, sum(len(d.questions) for d in demos if d.corpus is not ds.corpus)
+        ),
         "copy": copy,
         "model": {"kind": cfg.model.kind, "parameters": n_params, "vocab_size": len(tokenizer), "device": device},
     }
-    with atomic_dir(scfg.report_dir) as tmp:  # the report appears only if the checkpoint was saved
-        (tmp / "loss.csv").write_text(curve_csv(history, LOSS_FIELDS))
-        save_trajectories(oracle[:ORACLE_EXAMPLES], tmp / "oracle_examples.jsonl")
-        with phase("save_checkpoint"):
-            save_checkpoint(model, tokenizer, scfg.out_dir)
-        write_json_atomic(Path(tmp) / "metrics.json", metrics)
-        log_outputs(ctx, report_dir=tmp)
-        times["total"] = round(time.perf_counter() - t_start, 2)
-        tokens_per_s = sum(r["tokens"] for r in history) / times["train"] if history and times["train"] else None
-        write_json_atomic(Path(tmp) / "timing.json", {"time_s": dict(times), "tokens_per_s": tokens_per_s})
+    _write_outputs(ctx, model, tokenizer, history, oracle, metrics, t_start)
     log.info(
         "sft: oracle EM %.3f, loss %s -> %s in %d steps (total %.0fs)",
         oracle_summary["em"],
@@ -247,6 +193,98 @@ def run(ctx: StageContext, args: Any = None) -> dict:
         times["total"],
     )
     return metrics
+
+
+def _train(ctx: StageContext, model, oracle: list, pad_token_id: int) -> list[dict]:
+    """SFT on the oracle's episodes (nothing with ``sft.enabled: false`` or 0 steps), each optimizer
+    step logged live to MLflow; the per-step history."""
+    cfg, scfg = ctx.cfg, ctx.cfg.sft
+    if not (scfg.enabled and scfg.steps > 0):
+        return []
+
+    def log_step(row: dict) -> None:  # live in MLflow, one point per optimizer step
+        ctx.run.logger.log({m: row[k] for k, m in SFT_METRICS.items()}, step=int(row["step"]))
+
+    return train_sft(model, oracle, pad_token_id, scfg, seed=cfg.seed, on_step=log_step, log_every=scfg.log_every)
+
+
+def _log_copy(copy: dict) -> None:
+    log.info(
+        "sft: copy probe (dev, teacher-forced top-1 of copyable tokens) base %.3f -> cold start %.3f "
+        "(start %.3f, continue %.3f; gate %s)",
+        copy["base"]["top1"] or 0,
+        copy["cold_start"]["top1"] or 0,
+        copy["cold_start"]["start"]["top1"] or 0,
+        copy["cold_start"]["continue"]["top1"] or 0,
+        "passed" if copy["gate"]["passed"] else "not passed",
+    )
+
+
+def _write_outputs(
+    ctx: StageContext, model, tokenizer, history: list[dict], oracle: list, metrics: dict, t_start: float
+) -> None:
+    """The report folder (loss curve, oracle examples, metrics, timing) and the checkpoint: the report
+    appears only if the checkpoint was saved."""
+    scfg, times = ctx.cfg.sft, ctx.times
+    with atomic_dir(scfg.report_dir) as tmp:
+        (tmp / "loss.csv").write_text(curve_csv(history, LOSS_FIELDS))
+        save_trajectories(oracle[:ORACLE_EXAMPLES], tmp / "oracle_examples.jsonl")
+        with ctx.phase("save_checkpoint"):
+            save_checkpoint(model, tokenizer, scfg.out_dir)
+        write_json_atomic(Path(tmp) / "metrics.json", metrics)
+        log_outputs(ctx, report_dir=tmp)
+        times["total"] = round(time.perf_counter() - t_start, 2)
+        tokens_per_s = sum(r["tokens"] for r in history) / times["train"] if history and times["train"] else None
+        write_json_atomic(Path(tmp) / "timing.json", {"time_s": dict(times), "tokens_per_s": tokens_per_s})
+
+
+def _plan_demos(demos: list, cfg) -> list:
+    """The oracle's scripted plan for every demonstration question (set on each demonstration set,
+    and returned in one list); a :class:`StageError` when the data cannot be scripted."""
+    scfg = cfg.sft
+    try:
+        for d in demos:
+            d.plans = plan_all(
+                d.questions,
+                corpus_titles(d.corpus),
+                d.env.fmt,
+                scfg.oracle_noise,
+                cfg.seed,
+                d.env.max_turns,
+                scfg.oracle_lead_space,
+            )
+    except (KeyError, ValueError) as exc:
+        raise StageError(
+            f"cannot script the oracle ({exc}): the sft stage needs the synthetic world's "
+            "supporting_ids (one passage per hop, in the corpus) and env.max_turns > hops"
+        ) from None
+    return [p for d in demos for p in d.plans]
+
+
+def _policy(base, cfg, ds, demos: list):
+    """The base policy, its vocabulary restricted to the world's tokens with ``model.restrict_vocab``."""
+    model, tokenizer = load_checkpoint(base, cfg.model.dtype)
+    if cfg.model.kind != "scratch" and cfg.model.restrict_vocab:
+        texts = [t for d in demos for t in world_texts(ds, d.env, d.questions, d.plans)]
+        texts += [f"{p['title']}\n{p['text']}" for d in demos[1:] for p in d.corpus]
+        model, tokenizer, cut = restrict_vocabulary(model, tokenizer, texts)
+        log.info("sft: vocabulary restricted to the world's tokens: %d -> %d", cut["before"], cut["after"])
+    return model, tokenizer
+
+
+def _train_summary(scfg, history: list[dict], oracle: list, fresh_examples: int) -> dict:
+    """metrics.json's ``train`` block: the steps, epochs and the first and final (last 10) loss."""
+    tail = history[-10:]
+    return {
+        "enabled": scfg.enabled,
+        "examples": len(oracle),
+        "fresh_examples": fresh_examples,
+        "steps": len(history),
+        "batch_size": scfg.batch_size,
+        "epochs": len(history) * scfg.batch_size / len(oracle) if oracle else None,
+        "first_loss": history[0]["loss"] if history else None,
+        "final_loss": sum(r["loss"] for r in tail) / len(tail) if tail else None,
+    }
 
 
 def log_outputs(

@@ -1,5 +1,10 @@
 """``agentr1 track``: make the MLflow store show what DVC has, whatever DVC decided to run.
 
+One module of more than 400 lines on purpose: the command's contract is that every entry is checked before
+anything is written, and the lock checks (:func:`lock_entries`, :func:`stale_reason`), :func:`plan` and
+:func:`_write` all fill in one :class:`Entry` and its ``state`` (``log`` -> ``logged``, ``adopt``, ``stale``, ...);
+split into checks and writes, that guarantee would rest on two modules agreeing on those states.
+
 A stage logs its MLflow run while it runs; a stage DVC skips (its outputs in git or restored
 from the run cache, after ``dvc pull``, ``dvc exp apply``, on a new tracking server) logs
 nothing. ``agentr1 track``, run in the project root after ``dvc repro`` (``make run`` does),

@@ -1,6 +1,11 @@
 """MLflow runs for pipeline stages: tracking URI, reachability, experiment per profile, one run
 per stage execution, flat params, provenance tags and a step-wise metrics logger.
 
+One module of more than 500 lines on purpose: it is :func:`stage_run`'s lifecycle (connect, start or continue,
+the :class:`MLflowLogger`, :func:`_end_run`), whose parts share one :class:`TrackingHealth`: its deadline bounds
+the set-up's retries, the logger stops once it holds a failure, and that failure ends the run FAILED, tagged by
+:func:`_end_run`; split by phase, how a tracking failure becomes a FAILED run would be spread over modules.
+
 Usage in a stage::
 
     with stage_run(cfg, "train@ppo") as run:
@@ -21,9 +26,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import mlflow
 from mlflow import MlflowClient
@@ -354,6 +359,43 @@ def stage_run(
     def write(fn, *args, what: str, **kwargs):
         return retrying(fn, *args, what=f"{what} ({name})", deadline=setup, **kwargs)
 
+    active, resumed, held, parent = _start_run(
+        client, exp_id, uri, stage, name, tags, continue_run, write, cfg.tracking.parent_run
+    )
+    run_id = health.run_id = active.info.run_id
+    status = "FAILED"
+    trace_tags = {"agentr1.run_name": name, **({"agentr1.policy": variant} if variant else {})}
+    run, done = None, False
+    try:
+        _log_start(client, run_id, logged, write, resumed, held, name, stage, uri)
+        run = _stage_run_object(cfg, stage, run_id, exp_id, uri, tags, parent, client, health, trace_tags, held)
+        yield run
+        done = True
+        with contextlib.suppress(TrackingFailed):  # recorded in health
+            run.set_tags(output_tags(name, lock_path))
+        status = "FINISHED" if health.failure is None else "FAILED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        _end_run(client, run_id, parent, status, health, run.outputs if run else None, done)
+
+
+def _start_run(
+    client: MlflowClient,
+    exp_id: str,
+    uri: str,
+    stage: str,
+    name: str,
+    tags: dict[str, str],
+    continue_run: str | None,
+    write: Callable[..., Any],
+    parent_run: bool,
+) -> tuple[Any, Any, dict[str, int], str | None]:
+    """:func:`stage_run`'s set-up, every write through ``write`` (one retry budget): the run to
+    continue when it still can be, orphans of ``name`` ended, the pipeline's parent run, and the run
+    started (or continued). Returns ``(active run, resumed run or None, its logged steps, parent id)``;
+    :class:`StageError` naming the store when any of it fails."""
     resumed, held = None, {}
     try:
         if continue_run:
@@ -361,7 +403,7 @@ def stage_run(
             if resumed is None:
                 log.warning("cannot continue MLflow run %s of %s (%s): logging into a new run", continue_run, name, why)
         write(end_orphans, client, exp_id, name, keep=continue_run if resumed else None, what="end orphan runs")
-        parent = write(_parent_run, client, exp_id, tags, what="the pipeline run") if cfg.tracking.parent_run else None
+        parent = write(_parent_run, client, exp_id, tags, what="the pipeline run") if parent_run else None
         if resumed is not None:
             held = write(logged_steps, client, resumed, what="read the run's metrics")
             if parent:
@@ -380,69 +422,85 @@ def stage_run(
         raise StageError(
             f"MLflow tracking store {redact_uri(uri)}: cannot start a run for stage {stage}: {redact_uri(str(exc))}"
         ) from None
-    run_id = health.run_id = active.info.run_id
-    status = "FAILED"
-    trace_tags = {"agentr1.run_name": name, **({"agentr1.policy": variant} if variant else {})}
-    run, done = None, False
-    try:
-        if resumed is None:
-            write(_log_params, client, run_id, logged, what="params")
-            write(
-                mlflow.log_dict,
-                logged.model_dump(mode="json", by_alias=True),
-                "config.json",
-                run_id=run_id,
-                what="config.json",
-            )
-            log.info("MLflow run %s (%s) for stage %s in %s", run_id, name, stage, redact_uri(uri))
-        else:
-            log.info(
-                "continuing MLflow run %s (%s, was %s) for stage %s in %s: it holds steps through %d",
-                run_id,
-                name,
-                resumed.info.status,
-                stage,
-                redact_uri(uri),
-                max(held.values(), default=-1),
-            )
-        logger = MLflowLogger(run_id, client, cfg.tracking.trace_sample, cfg.seed, trace_tags, health, held)
-        pipeline = (
-            StageRun(
-                cfg,
-                "pipeline",
-                parent,
-                exp_id,
-                uri,
-                tags[PIPELINE_TAG],
-                MLflowLogger(parent, client, health=health),
-                health=health,
-            )
-            if parent
-            else None
+    return active, resumed, held, parent
+
+
+def _log_start(
+    client: MlflowClient,
+    run_id: str,
+    logged: Config,
+    write: Callable[..., Any],
+    resumed: Any,
+    held: Mapping[str, int],
+    name: str,
+    stage: str,
+    uri: str,
+) -> None:
+    """A new run gets the params and ``config.json``; a continued one only the log line saying so."""
+    if resumed is None:
+        write(_log_params, client, run_id, logged, what="params")
+        write(
+            mlflow.log_dict,
+            logged.model_dump(mode="json", by_alias=True),
+            "config.json",
+            run_id=run_id,
+            what="config.json",
         )
-        run = StageRun(
-            cfg,
-            stage,
+        log.info("MLflow run %s (%s) for stage %s in %s", run_id, name, stage, redact_uri(uri))
+    else:
+        log.info(
+            "continuing MLflow run %s (%s, was %s) for stage %s in %s: it holds steps through %d",
             run_id,
+            name,
+            resumed.info.status,
+            stage,
+            redact_uri(uri),
+            max(held.values(), default=-1),
+        )
+
+
+def _stage_run_object(
+    cfg: Config,
+    stage: str,
+    run_id: str,
+    exp_id: str,
+    uri: str,
+    tags: Mapping[str, str],
+    parent: str | None,
+    client: MlflowClient,
+    health: TrackingHealth,
+    trace_tags: dict[str, str],
+    held: Mapping[str, int],
+) -> StageRun:
+    """The :class:`StageRun` the stage logs through (and its pipeline's, nested under ``parent``)."""
+    logger = MLflowLogger(run_id, client, cfg.tracking.trace_sample, cfg.seed, trace_tags, health, held)
+    pipeline = (
+        StageRun(
+            cfg,
+            "pipeline",
+            parent,
             exp_id,
             uri,
             tags[PIPELINE_TAG],
-            logger,
-            trace_tags,
-            pipeline,
-            health,
-            max(held.values(), default=-1),
+            MLflowLogger(parent, client, health=health),
+            health=health,
         )
-        yield run
-        done = True
-        with contextlib.suppress(TrackingFailed):  # recorded in health
-            run.set_tags(output_tags(name, lock_path))
-        status = "FINISHED" if health.failure is None else "FAILED"
-    except KeyboardInterrupt:
-        status = "KILLED"
-        raise
-    finally:
-        _end_run(client, run_id, parent, status, health, run.outputs if run else None, done)
+        if parent
+        else None
+    )
+    return StageRun(
+        cfg,
+        stage,
+        run_id,
+        exp_id,
+        uri,
+        tags[PIPELINE_TAG],
+        logger,
+        trace_tags,
+        pipeline,
+        health,
+        max(held.values(), default=-1),
+    )
 
 
 def _end_run(

@@ -2,6 +2,11 @@
 metrics, register it, point ``challenger`` at the newest version, and move ``champion`` through
 the gate (:mod:`agentr1.tracking.gate`).
 
+One module of more than 500 lines on purpose: it owns a version's life in the registry, and each part reads
+what another writes on that version: :func:`load_policy_model` checks the ``agentr1.artifact_sha256`` that
+:func:`log_policy_model` tags, :func:`registered_version` the ``agentr1.registration`` it marks complete last, and
+:func:`register_evaluation` the gate decision :func:`promote` records; split, each tag's writer and readers part.
+
 Flavor: a pyfunc "model from code" (:mod:`.policy_pyfunc`) whose artifact is the checkpoint
 directory as the trainer saved it (safetensors + tokenizer). Chosen over the transformers
 flavor because it logs the exact files the pipeline produced (no re-serialisation, no pipeline

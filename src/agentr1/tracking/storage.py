@@ -4,9 +4,12 @@ DVC keeps pipeline data in its own S3 remote and MLflow keeps run artifacts in i
 this helper syncs plain files and folders to ``s3://<bucket>/<prefix>/...`` on AWS or any
 S3-compatible server (MinIO, moto, Ceph, R2).
 
-It is one module of just over 500 lines because most of it is the one mapping from boto3's and
-botocore's errors to the four messages below, which every operation (upload, download, sync,
-list) shares.
+One module of more than 500 lines on purpose: it is :class:`S3Storage` (about 330 lines) and what
+its operations share - every call (check, list, upload, download, sync) ends in the one error
+translation (``_translate``: boto3's and botocore's errors -> the messages below), and every
+download or ``sync_down`` writes only where :func:`safe_target` and :func:`layout_problems` allow
+(a hostile key cannot choose a path). Split, those guards would sit apart from the only code that
+must call them.
 
 Credentials come only from boto3's standard chain: the environment (``AWS_ACCESS_KEY_ID`` /
 ``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``), a named profile (``AWS_PROFILE`` or

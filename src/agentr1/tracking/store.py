@@ -1,6 +1,11 @@
 """Open the MLflow tracking store safely: check it before MLflow touches it, and create a new
 SQLite store atomically.
 
+One module of more than 400 lines on purpose: :func:`check_store` is its one entry, and every kind of store it
+dispatches to ends the same way, usable or a :class:`StageError` naming the redacted store and its fix; most lines
+are SQLite, whose check and atomic create share the ``ok``/``missing``/``half`` states (re-read under the create
+lock) and the ``.creating-*`` temporary names, so the two cannot be split apart.
+
 Why: MLflow turns a bad store into a raw SQLAlchemy traceback after minutes of retries (its
 engine retries ten times with exponential backoff, about 100 s), and its REST client retries a
 failing server for about 250 s per call. A ``kill -9`` while MLflow creates a SQLite store's
