@@ -229,34 +229,14 @@ def compare(
         [(1.0, row_terms(a, ids)), (-1.0, row_terms(b, ids))], samples, ci, seed, paired_seeds=paired_seeds
     )
     judged = a.judgeable(min_seeds) and b.judgeable(min_seeds)
-    return [
-        Diff(
-            a.label,
-            b.label,
-            key,
-            a.cells[key].mean,
-            b.cells[key].mean,
-            intervals[key].mean,
-            intervals[key].lower,
-            intervals[key].upper,
-            len(ids[key]) if key in ids else None,
-            intervals[key].p_value,
-            judged,
-            (a.n_seeds, b.n_seeds),
-            paired_seeds,
-        )
-        for key in [*splits, AVG]
-    ]
+    counts = {key: len(v) for key, v in ids.items()}
+    return _diffs(a, b, [*splits, AVG], intervals, counts, judged, paired_seeds)
 
 
-def compare_questions_only(a: Row, b: Row, splits: Sequence[str], samples: int, ci: float, seed: int) -> list[Diff]:
-    """``a - b`` with the interval of earlier reports: a paired bootstrap over the questions of the
-    seed-averaged scores, the seeds held fixed (:func:`agentr1.report.stats.paired`; for
-    ``bench/seed_sets.py``'s comparison, never a verdict of the report)."""
-    try:
-        intervals, counts = paired(a.scores, b.scores, samples, ci, seed)
-    except ValueError as exc:
-        raise StageError(f"cannot compare {a.label} with {b.label}: {exc}") from None
+def _diffs(
+    a: Row, b: Row, keys: Sequence[str], intervals: Mapping, counts: Mapping[str, int], judged: bool, paired_seeds: bool
+) -> list[Diff]:
+    """One :class:`Diff` per split (and ``avg``) from the intervals of ``a - b``."""
     return [
         Diff(
             a.label,
@@ -269,11 +249,23 @@ def compare_questions_only(a: Row, b: Row, splits: Sequence[str], samples: int, 
             intervals[key].upper,
             counts.get(key),
             intervals[key].p_value,
-            True,
+            judged,
             (a.n_seeds, b.n_seeds),
+            paired_seeds,
         )
-        for key in [*splits, AVG]
+        for key in keys
     ]
+
+
+def compare_questions_only(a: Row, b: Row, splits: Sequence[str], samples: int, ci: float, seed: int) -> list[Diff]:
+    """``a - b`` with the interval of earlier reports: a paired bootstrap over the questions of the
+    seed-averaged scores, the seeds held fixed (:func:`agentr1.report.stats.paired`; for
+    ``bench/seed_sets.py``'s comparison, never a verdict of the report)."""
+    try:
+        intervals, counts = paired(a.scores, b.scores, samples, ci, seed)
+    except ValueError as exc:
+        raise StageError(f"cannot compare {a.label} with {b.label}: {exc}") from None
+    return _diffs(a, b, [*splits, AVG], intervals, counts, True, False)
 
 
 def table3_rows(rows: Sequence[Row]) -> list[Row]:
