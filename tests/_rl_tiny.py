@@ -83,6 +83,7 @@ def train_cfg(**kw) -> TrainConfig:
         "dev": {"every": 0, "examples": 4},
         "checkpoint": {"every": 2},
         "collapse": {"reward_drop": None},
+        "filter_groups": {"enabled": False},  # one round of rollouts per step (tests/test_trainer.py tests it on)
     }
     for k, v in kw.items():
         base[k] = {**base[k], **v} if isinstance(v, dict) and isinstance(base.get(k), dict) else v

@@ -219,12 +219,12 @@ def test_trainer_with_step_rows_and_gigpo_learns_the_toy_task(tok):
 
 
 def test_step_rows_are_refused_over_several_ranks():
+    from agentr1.config.checks import check_run
     from agentr1.errors import StageError
-    from agentr1.rl.checks import check_train_config
 
-    check_train_config(R.train_cfg(sample_unit="step"), R.rollout_cfg(), world=1)
+    check_run(R.train_cfg(sample_unit="step"), R.rollout_cfg(), world=1)
     with pytest.raises(StageError, match="sample_unit: step"):
-        check_train_config(R.train_cfg(sample_unit="step"), R.rollout_cfg(), world=2)
+        check_run(R.train_cfg(sample_unit="step"), R.rollout_cfg(), world=2)
 
 
 def test_gae_must_run_on_trajectories_before_the_rows_are_cut():

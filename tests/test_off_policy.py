@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import _rl_tiny as R
-from agentr1.errors import StageError
 from agentr1.rl.losses import behaviour_weights, ppo_clip
 from agentr1.rl.sampling import Episodes
 from agentr1.rl.stats import StepStats
@@ -102,7 +101,7 @@ def test_decoupled_correction_trains_and_is_refused_where_it_cannot_hold(tok):
     hist = [h for h in tr.train() if "rollout/reward" in h]
     assert len(hist) == 2 and abs(hist[0]["train/behaviour_weight_mean"] - 1) < 1e-4
     for kw in ({"old_logprobs": "rollout"}, {"loss_mask": False}):
-        with pytest.raises(StageError, match="off_policy.correction: decoupled"):
+        with pytest.raises(ValueError, match="off_policy.correction: decoupled"):  # the train section's own check
             _trainer(tok, off_policy={"correction": "decoupled"}, **kw)
     with pytest.raises(ValueError, match="weight_cap"):  # pydantic's ValidationError
         R.train_cfg(off_policy={"correction": "decoupled", "weight_cap": 0.5})

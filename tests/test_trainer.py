@@ -171,7 +171,7 @@ def test_loss_mask_off_trains_on_observation_tokens(tok, rolled):
     assert obs.any()
     assert torch.equal(batch["loss_mask"], batch["response_mask"].bool())
     assert (batch["old_logp"][obs] < 0).all()  # recomputed for observation tokens too
-    with pytest.raises(StageError, match="old_logprobs"):
+    with pytest.raises(ValueError, match="old_logprobs"):  # TrainConfig's check, before any trainer exists
         make(tok, loss_mask=False, old_logprobs="rollout")
 
 

@@ -432,8 +432,8 @@ def _is_local(path: str) -> bool:
 def config_errors(p: Profile) -> list[str]:
     """What in the profile's config itself would fail the pipeline wherever it runs (the trainer's
     own config check per run at the profile's world size), one line each."""
+    from agentr1.config.checks import check_run
     from agentr1.errors import StageError
-    from agentr1.rl.checks import check_train_config
 
     c, out = p.cfg, []
     world = p.nproc_per_node
@@ -441,7 +441,7 @@ def config_errors(p: Profile) -> list[str]:
     for run in c.runs:
         tcfg = c.train_for(run)
         try:  # the trainer's own check (the train stage passes the sft checkpoint as the start)
-            check_train_config(tcfg, c.rollout, world, tcfg.distributed.strategy)
+            check_run(tcfg, c.rollout, world, tcfg.distributed.strategy)
         except StageError as exc:
             refused.setdefault(str(exc), []).append(f"train@{run}-<seed>")
     for reason, stages in refused.items():

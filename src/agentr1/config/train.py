@@ -80,7 +80,7 @@ class FilterGroupsConfig(_Section):
     at most ``max_rounds`` extra rounds of ``batch_questions`` questions each (then the batch is
     topped up with the dropped groups, in order, so its size never changes)."""
 
-    enabled: bool = False
+    enabled: bool = True
     max_rounds: int = Field(2, ge=1, le=16)
 
 
@@ -274,5 +274,24 @@ class TrainConfig(_Section):
                 f"({self.batch_questions}): a fresh world must hold a step's questions; raise it"
             )
         if self.filter_groups.enabled and self.group_size < 2:
-            raise ValueError("filter_groups keeps groups whose rewards differ, which needs group_size >= 2")
+            raise ValueError(
+                "train.filter_groups keeps groups whose rewards differ, which needs group_size >= 2: "
+                "raise group_size or set train.filter_groups.enabled: false"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _logprobs_exist(self) -> TrainConfig:
+        """Sampling-time log-probs exist only for action tokens (the loss mask's)."""
+        if self.old_logprobs == "rollout" and not self.loss_mask:
+            raise ValueError(
+                "train.old_logprobs: rollout needs loss_mask: true (observation tokens have no "
+                "sampling-time log-probs); use old_logprobs: recompute"
+            )
+        if self.off_policy.correction == "decoupled" and (self.old_logprobs != "recompute" or not self.loss_mask):
+            raise ValueError(
+                "train.off_policy.correction: decoupled weighs pi_prox / pi_behav with the recomputed old "
+                "log-probs as pi_prox and the sampling-time ones as pi_behav, which exist only for action "
+                "tokens: set train.old_logprobs: recompute and train.loss_mask: true (or correction: none)"
+            )
         return self

@@ -57,7 +57,6 @@ none uses the global RNG: on the CPU a config gives the same numbers, resumed or
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -66,13 +65,13 @@ from typing import Any
 
 import torch
 
+from agentr1.config.checks import check_run
 from agentr1.env.rewards import EpisodeScore
 from agentr1.errors import StageError
-from agentr1.registry import ESTIMATORS, POLICY_LOSSES
+from agentr1.registry import ESTIMATORS
 from agentr1.rl import collapse
 from agentr1.rl.advantages import compute_advantage
 from agentr1.rl.batches import denominator, micro_batches, mini_batches
-from agentr1.rl.checks import check_train_config
 from agentr1.rl.collapse import Collapse
 from agentr1.rl.critic import build_modules
 from agentr1.rl.distributed import Dist, no_sync
@@ -131,19 +130,13 @@ class Trainer(Sampling, Optimizers, Resumable):
         self.logger = logger
         self.state_dir = Path(state_dir) if state_dir is not None else None
         self.params = self._params(run_params)  # saved with every checkpoint; a resume must match them
-        check_train_config(
+        check_run(
             tcfg,
             rollout_cfg,
             self.dist.world_size,
             self.dist.strategy,
             has_start_checkpoint=self.model_path is not None,
         )
-        loss_params = inspect.signature(POLICY_LOSSES.get(tcfg.policy_loss)).parameters
-        if tcfg.off_policy.correction != "none" and "weights" not in loss_params:
-            raise StageError(
-                f"train.off_policy.correction: {tcfg.off_policy.correction} weighs the policy loss per "
-                f"token, but policy loss {tcfg.policy_loss!r} takes no `weights`: add it, or set correction: none"
-            )
         self.policy = policy.to(self.dist.device)  # actor, frozen reference, critic, optimizers (DDP/FSDP-wrapped)
         self.actor, self.ref, self.critic, self.opt, self.critic_opt = build_modules(
             policy, tcfg, rollout_cfg, self.dist
