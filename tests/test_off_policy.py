@@ -105,3 +105,24 @@ def test_decoupled_correction_trains_and_is_refused_where_it_cannot_hold(tok):
             _trainer(tok, off_policy={"correction": "decoupled"}, **kw)
     with pytest.raises(ValueError, match="weight_cap"):  # pydantic's ValidationError
         R.train_cfg(off_policy={"correction": "decoupled", "weight_cap": 0.5})
+
+
+def test_a_correction_is_refused_for_a_policy_loss_that_takes_no_weights():
+    """The launch check (agentr1.config.checks.check_run) reads the registered loss's signature."""
+    from agentr1.config.checks import check_run
+    from agentr1.errors import StageError
+    from agentr1.registry import POLICY_LOSSES
+
+    def unweighted(logp, old_logp, advantages, mask, **kw):
+        return ppo_clip(logp, old_logp, advantages, mask)
+
+    POLICY_LOSSES.register("unweighted_test")(unweighted)
+    try:
+        check_run(R.train_cfg(policy_loss="unweighted_test"), R.rollout_cfg())  # no correction: fine
+        with pytest.raises(StageError, match="policy loss 'unweighted_test' takes no `weights`"):
+            check_run(
+                R.train_cfg(policy_loss="unweighted_test", off_policy={"correction": "decoupled"}), R.rollout_cfg()
+            )
+        check_run(R.train_cfg(off_policy={"correction": "decoupled"}), R.rollout_cfg())  # ppo_clip takes them
+    finally:
+        POLICY_LOSSES.remove("unweighted_test")

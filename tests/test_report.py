@@ -723,6 +723,25 @@ def test_report_logs_to_mlflow(tmp_path):
     names = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert {"report/summary.md", "report/table3.md", "report/plots"} <= names
     assert {a.path for a in client.list_artifacts(parent.info.run_id, "report/plots")} >= {"report/plots/em_bars.png"}
+    # the parent's description is the headline in Markdown, Table 3 a table the UI renders
+    note = parent.data.tags["mlflow.note.content"]
+    assert note.startswith("# Agent-R1 reproduction: summary") and "| PPO |" in note and len(note) <= 8000
+    for run_id in (parent.info.run_id, run.info.run_id):
+        table = mlflow.load_table("report/table3.json", run_ids=[run_id])
+        assert "ppo" in set(table["method"]) and table.loc[table["method"] == "ppo", "test_mean"].item() == 0.5
+
+
+def test_the_parent_description_keeps_whole_paragraphs_under_the_limit(tmp_path):
+    from agentr1.stages.report import run_description
+
+    (tmp_path / "summary.md").write_text("# Summary\n\nfirst paragraph\n\n## A heading\n\n| a |\n|---|\n| 1 |\n")
+    (tmp_path / "table4.md").write_text("# Table 4\n\n| b |\n|---|\n| 2 |\n")
+    whole = run_description(tmp_path)
+    assert whole.startswith("# Summary") and whole.endswith("| 2 |") and "The rest" not in whole
+    limit = len("# Summary\n\nfirst paragraph\n\n## A heading") + 100  # the heading fits, its table does not
+    cut = run_description(tmp_path, limit=limit)
+    assert cut.startswith("# Summary\n\nfirst paragraph") and "## A heading" not in cut  # no heading without its table
+    assert cut.endswith("`report/table3.json` (a table).*") and len(cut) <= limit
 
 
 def test_flat_panels_say_so_and_bars_carry_their_values():

@@ -255,6 +255,46 @@ def test_output_hashes_tagged_and_parent_lasts_the_pipeline(sqlite_store, tmp_pa
     assert parent.info.end_time >= got.info.end_time
 
 
+def test_train_and_evaluate_runs_list_the_processed_data_they_read(sqlite_store, tmp_path: Path) -> None:
+    """The runs page's Dataset column: each processed file a stage reads as an MLflow dataset
+    input with its name, digest, source, rows and context (agentr1.tracking.datasets)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from mlflow import MlflowClient
+
+    from agentr1.tracking import stage_run
+    from agentr1.tracking.datasets import file_digest
+
+    uri, art = sqlite_store
+    cfg = tracking_cfg(uri, art)
+    cfg.data.processed_dir = str(tmp_path / "processed")
+    (tmp_path / "processed").mkdir()
+    for stem, rows in {"test": 3, "ood": 2, "dev": 5, "corpus": 4}.items():  # no train.parquet
+        pq.write_table(
+            pa.table({"id": [f"{stem}{i}" for i in range(rows)]}), tmp_path / "processed" / f"{stem}.parquet"
+        )
+    client = MlflowClient(tracking_uri=uri)
+    seen = {}
+    for stage in ("evaluate", "train", "sft"):
+        with stage_run(cfg, stage, run_name=f"{stage}@datasets-test", lock_path=tmp_path / "no.lock") as run:
+            pass
+        seen[stage] = {
+            d.dataset.name: (d.dataset, {t.key: t.value for t in d.tags})
+            for d in client.get_run(run.run_id).inputs.dataset_inputs
+        }
+    assert {n: tags["mlflow.data.context"] for n, (_, tags) in seen["evaluate"].items()} == {
+        "synthetic/test": "evaluation",
+        "synthetic/ood": "evaluation",
+        "synthetic/corpus": "retrieval",
+    }
+    test, _ = seen["evaluate"]["synthetic/test"]
+    assert test.digest == file_digest(tmp_path / "processed" / "test.parquet") and len(test.digest) == 16
+    assert json.loads(test.profile) == {"num_rows": 3}
+    assert json.loads(test.source) == {"uri": (tmp_path / "processed" / "test.parquet").as_posix()}
+    # RL on fresh worlds reads no train questions from a file; SFT's missing train file is left out
+    assert set(seen["train"]) == {"synthetic/dev", "synthetic/corpus"} and set(seen["sft"]) == {"synthetic/dev"}
+
+
 def test_variant_runs_log_their_effective_config(sqlite_store) -> None:
     """train@ppo-0 and train@grpo-1 log the run's merged train section and seed, so MLflow's
     "show diff only" lists the estimator and the seed, and tag the run the replica belongs to

@@ -342,27 +342,8 @@ def _source_text(src) -> str:
 def summary_lines(p: Profile) -> list[str]:
     """The resolved config in a few lines (model, data, retriever, env, rollout, SFT, RL, runs)."""
     c = p.cfg
-    m, d, r, e, ro, s, t = c.model, c.data, c.retrieval, c.env, c.rollout, c.sft, c.train
-    if m.kind == "hf":
-        model = f"hf {m.name_or_path}"
-    elif m.kind == "gguf":
-        model = f"gguf {m.gguf_file or '<the .gguf>'} from package {m.gguf_package} (cached as safetensors in {m.cache_dir})"
-    else:
-        sc = m.scratch
-        model = f"scratch Llama {sc.num_layers}x{sc.hidden_size}, BPE vocab {sc.vocab_size}"
-    if m.kind != "scratch" and m.restrict_vocab:
-        model += ", vocabulary cut to the world's tokens"
-    lines = [f"  model      {model}, dtype {m.dtype}"]
-    if d.source == "synthetic":
-        q = d.synthetic.questions
-        lines.append(f"  data       synthetic world: {q.train}/{q.dev}/{q.test}/{q.ood} questions (train/dev/test/ood)")
-    else:
-        lines.append(
-            f"  data       real ({len(d.real.sources)} sources; split auto = ratios "
-            f"{_fmt(d.real.ratios.train)}/{_fmt(d.real.ratios.dev)}/{_fmt(d.real.ratios.test)} train/dev/test)"
-        )
-        lines += [f"               {_source_text(src)}" for src in d.real.sources]
-        lines.append(f"             corpus: the questions' own paragraphs + {d.real.corpus or 'nothing else'}")
+    m, r, e, ro = c.model, c.retrieval, c.env, c.rollout
+    lines = [f"  model      {_model_text(m)}, dtype {m.dtype}", *_data_lines(c.data)]
     if r.backend == "dense":
         dn = r.dense
         retr = f"dense {dn.model} ({dn.index} index, device {dn.device})"
@@ -390,32 +371,8 @@ def summary_lines(p: Profile) -> list[str]:
         )
     else:
         lines.append("  pretrain   none: the downloaded model is the base policy (its reading gate is measured)")
-    if not s.enabled or s.steps == 0:
-        sft = "off: the base policy is saved as the cold start"
-    else:
-        noise = (
-            ", ".join(f"{k} {_fmt(v)}" for k, v in s.oracle_noise.items())
-            if isinstance(s.oracle_noise, dict)
-            else _fmt(s.oracle_noise)
-        )
-        demos = "all" if s.train_examples is None else s.train_examples
-        sft = f"{s.steps} steps x batch {s.batch_size} on {demos} demonstrations, lr {_fmt(s.lr)}, oracle noise {noise}"
-    lines.append(f"  sft        {sft}")
-    kl = f"kl {t.kl.mode} {_fmt(t.kl.coef)} ({t.kl.estimator})" if t.kl.mode != "none" else "kl off"
-    lines.append(
-        f"  train      {t.steps} steps x {t.batch_questions} questions x {t.group_size} rollouts (group), "
-        f"{t.mini_batches} mini-batches, micro-batch {t.micro_batch_size}"
-    )
-    lines.append(
-        f"             lr actor {_fmt(t.lr)} / critic {_fmt(t.critic.lr)}, {kl}, clip {_fmt(t.clip_low)}/"
-        f"{_fmt(t.clip_high)}, gamma {_fmt(t.gamma)}, lam {_fmt(t.lam)}, {t.agg_mode}"
-    )
-    lines.append(
-        f"             {p.nproc_per_node} process(es) per node, {t.distributed.strategy} "
-        f"({t.distributed.backend}), checkpoint every {t.checkpoint.every}, collapse {t.collapse.action}"
-    )
-    runs = ", ".join(f"{k} ({c.train_for(k).estimator})" for k in c.runs) or "none"
-    lines.append(f"  runs       {runs}")
+    lines.append(f"  sft        {_sft_text(c.sft)}")
+    lines += _train_lines(p)
     ev = c.evaluate
     lines.append(
         f"  evaluate   splits {', '.join(ev.splits)}, "
@@ -423,6 +380,64 @@ def summary_lines(p: Profile) -> list[str]:
         f"batch {ev.batch_size}"
     )
     return lines
+
+
+def _model_text(m) -> str:
+    """The policy a profile starts from, in words."""
+    if m.kind == "hf":
+        text = f"hf {m.name_or_path}"
+    elif m.kind == "gguf":
+        text = f"gguf {m.gguf_file or '<the .gguf>'} from package {m.gguf_package} (cached as safetensors in {m.cache_dir})"
+    else:
+        sc = m.scratch
+        text = f"scratch Llama {sc.num_layers}x{sc.hidden_size}, BPE vocab {sc.vocab_size}"
+    if m.kind != "scratch" and m.restrict_vocab:
+        text += ", vocabulary cut to the world's tokens"
+    return text
+
+
+def _data_lines(d) -> list[str]:
+    """Where the questions come from: the synthetic world's split sizes, or each real source."""
+    if d.source == "synthetic":
+        q = d.synthetic.questions
+        return [f"  data       synthetic world: {q.train}/{q.dev}/{q.test}/{q.ood} questions (train/dev/test/ood)"]
+    return [
+        f"  data       real ({len(d.real.sources)} sources; split auto = ratios "
+        f"{_fmt(d.real.ratios.train)}/{_fmt(d.real.ratios.dev)}/{_fmt(d.real.ratios.test)} train/dev/test)",
+        *(f"               {_source_text(src)}" for src in d.real.sources),
+        f"             corpus: the questions' own paragraphs + {d.real.corpus or 'nothing else'}",
+    ]
+
+
+def _sft_text(s) -> str:
+    """The cold start's SFT recipe (or that there is none)."""
+    if not s.enabled or s.steps == 0:
+        return "off: the base policy is saved as the cold start"
+    noise = (
+        ", ".join(f"{k} {_fmt(v)}" for k, v in s.oracle_noise.items())
+        if isinstance(s.oracle_noise, dict)
+        else _fmt(s.oracle_noise)
+    )
+    demos = "all" if s.train_examples is None else s.train_examples
+    return f"{s.steps} steps x batch {s.batch_size} on {demos} demonstrations, lr {_fmt(s.lr)}, oracle noise {noise}"
+
+
+def _train_lines(p: Profile) -> list[str]:
+    """The RL recipe (batch, dynamic sampling, optimizer, processes) and the named runs."""
+    c, t = p.cfg, p.cfg.train
+    kl = f"kl {t.kl.mode} {_fmt(t.kl.coef)} ({t.kl.estimator})" if t.kl.mode != "none" else "kl off"
+    fg = t.filter_groups
+    dyn = f", dynamic sampling ({fg.max_rounds} refill rounds)" if fg.enabled else ""
+    runs = ", ".join(f"{k} ({c.train_for(k).estimator})" for k in c.runs) or "none"
+    return [
+        f"  train      {t.steps} steps x {t.batch_questions} questions x {t.group_size} rollouts (group){dyn}, "
+        f"{t.mini_batches} mini-batches, micro-batch {t.micro_batch_size}",
+        f"             lr actor {_fmt(t.lr)} / critic {_fmt(t.critic.lr)}, {kl}, clip {_fmt(t.clip_low)}/"
+        f"{_fmt(t.clip_high)}, gamma {_fmt(t.gamma)}, lam {_fmt(t.lam)}, {t.agg_mode}",
+        f"             {p.nproc_per_node} process(es) per node, {t.distributed.strategy} "
+        f"({t.distributed.backend}), checkpoint every {t.checkpoint.every}, collapse {t.collapse.action}",
+        f"  runs       {runs}",
+    ]
 
 
 def _is_local(path: str) -> bool:

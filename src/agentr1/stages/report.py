@@ -36,8 +36,9 @@ seeds per RL row. Outputs in ``report.out_dir`` (default ``reports/``):
 
 All numbers are computed before anything is written; each file is written atomically. With
 ``tracking.enabled`` the Table 3 numbers are logged to the stage's MLflow run ``report`` and the
-output folder as its artifacts, and the headline (those metrics, ``summary.md``, the tables and
-the plots) goes on the pipeline's parent run too. The params and inputs are checked before the run opens.
+output folder as its artifacts (Table 3 also as an MLflow table, ``report/table3.json``), and the
+headline goes on the pipeline's parent run too: those metrics, ``summary.md``, the tables and the
+plots, and as the run's description the summary and Table 4 in Markdown (:func:`run_description`). The params and inputs are checked before the run opens.
 """
 
 from __future__ import annotations
@@ -226,6 +227,8 @@ def run(ctx: StageContext, args: Any = None) -> dict:
 
 
 HEADLINE_FILES = ("summary.md", "table3.md", "table4.md")  # the parent run's artifacts (under report/, with plots/)
+DESCRIPTION_TAG = "mlflow.note.content"  # a run's description in the MLflow UI (Markdown)
+DESCRIPTION_LIMIT = 8000  # MLflow's longest tag value (mlflow.utils.validation.MAX_TAG_VAL_LENGTH)
 
 
 def table3_metrics(report: dict) -> dict[str, float]:
@@ -251,7 +254,44 @@ def log_outputs(ctx: StageContext, args: Any = None, replay: bool = False) -> No
     run = ctx.run
     run.log_metrics(flat)
     run.log_artifacts([out], artifact_path="report")
+    table = read_csv_rows(out / "table3.csv")
+    run.log_rows(table, "report/table3.json")
     parent = run.pipeline_run()
     parent.log_metrics(flat)
     parent.log_artifacts([out / name for name in HEADLINE_FILES], artifact_path="report")
     parent.log_artifacts([out / "plots"], artifact_path="report/plots")  # a folder's files go in artifact_path
+    parent.log_rows(table, "report/table3.json")
+    parent.set_tags({DESCRIPTION_TAG: run_description(out)})
+
+
+def read_csv_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a report CSV, a cell that reads as a number as a float (so MLflow's table view
+    sorts it as one), an empty cell as ``None``."""
+    import csv
+
+    def cell(v: str) -> Any:
+        try:
+            return float(v)
+        except ValueError:
+            return v or None
+
+    with path.open(newline="") as fh:
+        return [{k: cell(v) for k, v in row.items()} for row in csv.DictReader(fh)]
+
+
+def run_description(out: Path, limit: int = DESCRIPTION_LIMIT) -> str:
+    """The parent run's description (``mlflow.note.content``, which the run page renders as
+    Markdown): ``summary.md`` (the verdicts and Table 3) and then ``table4.md``, whole paragraphs
+    while they fit in ``limit`` characters (MLflow's limit on a tag value), then a line naming the
+    artifacts that hold the rest."""
+    more = "\n\n*The rest: artifacts `report/summary.md`, `report/table4.md`, `report/table3.json` (a table).*"
+    blocks = [b for name in ("summary.md", "table4.md") for b in (out / name).read_text().strip().split("\n\n")]
+    kept: list[str] = []
+    for i, block in enumerate(blocks):
+        tail = "" if i == len(blocks) - 1 else more
+        if len("\n\n".join([*kept, block])) + len(tail) > limit:
+            while kept and kept[-1].startswith("#"):  # no heading without its table
+                kept.pop()
+            return "\n\n".join(kept) + more
+        kept.append(block)
+    return "\n\n".join(kept)

@@ -215,39 +215,13 @@ def lock_entries(lock_path: str | Path = "dvc.lock", cfg: Config | None = None) 
         if found:
             problems += found
             continue
-        outs = {o["path"]: provenance.entry_hash(o) or "" for o in raw.get("outs") or []}
-        deps = [d["path"] for d in raw.get("deps") or []]
-        cmd = raw.get("cmd") or ""
-        cmd = cmd if isinstance(cmd, str) else " && ".join(cmd)
-        if cmd.split()[:1] != ["agentr1"]:
-            entries.append(
-                Entry(
-                    key,
-                    "",
-                    argparse.Namespace(),
-                    outs,
-                    deps,
-                    {},
-                    state="skipped",
-                    note=f"not an agentr1 stage (cmd `{cmd[:80]}`): no run to log",
-                )
-            )
-            continue
         try:
-            stage, args = resolve(key)
+            entry, found = _lock_entry(key, raw, cfg, root, inside)
         except StageError as exc:
             unknown.append(str(exc))
             continue
-        problems += [
-            f"{key}: {kind} {path!r} {why}"
-            for kind, paths in (("out", outs), ("dep", deps))
-            for path in paths
-            if (why := _path_problem(path, root, inside))
-        ]
-        name_problem = _foreach_problem(cfg, stage, args, key) if cfg is not None else None
-        if name_problem:
-            problems.append(name_problem)
-        entries.append(Entry(key, stage, args, outs, deps, dict(raw.get("params") or {})))
+        entries.append(entry)
+        problems += found
     if unknown:  # a stage agentr1 does not know: the fix is in the code, not in the lock
         raise StageError("; ".join(unknown + problems))
     if problems:
@@ -259,6 +233,38 @@ def lock_entries(lock_path: str | Path = "dvc.lock", cfg: Config | None = None) 
             + "; ".join(shown)
             + f": {provenance.LOCK_FIX}"
         )
+    return _dependency_order(entries, lock_path)
+
+
+def _lock_entry(
+    key: str, raw: dict, cfg: Config | None, root: Path, inside: tuple[Path, Path]
+) -> tuple[Entry, list[str]]:
+    """One well-formed lock entry as an :class:`Entry` (``skipped`` when its command is not
+    ``agentr1 ...``) and its problems: an out or dep path outside the project, a policy or run the
+    params ``cfg`` lack. :class:`StageError` when agentr1 knows no such stage (:func:`resolve`)."""
+    outs = {o["path"]: provenance.entry_hash(o) or "" for o in raw.get("outs") or []}
+    deps = [d["path"] for d in raw.get("deps") or []]
+    cmd = raw.get("cmd") or ""
+    cmd = cmd if isinstance(cmd, str) else " && ".join(cmd)
+    if cmd.split()[:1] != ["agentr1"]:
+        note = f"not an agentr1 stage (cmd `{cmd[:80]}`): no run to log"
+        return Entry(key, "", argparse.Namespace(), outs, deps, {}, state="skipped", note=note), []
+    stage, args = resolve(key)
+    problems = [
+        f"{key}: {kind} {path!r} {why}"
+        for kind, paths in (("out", outs), ("dep", deps))
+        for path in paths
+        if (why := _path_problem(path, root, inside))
+    ]
+    name_problem = _foreach_problem(cfg, stage, args, key) if cfg is not None else None
+    if name_problem:
+        problems.append(name_problem)
+    return Entry(key, stage, args, outs, deps, dict(raw.get("params") or {})), problems
+
+
+def _dependency_order(entries: list[Entry], lock_path: Path) -> list[Entry]:
+    """``entries`` with each after every entry whose outputs it depends on (else in the lock's
+    order); :class:`StageError` on a cycle."""
     after = {
         e.key: {o.key for o in entries if o is not e and any(_overlap(d, out) for d in e.deps for out in o.outs)}
         for e in entries

@@ -37,6 +37,7 @@ from mlflow.exceptions import MlflowException
 
 from agentr1.errors import StageError
 from agentr1.tracking import provenance
+from agentr1.tracking.datasets import log_dataset_inputs
 from agentr1.tracking.logger import check_metrics
 from agentr1.tracking.owner import continuable, end_orphans, logged_steps, owner_tags
 from agentr1.tracking.redact import redact_uri
@@ -436,7 +437,8 @@ def _log_start(
     stage: str,
     uri: str,
 ) -> None:
-    """A new run gets the params and ``config.json``; a continued one only the log line saying so."""
+    """A new run gets the params, ``config.json`` and the processed data it reads as dataset
+    inputs (:mod:`agentr1.tracking.datasets`); a continued one only the log line saying so."""
     if resumed is None:
         write(_log_params, client, run_id, logged, what="params")
         write(
@@ -446,6 +448,7 @@ def _log_start(
             run_id=run_id,
             what="config.json",
         )
+        write(log_dataset_inputs, client, run_id, logged, stage, what="dataset inputs")
         log.info("MLflow run %s (%s) for stage %s in %s", run_id, name, stage, redact_uri(uri))
     else:
         log.info(

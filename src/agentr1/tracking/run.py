@@ -237,6 +237,13 @@ class StageRun:
 
             self._write(log_episode_table, rows, artifact_file, what=f"table {artifact_file}", run_id=self.run_id)
 
+    def log_rows(self, rows: Sequence[Mapping[str, Any]], artifact_file: str) -> None:
+        """:func:`agentr1.tracking.traces.log_rows` into this run (a table the UI renders)."""
+        if self.enabled:
+            from agentr1.tracking.traces import log_rows
+
+            self._write(log_rows, rows, artifact_file, what=f"table {artifact_file}", run_id=self.run_id)
+
     def pipeline_run(self) -> StageRun:
         """The pipeline's parent run (where the report's headline results go), or a disabled run
         when tracking is off or ``tracking.parent_run`` is false."""

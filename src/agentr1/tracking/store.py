@@ -177,40 +177,7 @@ def check_sqlite(db: Path, uri: str, timeout_s: float = 5.0) -> str:
     except sqlite3.Error as exc:
         raise StageError(f"{name}: cannot open {db} ({exc}): check its permissions") from None
     try:
-        problems = [row[0] for row in con.execute("PRAGMA quick_check")]
-        if problems != ["ok"]:
-            raise StageError(f"{name}: {db} is damaged (PRAGMA quick_check: {'; '.join(problems[:3])}): {_fix(db)}")
-        tables = {
-            row[0]
-            for row in con.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
-            )
-        }
-        if not tables:
-            return "missing"
-        known = _mlflow_tables()
-        if not tables & known:
-            raise StageError(
-                f"{name}: {db} is a SQLite database but not an MLflow store (tables: "
-                f"{', '.join(sorted(tables)[:5])}): point tracking.uri / MLFLOW_TRACKING_URI at "
-                f"another file (e.g. sqlite:///mlflow/mlflow.db); it is left as it is"
-            )
-        revision = None
-        if "alembic_version" in tables:
-            row = con.execute("SELECT version_num FROM alembic_version").fetchone()
-            revision = row[0] if row else None
-        if revision is not None and revision == _head_revision():
-            return "ok"
-        foreign = {t for t in tables - known if not t.startswith("_alembic_tmp_")}
-        if not _has_data(con, tables):
-            return "ok" if foreign else "half"
-        if revision is None:  # runs or models, but no schema version: no migration can fix it
-            raise StageError(
-                f"{name}: {db} holds runs or models but no schema version (alembic_version), so "
-                f"MLflow cannot open or upgrade it; it is left as it is: back it up, then move it aside "
-                f"(`mv {db} {db}.bad`) to start a new store, or point tracking.uri at another store"
-            )
-        return "ok"  # an older schema with data: MLflow's upgrade path (`mlflow db upgrade`), errors named
+        return _schema_state(con, db, name)
     except sqlite3.OperationalError as exc:
         if "locked" in str(exc) or "busy" in str(exc):
             return "ok"  # another writer holds it: an existing store, MLflow waits for it
@@ -219,6 +186,45 @@ def check_sqlite(db: Path, uri: str, timeout_s: float = 5.0) -> str:
         raise StageError(f"{name}: {db} is damaged or truncated ({exc}): {_fix(db)}") from None
     finally:
         con.close()
+
+
+def _schema_state(con: sqlite3.Connection, db: Path, name: str) -> str:
+    """:func:`check_sqlite`'s answer for the open, sound SQLite file ``db``: which tables and which
+    schema version it holds, and whether it holds data."""
+    problems = [row[0] for row in con.execute("PRAGMA quick_check")]
+    if problems != ["ok"]:
+        raise StageError(f"{name}: {db} is damaged (PRAGMA quick_check: {'; '.join(problems[:3])}): {_fix(db)}")
+    tables = {
+        row[0]
+        for row in con.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
+        )
+    }
+    if not tables:
+        return "missing"
+    known = _mlflow_tables()
+    if not tables & known:
+        raise StageError(
+            f"{name}: {db} is a SQLite database but not an MLflow store (tables: "
+            f"{', '.join(sorted(tables)[:5])}): point tracking.uri / MLFLOW_TRACKING_URI at "
+            f"another file (e.g. sqlite:///mlflow/mlflow.db); it is left as it is"
+        )
+    revision = None
+    if "alembic_version" in tables:
+        row = con.execute("SELECT version_num FROM alembic_version").fetchone()
+        revision = row[0] if row else None
+    if revision is not None and revision == _head_revision():
+        return "ok"
+    foreign = {t for t in tables - known if not t.startswith("_alembic_tmp_")}
+    if not _has_data(con, tables):
+        return "ok" if foreign else "half"
+    if revision is None:  # runs or models, but no schema version: no migration can fix it
+        raise StageError(
+            f"{name}: {db} holds runs or models but no schema version (alembic_version), so "
+            f"MLflow cannot open or upgrade it; it is left as it is: back it up, then move it aside "
+            f"(`mv {db} {db}.bad`) to start a new store, or point tracking.uri at another store"
+        )
+    return "ok"  # an older schema with data: MLflow's upgrade path (`mlflow db upgrade`), errors named
 
 
 def _has_data(con: sqlite3.Connection, tables: set[str]) -> bool:

@@ -294,17 +294,25 @@ def log_trajectory_table(trajectories: Sequence[Trajectory], artifact_file: str,
 
 
 def log_episode_table(rows: Sequence[Mapping[str, Any]], artifact_file: str, *, run_id: str | None = None) -> None:
-    """Scored episode rows (``episodes.jsonl``) as one MLflow table, one column per field (gold
-    answers joined with `` | `` as in :func:`trajectory_rows`; a nested field as JSON text);
-    ``artifact_file`` ends in ``.json``."""
+    """Scored episode rows (``episodes.jsonl``) as one MLflow table (:func:`log_rows`; gold answers
+    joined with `` | `` as in :func:`trajectory_rows`)."""
+    log_rows(
+        [{**r, "golds": " | ".join(map(str, r.get("golds") or []))} if "golds" in r else r for r in rows],
+        artifact_file,
+        run_id=run_id,
+    )
+
+
+def log_rows(rows: Sequence[Mapping[str, Any]], artifact_file: str, *, run_id: str | None = None) -> None:
+    """Rows (scored episodes, a report's table) as one MLflow table, one column per field in the
+    order they first appear (a nested field as JSON text); ``artifact_file`` ends in ``.json``.
+    The run page's artifact view renders it as a table."""
     if not artifact_file.endswith(".json"):
         raise ValueError(f"artifact_file must end with .json, got {artifact_file!r}")
     columns: dict[str, list[Any]] = {}
     for key in dict.fromkeys(k for r in rows for k in r):
         values = [r.get(key) for r in rows]
-        if key == "golds":
-            values = [" | ".join(map(str, v or [])) for v in values]
-        elif any(isinstance(v, (dict, list)) for v in values):
+        if any(isinstance(v, (dict, list)) for v in values):
             values = [json.dumps(v, sort_keys=True) for v in values]
         columns[key] = values
     mlflow.log_table(columns, artifact_file, run_id=run_id)

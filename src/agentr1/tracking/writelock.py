@@ -113,16 +113,16 @@ def writer_lock(store: Config | str, what: str, timeout_s: float | None = None) 
     ``timeout_s`` (default: the config's, else :data:`DEFAULT_TIMEOUT_S`), logging the holder,
     then :class:`StageError` naming the lock file, the holder and the fix. Yields the lock file
     (``None`` when tracking is disabled: nothing is written, nothing is locked)."""
-    from filelock import FileLock, Timeout
+    from filelock import FileLock
 
-    if isinstance(store, str):
-        uri, limit = store, DEFAULT_TIMEOUT_S
+    if not isinstance(store, str) and not store.tracking.enabled:
+        yield None
+        return
+    uri = store if isinstance(store, str) else resolve_tracking_uri(store)
+    if timeout_s is not None:
+        limit = float(timeout_s)
     else:
-        if not store.tracking.enabled:
-            yield None
-            return
-        uri, limit = resolve_tracking_uri(store), float(store.tracking.lock_timeout_s)
-    limit = limit if timeout_s is None else float(timeout_s)
+        limit = DEFAULT_TIMEOUT_S if isinstance(store, str) else float(store.tracking.lock_timeout_s)
     path = lock_file(uri)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -144,6 +144,25 @@ def writer_lock(store: Config | str, what: str, timeout_s: float | None = None) 
                 entry[1] -= 1
         return
     lock = FileLock(str(path), preserve_lock_file=True)
+    _acquire(lock, path, uri, what, limit)
+    _write_holder(path, what)
+    with _held_guard:
+        _held[key] = [lock, 1]
+    try:
+        yield path
+    finally:
+        with _held_guard:
+            _held.pop(key, None)
+        with contextlib.suppress(OSError):
+            holder_file(path).unlink()  # before the release: the next holder writes its own
+        lock.release()
+
+
+def _acquire(lock, path: Path, uri: str, what: str, limit: float) -> None:
+    """Take ``lock`` (the store's writer lock file ``path``) at once, else log its holder and wait
+    up to ``limit`` s; :class:`StageError` naming the holder and the fix when it stays held."""
+    from filelock import Timeout
+
     start = time.monotonic()
     try:
         try:
@@ -173,14 +192,3 @@ def writer_lock(store: Config | str, what: str, timeout_s: float | None = None) 
     waited = time.monotonic() - start
     if waited >= 1.0:
         log.info("%s: got the writer lock of %s after %.1f s", what, redact_uri(uri), waited)
-    _write_holder(path, what)
-    with _held_guard:
-        _held[key] = [lock, 1]
-    try:
-        yield path
-    finally:
-        with _held_guard:
-            _held.pop(key, None)
-        with contextlib.suppress(OSError):
-            holder_file(path).unlink()  # before the release: the next holder writes its own
-        lock.release()
