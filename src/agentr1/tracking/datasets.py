@@ -4,8 +4,8 @@ the run page's "Datasets used").
 One input per file of ``data.processed_dir`` the stage reads, named ``<data.source>/<split>``
 (``synthetic/test``), with its digest (the first 16 hex digits of the file's SHA-256: the same
 bytes, the same digest, on any machine), its source (the file's path in the project) and its
-rows (the profile ``{"num_rows": n}``, read from the Parquet footer), and the context MLflow
-shows beside it:
+rows (the profile ``{"num_rows": n}``, read from the Parquet footer: the file's rows, of which
+``evaluate.max_examples`` may use the first ones only), and the context MLflow shows beside it:
 
 ====================  ======================================================================
 stage                 inputs (context)
