@@ -128,6 +128,26 @@ def test_dynamic_sampling_refills_the_batch_with_informative_groups(tok):
         config_from_dict({"train": {"group_size": 1, "estimator": "reinforce_pp", "filter_groups": {"enabled": True}}})
 
 
+@pytest.mark.parametrize(
+    "enabled, on",
+    [("grouped", {"grpo", "gigpo", "rloo", "reinforce_pp_baseline"}), (True, "all"), (False, set())],
+)
+def test_dynamic_sampling_grouped_resolves_by_the_estimators_baseline(enabled, on):
+    """``filter_groups.enabled: grouped`` (the default) filters where the estimator declares a
+    group baseline, the estimators under which an all-equal group has advantage 0."""
+    from agentr1.registry import ESTIMATORS
+
+    names = set(ESTIMATORS.names())
+    assert {"gae", "reinforce_pp"} <= names  # the two estimators without a group baseline
+    for name in names:
+        cfg = config_from_dict({"train": {"estimator": name, "filter_groups": {"enabled": enabled}}})
+        assert cfg.train.filters_groups == (on == "all" or name in on), name
+    with pytest.raises(ConfigError, match="filter_groups"):
+        config_from_dict({"train": {"filter_groups": {"enabled": "sometimes"}}})
+    # a group_size of 1 is fine for a critic when `grouped` leaves the filter off there
+    assert not config_from_dict({"train": {"group_size": 1, "estimator": "gae"}}).train.filters_groups
+
+
 # ----------------------------------------------------------------------------- batch building
 @pytest.fixture(scope="module")
 def rolled(tok):

@@ -427,7 +427,8 @@ def _train_lines(p: Profile) -> list[str]:
     c, t = p.cfg, p.cfg.train
     kl = f"kl {t.kl.mode} {_fmt(t.kl.coef)} ({t.kl.estimator})" if t.kl.mode != "none" else "kl off"
     fg = t.filter_groups
-    dyn = f", dynamic sampling ({fg.max_rounds} refill rounds)" if fg.enabled else ""
+    which = {True: "", "grouped": " for group-baseline estimators"}.get(fg.enabled)
+    dyn = f", dynamic sampling{which} ({fg.max_rounds} refill rounds)" if which is not None else ""
     runs = ", ".join(f"{k} ({c.train_for(k).estimator})" for k in c.runs) or "none"
     return [
         f"  train      {t.steps} steps x {t.batch_questions} questions x {t.group_size} rollouts (group){dyn}, "

@@ -78,9 +78,14 @@ class FilterGroupsConfig(_Section):
     has advantage 0 under a group baseline and teaches nothing, so with ``enabled`` it is dropped
     and more questions are rolled out to refill the batch with groups whose rewards differ, for
     at most ``max_rounds`` extra rounds of ``batch_questions`` questions each (then the batch is
-    topped up with the dropped groups, in order, so its size never changes)."""
+    topped up with the dropped groups, in order, so its size never changes). ``enabled``: ``true``
+    (every estimator), ``false``, or ``grouped`` (the default: only where the estimator's baseline
+    is its group - GRPO, GiGPO, RLOO, REINFORCE++ baseline -, the estimators for which such a group
+    has advantage 0; under PPO's critic or REINFORCE++'s batch baseline it still carries signal,
+    and dropping it kept some seeds at the cold start: bench/RESULTS.md sections 24-25);
+    :meth:`TrainConfig.filters_groups` resolves it for a run."""
 
-    enabled: bool = True
+    enabled: bool | Literal["grouped"] = "grouped"
     max_rounds: int = Field(2, ge=1, le=16)
 
 
@@ -273,12 +278,19 @@ class TrainConfig(_Section):
                 f"train.fresh.questions ({self.fresh.questions}) < train.batch_questions "
                 f"({self.batch_questions}): a fresh world must hold a step's questions; raise it"
             )
-        if self.filter_groups.enabled and self.group_size < 2:
+        if self.filters_groups and self.group_size < 2:
             raise ValueError(
                 "train.filter_groups keeps groups whose rewards differ, which needs group_size >= 2: "
                 "raise group_size or set train.filter_groups.enabled: false"
             )
         return self
+
+    @property
+    def filters_groups(self) -> bool:
+        """Whether this run uses dynamic sampling: ``filter_groups.enabled`` is ``true``, or
+        ``grouped`` and the estimator declares ``grouped`` (:mod:`agentr1.rl.plugins`)."""
+        on = self.filter_groups.enabled
+        return on is True or (on == "grouped" and bool(ESTIMATORS.spec(self.estimator).meta.get("grouped")))
 
     @model_validator(mode="after")
     def _logprobs_exist(self) -> TrainConfig:

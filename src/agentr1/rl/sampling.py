@@ -7,8 +7,9 @@
 * rollout backend: ``rollout.backend: hf`` samples with the trainer's own weights;
   ``vllm`` with the rank's engine, the current weights loaded into it before every rollout
   (:class:`agentr1.rl.weight_sync.WeightSync`; under FSDP inside ``full_params``);
-* dynamic sampling (DAPO, ``train.filter_groups``): groups whose rewards are all equal (no
-  learning signal for a group baseline, :func:`group_signal`) are replaced by informative groups
+* dynamic sampling (DAPO, ``train.filter_groups``; by default for group-baseline estimators
+  only): groups whose rewards are all equal (no learning signal for a group baseline,
+  :func:`group_signal`) are replaced by informative groups
   of up to ``max_rounds`` refill rounds; ``rollout/*`` metrics are those of the first round;
 * dev evaluation: greedy episodes (``temperature 0``, ``top_p 1``, seed ``seed_key(seed, 7)``) on
   the first ``dev.examples`` dev questions, on rank 0, broadcast.
@@ -130,7 +131,7 @@ class Sampling:
     def collect_batch(self, step: int) -> tuple[list[Trajectory], list[EpisodeScore], dict[str, float]]:
         """This step's training batch, its scores and the rollout metrics of its first round
         (so ``rollout/*`` means the same with or without dynamic sampling). With
-        ``filter_groups.enabled``, groups without a learning signal (:func:`group_signal`) are
+        dynamic sampling on for this run (``TrainConfig.filters_groups``), groups without a learning signal (:func:`group_signal`) are
         replaced by informative groups of up to ``max_rounds`` refill rounds
         (:class:`agentr1.config.FilterGroupsConfig`); ``rollout/filter_rounds`` and
         ``rollout/batch_informative_groups`` say what that took and gave."""
@@ -139,7 +140,7 @@ class Sampling:
         scores = [score_episode(tr, self.reward_cfg) for tr in trajs]
         metrics = rollout_metrics(trajs, scores, g)
         fg = self.tcfg.filter_groups
-        if not fg.enabled:
+        if not self.tcfg.filters_groups:
             return trajs, scores, metrics
         kept: list[tuple[list, list]] = []
         dropped: list[tuple[list, list]] = []
