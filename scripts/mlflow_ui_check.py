@@ -1,5 +1,4 @@
-"""Browser-level check of the MLflow UI over a tracked pipeline: the compare view of two ``train@``
-runs, with *Show diff only*, lists ``train.estimator`` with their two values.
+"""Browser-level check of the MLflow UI over a tracked pipeline: what a new user sees.
 
 Not part of the test suite and not in the project's lock (it needs a browser). Setup, once::
 
@@ -11,13 +10,23 @@ Run it against a store the pipeline (or a small run of it) wrote::
     /tmp/browser-venv/bin/python scripts/mlflow_ui_check.py --store sqlite:///mlflow/mlflow.db \\
         [--experiment agentr1-nano] [--shots DIR] [--mlflow .venv/bin/mlflow]
 
-It starts ``mlflow ui`` on a free 127.0.0.1 port (or uses ``--url`` of a running server), finds
-the two newest ``train@`` runs with different ``train.estimator`` params through the REST API,
-opens their compare page in headless Chromium, clicks *Show diff only*, and fails (exit 1) unless
-the page shows the ``train.estimator`` row with both values. With ``--shots`` it saves PNGs of
-the compare view and, when they exist, of the pipeline's parent run with Table 3, the Models page, a
-registered model version and a trace (``compare.png``, ``parent_run.png``, ``models.png``,
-``model_version.png``, ``traces.png``, ``trace.png``).
+It starts ``mlflow ui`` on a free 127.0.0.1 port (or uses ``--url`` of a running server), reads
+what to expect through the REST API and opens the pages in headless Chromium. Each check fails
+the script (exit 1, naming what was missing); none is skipped:
+
+1. **the RL view** (``agentr1.tracking.views``: the link ``agentr1 track`` prints): the dev EM,
+   reward and tool-call charts, and every named run whose ``train@`` runs the store holds, as a
+   group, without a click;
+2. **the parent run**: its description shows Table 3 (the headline, the method rows);
+3. **the Models page**: the registered model's ``champion`` tag (version, policy, test EM) in
+   the list, without a click;
+4. **a trace of an RL policy** (its link, as ``agentr1 track`` prints it for the champion): the
+   episode's question and its spans;
+5. **the compare view** of two ``train@`` runs with different ``train.estimator``, *Show diff
+   only* clicked: the ``train.estimator`` row with both values, the shared params hidden.
+
+With ``--shots`` it saves one PNG per check (``rl_view.png``, ``parent_run.png``, ``models.png``,
+``trace.png``, ``compare.png``) - the pictures of docs/RESULTS_GUIDE.md.
 """
 
 from __future__ import annotations
@@ -32,9 +41,17 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # agentr1's names, without its dependencies
+
 from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
+
+from agentr1.tracking import views
+from agentr1.tracking.tags import GROUP_TAG, ROLE_TAG, STAGE_TAG
+
+VARIANT_TAG = "agentr1.variant"  # agentr1.tracking.registry's, which imports MLflow
 
 
 def _free_port() -> int:
@@ -112,14 +129,13 @@ def wait_text(driver, text: str, timeout: float = 30) -> None:
 
 
 def tidy(driver) -> None:
-    """Close the assistant side panel and pick the "Model training" view (not GenAI), if shown."""
-    for xpath in ("//button[@aria-label='Close']", "//*[normalize-space(text())='Model training']"):
-        for el in driver.find_elements(By.XPATH, xpath)[:1]:
-            try:
-                el.click()
-                time.sleep(0.5)
-            except Exception:  # noqa: BLE001 - cosmetic only
-                pass
+    """Close the assistant side panel and the shared-view banner, if shown (never navigates)."""
+    for el in driver.find_elements(By.XPATH, "//button[@aria-label='Close']")[:2]:
+        try:
+            el.click()
+            time.sleep(0.5)
+        except Exception:  # noqa: BLE001 - cosmetic only
+            pass
 
 
 def check_compare(driver, url: str, exp_id: str, a: dict, b: dict, shots: Path | None) -> None:
@@ -150,62 +166,121 @@ def check_compare(driver, url: str, exp_id: str, a: dict, b: dict, shots: Path |
     )
 
 
-def shoot_extras(driver, url: str, exp_id: str, shots: Path) -> None:
-    """The newest parent run with Table 3, the Models page, a registered version and a trace
-    (whatever exists)."""
+def body_text(driver) -> str:
+    return driver.find_element(By.TAG_NAME, "body").text
+
+
+def open_page(driver, url: str, route: str, expect: str, timeout: float = 45) -> str:
+    """Open ``route``, wait until the page shows ``expect``, tidy it; the page's text."""
+    driver.get(f"{url}/{route}")
+    try:
+        wait_text(driver, expect, timeout)
+    except TimeoutException:  # say what the page showed instead
+        page = body_text(driver)[:800]
+        raise SystemExit(f"{route}: '{expect}' not shown within {timeout:.0f} s; the page read:\n{page}") from None
+    tidy(driver)
+    time.sleep(2.0)  # charts and tables settle
+    return body_text(driver)
+
+
+def shot(driver, shots: Path | None, name: str) -> None:
+    if shots:
+        driver.save_screenshot(str(shots / name))
+
+
+def check_rl_view(driver, url: str, exp_id: str, shots: Path | None) -> None:
+    """1: the shared RL view lists every train@ run in its method's colour (one colour per named
+    run) and shows the three RL charts, without a click."""
+    runs = api(
+        url,
+        "runs/search",
+        {"experiment_ids": [exp_id], "filter": f"tags.`{STAGE_TAG}` = 'train'", "max_results": 500},
+    ).get("runs", [])
+    colour = {tags(r).get(GROUP_TAG): tags(r).get(views.RUN_COLOR_TAG) for r in runs}
+    if not runs or None in colour or None in colour.values():
+        raise SystemExit(
+            f"experiment {exp_id}: train@ runs without {GROUP_TAG} / {views.RUN_COLOR_TAG}: `agentr1 track`"
+        )
+    if len(set(colour.values())) != len(colour):
+        raise SystemExit(f"RL view: two named runs share a colour: {colour}")
+    body = open_page(driver, url, views.rl_view_path(exp_id), views.RL_METRICS[0])
+    for section in ("rollout",):  # charts render when scrolled into view
+        for el in driver.find_elements(By.XPATH, f"//*[normalize-space(text())='{section}']")[:1]:
+            driver.execute_script("arguments[0].scrollIntoView({block: 'start'});", el)
+            time.sleep(2.0)
+            body += "\n" + body_text(driver)
+    names = [r["info"]["run_name"] for r in runs]
+    missing = [m for m in views.RL_METRICS if m not in body] + [n for n in names if n not in body]
+    if missing or f"{len(runs)} matching runs" not in body:
+        raise SystemExit(f"RL view: not shown without a click: {missing or f'{len(runs)} matching runs'}")
+    driver.execute_script("window.scrollTo(0, 0);")
+    for el in driver.find_elements(By.XPATH, f"//*[normalize-space(text())='{views.RL_METRICS[0]}']")[:1]:
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", el)
+    time.sleep(1.0)
+    shot(driver, shots, "rl_view.png")
+    print(f"ok: RL view: {len(runs)} train@ runs in {len(colour)} colours, charts {', '.join(views.RL_METRICS)}")
+
+
+def check_parent(driver, url: str, exp_id: str, shots: Path | None) -> None:
+    """2: the newest pipeline parent run's description (the Overview; *Show more* unfolds it)
+    holds Table 3's rows."""
     parents = api(
         url,
         "runs/search",
         {
             "experiment_ids": [exp_id],
-            "filter": "tags.`agentr1.role` = 'pipeline'",
+            "filter": f"tags.`{ROLE_TAG}` = 'pipeline'",
             "order_by": ["attributes.start_time DESC"],
             "max_results": 50,
         },
     ).get("runs", [])
-    parents = [r for r in parents if any(m["key"].startswith("table3/") for m in r["data"].get("metrics", []))]
-    if parents:
-        driver.get(f"{url}/#/experiments/{exp_id}/runs/{parents[0]['info']['run_id']}")
-        wait_text(driver, "table3/")
-        tidy(driver)
-        metrics = driver.find_element(By.XPATH, "(//*[starts-with(normalize-space(text()), 'table3/')])[1]")
-        driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", metrics)
+    parents = [r for r in parents if "Table 3" in tags(r).get("mlflow.note.content", "")]
+    if not parents:
+        raise SystemExit("no pipeline parent run whose description holds Table 3: run the report stage")
+    body = open_page(driver, url, f"#/experiments/{exp_id}/runs/{parents[0]['info']['run_id']}", "Table 3")
+    for more in driver.find_elements(By.XPATH, "//*[normalize-space(text())='Show more']")[:1]:
+        more.click()  # the Overview folds a long description after its first lines
         time.sleep(1.0)
-        driver.save_screenshot(str(shots / "parent_run.png"))
-    models = api(url, "registered-models/search", query={"max_results": 10}).get("registered_models", [])
-    if models:
-        name = models[0]["name"]
-        driver.get(f"{url}/#/models")
-        wait_text(driver, name)
-        tidy(driver)
-        time.sleep(1.0)
-        driver.save_screenshot(str(shots / "models.png"))
-        versions = api(url, "model-versions/search", query={"filter": f"name='{name}'", "max_results": 50}).get(
-            "model_versions", []
-        )
-        rl = [v for v in versions if any(t["key"] == "agentr1.train_run_id" for t in v.get("tags", []))]
-        if rl:
-            driver.get(f"{url}/#/models/{urllib.parse.quote(name)}/versions/{rl[0]['version']}")
-            wait_text(driver, "agentr1.train_run_id")
-            tidy(driver)
-            time.sleep(1.0)
-            driver.save_screenshot(str(shots / "model_version.png"))
-    evals = api(
-        url,
-        "runs/search",
-        {"experiment_ids": [exp_id], "filter": "tags.`agentr1.stage` = 'evaluate'", "max_results": 20},
-    ).get("runs", [])
-    ev = next((r for r in evals if tags(r).get("agentr1.policy") in ("grpo", "ppo")), evals[0] if evals else None)
-    if ev:
-        driver.get(f"{url}/#/experiments/{exp_id}/traces")
-        time.sleep(8)
-        tidy(driver)
-        driver.save_screenshot(str(shots / "traces.png"))
-        rows = driver.find_elements(By.XPATH, "//*[contains(normalize-space(text()), 'episode ')]")
-        if rows:
-            rows[0].click()
-            time.sleep(5)
-            driver.save_screenshot(str(shots / "trace.png"))
+        body = body_text(driver)
+    if "GRPO" not in body or "Cold start" not in body:
+        raise SystemExit("parent run: its description does not show Table 3's rows (GRPO, Cold start)")
+    shot(driver, shots, "parent_run.png")
+    print(f"ok: parent run {parents[0]['info']['run_name']}: the description shows Table 3")
+
+
+def check_models(driver, url: str, shots: Path | None) -> str:
+    """3: the Models page shows the registered model's champion tag. Returns the model's name."""
+    models = api(url, "registered-models/search", query={"max_results": 100}).get("registered_models", [])
+    tagged = [
+        (m["name"], tags({"data": m})[views.CHAMPION_TAG]) for m in models if views.CHAMPION_TAG in tags({"data": m})
+    ]
+    if not tagged:
+        raise SystemExit(f"no registered model carries the '{views.CHAMPION_TAG}' tag: run `agentr1 track`")
+    body = open_page(driver, url, "#/models", tagged[0][0])
+    for name, text in tagged:
+        if text not in body:
+            raise SystemExit(f"Models page: {name}'s champion '{text}' is not shown without a click")
+    shot(driver, shots, "models.png")
+    print(f"ok: Models page shows {'; '.join(f'{n} champion {t}' for n, t in tagged)}")
+    return tagged[0][0]
+
+
+def check_trace(driver, url: str, exp_id: str, model: str, shots: Path | None) -> None:
+    """4: the champion's episode opens from its link: question and spans shown."""
+    champion = api(url, "registered-models/alias", query={"name": model, "alias": "champion"})["model_version"]
+    policy = tags({"data": champion})[VARIANT_TAG]
+    found = []
+    for right in (" AND tags.`agentr1.em` = '1.0'", ""):  # as agentr1 track picks: a right answer first
+        query = {"experiment_ids": exp_id, "filter": f"tags.`agentr1.policy` = '{policy}'{right}", "max_results": 1}
+        found = found or api(url, "traces", query=query).get("traces", [])
+    if not found:
+        raise SystemExit(f"no trace of the champion's policy {policy}: its evaluation logged none")
+    trace_id = found[0].get("request_id") or found[0]["trace_id"]
+    body = open_page(driver, url, views.trace_path(exp_id, trace_id), "episode ")
+    if "question" not in body:
+        raise SystemExit(f"trace {trace_id} of {policy}: the episode's inputs (question) are not shown")
+    shot(driver, shots, "trace.png")
+    print(f"ok: trace {trace_id} of the champion {policy} opens from its link")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,12 +297,15 @@ def main(argv: list[str] | None = None) -> int:
     driver = browser()
     try:
         exp = api(url, f"experiments/get-by-name?experiment_name={urllib.parse.quote(args.experiment)}")["experiment"]
-        a, b = two_train_runs(url, exp["experiment_id"])
+        exp_id = exp["experiment_id"]
         if args.shots:
             args.shots.mkdir(parents=True, exist_ok=True)
-        check_compare(driver, url, exp["experiment_id"], a, b, args.shots)
-        if args.shots:
-            shoot_extras(driver, url, exp["experiment_id"], args.shots)
+        check_rl_view(driver, url, exp_id, args.shots)
+        check_parent(driver, url, exp_id, args.shots)
+        model = check_models(driver, url, args.shots)
+        check_trace(driver, url, exp_id, model, args.shots)
+        a, b = two_train_runs(url, exp_id)
+        check_compare(driver, url, exp_id, a, b, args.shots)
     finally:
         driver.quit()
         if proc is not None:

@@ -77,3 +77,21 @@ def test_per_run_reward_charts_share_one_scale_and_are_smoothed():
     sft = [props for path, props in outs if path.endswith("loss.csv") and "sft" in path]
     assert sft and all(p["template"] == "loss_log" for p in sft)
     assert _template("loss_log")["encoding"]["y"]["scale"]["type"] == "log"
+
+
+def test_mlflow_colours_each_method_as_dvc_plots_does():
+    """``mlflow.runColor`` (agentr1.tracking.views) is Vega's colour of the method in these charts:
+    the scheme's palette, indexed by the method's place among the sorted names (an ordinal scale's
+    domain)."""
+    from agentr1.tracking import views
+
+    category20 = "1f77b4 aec7e8 ff7f0e ffbb78 2ca02c 98df8a d62728 ff9896 9467bd c5b0d5 8c564b c49c94 e377c2 f7b6d2"
+    category20 += " 7f7f7f c7c7c7 bcbd22 dbdb8d 17becf 9edae5"  # d3-scale-chromatic's schemeCategory20 (Vega's)
+    schemes = {
+        _template(p["template"])["encoding"]["color"]["scale"]["scheme"]
+        for p in _plots()[0]
+        if "reports/curves.csv" in p["y"]
+    }
+    assert schemes == {"category20"} and views.PALETTE == tuple(f"#{c}" for c in category20.split())
+    runs = list(load_config(ROOT / "params.yaml").runs)
+    assert [views.run_color(runs, r) for r in sorted(runs)] == list(views.PALETTE[: len(runs)])

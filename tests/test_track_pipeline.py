@@ -301,6 +301,20 @@ def test_fresh_clone_registry_has_the_versions_and_aliases_the_gate_sets(project
         "cold_start": str(by_variant["cold_start"].version),
     }
     assert "registry agentr1-policy: 3 versions, aliases " in out
+    assert "the RL runs side by side: http://127.0.0.1:5000/#/experiments/" in out  # the shared view's link
+    champion = by_variant[champion.version]
+    tag = client_of(env)[0].get_registered_model("agentr1-policy").tags["champion"]  # the Models page shows it
+    assert tag.startswith(f"v{champion.version} {champion.tags['agentr1.variant']}, test/em 0.")
+    assert f"champion (tag `champion` on the Models page): {tag}" in out
+    # one step to an RL policy's episode: the champion's trace, opened by its link
+    link = next(line for line in out.splitlines() if line.startswith("an episode of the champion ("))
+    trace_id = link.rsplit("traceId=", 1)[1]
+    assert f"({champion.tags['agentr1.variant']}): http://127.0.0.1:5000/#/experiments/" in link
+    import mlflow
+
+    mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
+    assert mlflow.get_trace(trace_id).info.tags["agentr1.policy"] == champion.tags["agentr1.variant"]
+    assert "?viewStateShareKey=rl&compareRunsMode=CHART" in out
 
     res = agentr1(root, env, "compare", "--out", str(root / "compare.png"))
     assert "champion (v" in res.stdout and "challenger (v" in res.stdout and (root / "compare.png").is_file()

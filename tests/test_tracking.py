@@ -482,6 +482,51 @@ def test_foreach_stage_finds_its_lock_entry_by_run_name(tmp_path: Path) -> None:
     assert run_tags(cfg, "train", "train@none", lock)["agentr1.dvc.locked"] == "false"
 
 
+def test_the_rl_view_shows_the_train_runs_coloured_by_method(tmp_path: Path) -> None:
+    """The experiment carries the RL comparison as an MLflow shared view (its search filter finds
+    the train runs and nothing else, every one shown), links it from its description, and the
+    seeds of one named run share a colour that other runs do not."""
+    from mlflow import MlflowClient
+
+    from agentr1.tracking import views
+    from agentr1.tracking.mlflow_adapter import ensure_experiment, run_tags, variant_tags
+
+    src = tmp_path / "sft.py"
+    src.write_text("x = 1\n")
+    lock = write_lock(tmp_path / "dvc.lock", src)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = tracking_cfg(uri, tmp_path / "art")
+    client = MlflowClient(tracking_uri=uri)
+    exp_id = ensure_experiment(client, "views-nano", (tmp_path / "art").as_uri(), "nano")
+    exp = client.get_experiment(exp_id)
+    state = json.loads(exp.tags["mlflow.sharedViewState.rl"])
+    assert views.rl_view_path(exp_id) in exp.tags["mlflow.note.content"]
+    assert state["runsHiddenMode"] == "SHOW_ALL" and state["orderByKey"] == "tags.`mlflow.runName`"
+    runs = {}
+    for stage, name in [("train", "train@grpo-0"), ("train", "train@grpo-1"), ("train", "train@ppo-0"),
+                        ("evaluate", "evaluate@grpo-0"), ("evaluate_baseline", "evaluate_baseline@naive_rag"),
+                        ("sft", "sft")]:  # fmt: skip
+        tags = run_tags(cfg, stage, name, lock)
+        variant = name.partition("@")[2]
+        if stage in ("train", "evaluate"):  # what stage_run adds for a run of params `runs`
+            tags |= variant_tags(cfg.for_run(variant), variant)
+        runs[name] = tags
+        client.create_run(exp_id, tags=tags, run_name=name)
+    found = client.search_runs([exp_id], filter_string=state["searchFilter"])
+    assert sorted(r.info.run_name for r in found) == ["train@grpo-0", "train@grpo-1", "train@ppo-0"]
+    assert [runs[n].get("agentr1.run") for n in runs] == ["grpo", "grpo", "ppo", "grpo", None, None]
+    color = {n: t.get("mlflow.runColor") for n, t in runs.items()}
+    assert color["train@grpo-0"] == color["train@grpo-1"] == color["evaluate@grpo-0"] != color["train@ppo-0"]
+    assert len({views.run_color(list(cfg.runs), r) for r in cfg.runs}) == len(cfg.runs)  # one colour per named run
+    assert color["sft"] is None and color["evaluate_baseline@naive_rag"] is None
+    # a store that holds an older view gets today's; the description a user may have edited stays
+    client.set_experiment_tag(exp_id, "mlflow.sharedViewState.rl", "{}")
+    client.set_experiment_tag(exp_id, "mlflow.note.content", "mine")
+    ensure_experiment(client, "views-nano", None, "nano")
+    exp = client.get_experiment(exp_id)
+    assert json.loads(exp.tags["mlflow.sharedViewState.rl"]) == state and exp.tags["mlflow.note.content"] == "mine"
+
+
 def test_compare_draws_no_bar_for_a_missing_metric() -> None:
     """A run without the metric gets no bar (and the words "no <metric>"), not a bar at 0."""
     import matplotlib.pyplot as plt

@@ -50,9 +50,10 @@ from agentr1.config import Config, read_params
 from agentr1.errors import StageError
 from agentr1.stages import STAGES
 from agentr1.stages.context import open_stage
-from agentr1.tracking import lockruns, provenance
+from agentr1.tracking import lockruns, provenance, views
 from agentr1.tracking.mlflow_adapter import connect, current_pipeline_id, experiment_name
 from agentr1.tracking.redact import redact_uri
+from agentr1.tracking.registry import CHAMPION, VARIANT_TAG
 from agentr1.tracking.tags import LOGGED_FROM_TAG
 from agentr1.tracking.uri import resolve_tracking_uri
 from agentr1.tracking.writelock import writer_lock
@@ -467,3 +468,23 @@ def run_track(cfg: Config, args: argparse.Namespace) -> None:
         f"{cfg.tracking.registered_model}: {n} versions, aliases "
         + (", ".join(f"{a}=v{v}" for a, v in aliases.items()) or "none")
     )
+    if client is not None and n and not args.dry_run:  # a dry run writes nothing
+        champion = views.show_champion(client, cfg.tracking.registered_model, cfg.tracking.gate_metric)
+        print(f"champion (tag `{views.CHAMPION_TAG}` on the Models page): {champion}")
+    exp = client.get_experiment_by_name(experiment_name(cfg)) if client is not None else None
+    if exp is not None:
+        ui, exp_id = _ui_address(cfg), exp.experiment_id
+        print(f"the RL runs side by side: {ui}/{views.rl_view_path(exp_id)}")
+        policy = None
+        if CHAMPION in aliases:
+            policy = client.get_model_version(cfg.tracking.registered_model, aliases[CHAMPION]).tags.get(VARIANT_TAG)
+        trace = views.policy_trace(exp_id, policy) if policy else None
+        if trace:
+            print(f"an episode of the champion ({policy}): {ui}/{views.trace_path(exp_id, trace)}")
+
+
+def _ui_address(cfg: Config) -> str:
+    """Where the UI of the store is: the tracking server itself, else ``mlflow ui``'s default
+    address (docs/RESULTS_GUIDE.md starts it)."""
+    uri = resolve_tracking_uri(cfg)
+    return redact_uri(uri).rstrip("/") if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"

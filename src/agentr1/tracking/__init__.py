@@ -14,6 +14,9 @@ does not import ``mlflow``. The gate itself is ``agentr1.tracking.gate.gate`` (a
 - :mod:`.traces`: trajectories as MLflow traces (AGENT/LLM/RETRIEVER/TOOL spans) and a table;
 - :mod:`.registry`: policy checkpoints as pyfunc models, versions, aliases, the promotion gate;
 - :mod:`.compare`: ``agentr1 compare`` / ``agentr1 promote``;
+- :mod:`.views`: what the UI opens on: the RL runs side by side (a shared view), a colour per
+  method, the champion on the Models page, links to them;
+- :mod:`.datasets`: the processed files a stage read, as MLflow dataset inputs;
 - :mod:`.store`: opening a store (checks, atomic first creation of a SQLite store, bounded HTTP);
 - :mod:`.writelock`: one writer at a time (``track``, ``promote``, an evaluation's registration);
 - :mod:`.retry`: bounded retries of a stage run's writes while the store is busy;

@@ -36,7 +36,7 @@ from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 
 from agentr1.errors import StageError
-from agentr1.tracking import provenance
+from agentr1.tracking import provenance, views
 from agentr1.tracking.datasets import log_dataset_inputs
 from agentr1.tracking.logger import check_metrics
 from agentr1.tracking.owner import continuable, end_orphans, logged_steps, owner_tags
@@ -44,7 +44,7 @@ from agentr1.tracking.redact import redact_uri
 from agentr1.tracking.retry import TrackingFailed, is_tracking_error, retrying
 from agentr1.tracking.run import StageRun, TrackingHealth
 from agentr1.tracking.store import bound_http_client, check_store, db_errors, store_error
-from agentr1.tracking.tags import PIPELINE_TAG, ROLE_TAG, RUN_NAME_TAG, STAGE_TAG
+from agentr1.tracking.tags import GROUP_TAG, PIPELINE_TAG, ROLE_TAG, RUN_NAME_TAG, STAGE_TAG
 from agentr1.tracking.uri import artifact_root, resolve_tracking_uri
 
 if TYPE_CHECKING:
@@ -84,8 +84,12 @@ agentr1 pipeline runs, profile `{profile}`.
 * One child run per DVC stage execution (`prepare`, `sft`, `train@<run>`, `evaluate@<policy>`,
   `report`), its effective config as params and its provenance as tags (`agentr1.git_sha`,
   `dvc.dep.*`, `dvc.out.*`).
+* **The RL runs side by side**: [this view]({rl_view}) - every `train@` run's dev EM, reward and
+  tool calls per step, one line per seed, coloured by method (the seeds of one method share a
+  colour everywhere; tag `agentr1.run` names the method).
 * Compare runs: tick two `train@` runs, *Compare*, *Show diff only* (e.g. `train.estimator`).
-* Traces: the evaluated episodes; filter with `tags.agentr1.policy = 'grpo'`.
+* Traces: the evaluated episodes (`agentr1 track` prints a link to one of the champion's); a
+  policy's: search `tags.agentr1.policy = 'grpo-0'`.
 """
 # experiment tags MLflow's UI reads: the description, and the kind (the runs table, not the GenAI view)
 EXPERIMENT_TAGS = {"mlflow.note.content": EXPERIMENT_DESCRIPTION, "mlflow.experimentKind": "custom_model_development"}
@@ -107,7 +111,9 @@ def ensure_experiment(client: MlflowClient, name: str, artifact_location: str | 
         client.restore_experiment(exp.experiment_id)
     for key, value in EXPERIMENT_TAGS.items():
         if key not in exp.tags:
-            client.set_experiment_tag(exp.experiment_id, key, value.format(profile=profile))
+            text = value.format(profile=profile, rl_view=views.rl_view_path(exp.experiment_id))
+            client.set_experiment_tag(exp.experiment_id, key, text)
+    views.set_views(client, exp.experiment_id, exp.tags)
     return exp.experiment_id
 
 
@@ -291,12 +297,15 @@ def variant_tags(cfg: Config, variant: str) -> dict[str, str]:
     ``agentr1.variant`` (the replica, ``grpo-1``), ``agentr1.run`` (the run of params ``runs`` it is
     a seed of, ``grpo``: what groups the seeds of one method), ``agentr1.estimator``,
     ``agentr1.masks`` (the Agent-R1 masks that are on: ``loss+advantage``, ``loss``, ``advantage``
-    or ``none``) and the run's own ``agentr1.seed``."""
+    or ``none``), the run's own ``agentr1.seed`` and its colour in the UI (``mlflow.runColor``,
+    :func:`agentr1.tracking.views.run_color`: the seeds of one run alike)."""
     t = cfg.train
     masks = "+".join(m for m, on in (("loss", t.loss_mask), ("advantage", t.advantage_mask)) if on) or "none"
+    group = cfg.split_run(variant)[0]
     return {
         "agentr1.variant": variant,
-        "agentr1.run": cfg.split_run(variant)[0],
+        GROUP_TAG: group,
+        views.RUN_COLOR_TAG: views.run_color(list(cfg.runs), group),
         "agentr1.estimator": t.estimator,
         "agentr1.masks": masks,
         "agentr1.seed": str(cfg.seed),
@@ -380,6 +389,19 @@ def stage_run(
         raise
     finally:
         _end_run(client, run_id, parent, status, health, run.outputs if run else None, done)
+        if done and stage.startswith("evaluate"):  # an evaluation may have moved the champion
+            _show_champion(client, cfg)
+
+
+def _show_champion(client: MlflowClient, cfg: Config) -> None:
+    """:func:`agentr1.tracking.views.show_champion` for the profile's registered model; a store
+    that refuses only costs a warning (``agentr1 track`` sets it again)."""
+    try:
+        views.show_champion(client, cfg.tracking.registered_model, cfg.tracking.gate_metric)
+    except Exception as exc:
+        if not is_tracking_error(exc):
+            raise
+        log.warning("MLflow: could not tag %s with its champion: %s", cfg.tracking.registered_model, exc)
 
 
 def _start_run(
