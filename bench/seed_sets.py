@@ -11,9 +11,9 @@ then makes every comparison the report makes on each set:
 * each mask ablation minus its full-mask method (the paper's direction);
 * GRPO minus the reference cold start;
 
-and prints, side by side, the verdict of each set under the report's two-level interval (paired on
-the seeds where both rows share them, ``report.pair_seeds``), under the two-level interval with each
-row's seeds drawn on its own (the report before session 15), and under the interval of earlier
+and prints, side by side, the verdict of each set under the two-level interval paired on the seeds
+where both rows share them (``report.pair_seeds: true``, the report's in sessions 15-17), under the
+two-level interval with each row's seeds drawn on its own (the report's default), and under the interval of earlier
 reports (paired bootstrap over questions of the seed-averaged scores, seeds held fixed): a verdict
 that differs between A and B is a flip. It also prints each row's test EM per seed (a seed that is
 slow in every method is what pairing the seeds cancels). Set B's runs train

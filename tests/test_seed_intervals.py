@@ -98,7 +98,7 @@ def test_equal_rows_differ_by_exactly_zero():
     # the difference is exactly 0 in every replicate; each row's seeds drawn on their own
     # (report.pair_seeds: false), the interval is the seed spread around 0
     rows = _rows({"a": [0.4, 0.3, 0.5], "b": [0.4, 0.3, 0.5]})
-    d = _test(compare(rows["a"], rows["b"], ["test"], 1000, 0.95, 0))
+    d = _test(compare(rows["a"], rows["b"], ["test"], 1000, 0.95, 0, pair_seeds=True))
     assert d.paired_seeds and (d.diff, d.ci_lower, d.ci_upper, d.p_value) == (0.0, 0.0, 0.0, 1.0)
     d = _test(compare(rows["a"], rows["b"], ["test"], 1000, 0.95, 0, pair_seeds=False))
     assert not d.paired_seeds and d.diff == 0.0 and d.ci_lower < -0.05 and d.ci_upper > 0.05 and d.p_value == 1.0
@@ -109,23 +109,23 @@ def test_a_seed_slow_for_both_methods_cancels_when_the_seeds_are_paired():
     method): a - b is +0.08 to +0.10 on every seed. Paired on the seeds the difference is beyond noise;
     each row's seeds drawn on their own, the slow seed's spread swamps it."""
     rows = _rows({"a": [0.50, 0.52, 0.22], "b": [0.42, 0.42, 0.13]})
-    paired = _test(compare(rows["a"], rows["b"], ["test"], 1000, 0.95, 0))
+    paired = _test(compare(rows["a"], rows["b"], ["test"], 1000, 0.95, 0, pair_seeds=True))
     alone = _test(compare(rows["a"], rows["b"], ["test"], 1000, 0.95, 0, pair_seeds=False))
     assert paired.diff == pytest.approx(alone.diff) == pytest.approx(0.09)
     assert paired.paired_seeds and paired.verdict == "beyond noise" and paired.ci_lower > 0.05
     assert not alone.paired_seeds and alone.verdict == "within noise"
     # seeds that disagree on the direction stay within noise when paired
     rows = _rows({"a": [0.50, 0.30, 0.50], "b": [0.30, 0.50, 0.35]})
-    d = _test(compare(rows["a"], rows["b"], ["test"], 1000, 0.95, 0))
+    d = _test(compare(rows["a"], rows["b"], ["test"], 1000, 0.95, 0, pair_seeds=True))
     assert d.paired_seeds and d.diff > 0 and d.verdict == "within noise"
     # a row against the one-run baseline has no seed to pair
-    assert not _test(compare(rows["a"], rows["cold_start"], ["test"], 1000, 0.95, 0)).paired_seeds
+    assert not _test(compare(rows["a"], rows["cold_start"], ["test"], 1000, 0.95, 0, pair_seeds=True)).paired_seeds
 
 
 def test_rows_of_other_seeds_are_not_paired():
     rows = _rows({"a": [0.5, 0.5, 0.2], "b": [0.4, 0.4, 0.1]})
     rows["b"].method.seeds = [3, 4, 5]  # the same run counts, other training seeds: nothing shared
-    assert not _test(compare(rows["a"], rows["b"], ["test"], 1000, 0.95, 0)).paired_seeds
+    assert not _test(compare(rows["a"], rows["b"], ["test"], 1000, 0.95, 0, pair_seeds=True)).paired_seeds
     with pytest.raises(ValueError, match="paired seeds need the same seeds"):
         seeds_questions(
             [(1.0, {"test": np.zeros((3, 4))}), (-1.0, {"test": np.zeros((2, 4))})], 100, 0.95, 0, paired_seeds=True

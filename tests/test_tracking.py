@@ -448,6 +448,11 @@ def test_registered_versions_carry_their_provenance(sqlite_store, checkpoint: Pa
         f"ppo: weights from [train@ppo](#/experiments/{train.experiment_id}/runs/{train.run_id}) (run {train.run_id}). "
     )
     assert "test/em 0.250 [0.200, 0.300]" in mv.description
+    # which data and which verdict, each on a line of its own
+    assert "\n\njudged on test:abc (" in mv.description
+    assert "\n\nverdict: promote on test/em (" in mv.description and mv.description.endswith(
+        f"champion after it: v{mv.version}"
+    )
     assert [m.value for m in client.get_metric_history(ev.run_id, "test/em")] == [0.25]  # once
     assert client.get_logged_model(mv.model_id or mv.source.split("/")[-1]).name == "policy-ppo"
 
@@ -463,6 +468,8 @@ def test_registered_versions_carry_their_provenance(sqlite_store, checkpoint: Pa
             cfg.tracking.gate_metric,
         )
     assert "promotion" not in info and info["train_run_id"] is None
+    base_mv = client.get_model_version("provenance-policy", info["version"])
+    assert base_mv.description.endswith("verdict: a baseline (cold_start): alias 'cold_start', never gated")
     aliases = {
         a: str(client.get_model_version_by_alias("provenance-policy", a).version)
         for a in ("challenger", "champion", "cold_start")

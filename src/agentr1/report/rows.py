@@ -217,7 +217,7 @@ def compare(
     ci: float,
     seed: int,
     min_seeds: int = 3,
-    pair_seeds: bool = True,
+    pair_seeds: bool = False,
 ) -> list[Diff]:
     """``a - b`` per split and on the average: the two-level interval (both rows' seeds x the
     questions they share, paired on the questions and, with ``pair_seeds`` where both rows were

@@ -179,10 +179,22 @@ def train_run_of(client: MlflowClient, experiment_id: str, checkpoint_sha256: st
     return runs[0] if runs else None
 
 
-def describe_version(variant: str, metrics: Mapping[str, float], train_run: Run | None) -> str:
-    """A version's description (Markdown, as MLflow renders it): where its weights come from, a
-    link to that ``train@`` run's page, and its headline metrics (EM with the CI per split), e.g.
-    ``ppo: weights from [train@ppo](#/experiments/1/runs/1a2b...) (run 1a2b...). test/em 0.045 [0.020, 0.075]``."""
+def describe_version(
+    variant: str,
+    metrics: Mapping[str, float],
+    train_run: Run | None,
+    eval_data: str = "",
+    verdict: str | None = None,
+) -> str:
+    """A version's description (Markdown, as MLflow renders it): where its weights come from (a
+    link to that ``train@`` run's page), its headline metrics (EM with the CI per split), the data
+    it was judged on (``eval_data``: the splits and the digest of their question ids,
+    :func:`agentr1.eval.splits.eval_data_fingerprint`) and the verdict (the gate's decision, or why
+    there is none), one line each, e.g.::
+
+        ppo: weights from [train@ppo](#/experiments/1/runs/1a2b...) (run 1a2b...). test/em 0.045 [0.020, 0.075]
+        judged on test+ood:3f9a... (the questions' ids; the evaluate run's dataset inputs name the files)
+        verdict: promote - ..."""
     if train_run is not None:
         info = train_run.info
         origin = (
@@ -196,7 +208,23 @@ def describe_version(variant: str, metrics: Mapping[str, float], train_run: Run 
         for k in sorted(metrics)
         if k.endswith("/em")
     ]
-    return f"{variant}: {origin}. " + ("; ".join(heads) or "no EM metrics")
+    lines = [f"{variant}: {origin}. " + ("; ".join(heads) or "no EM metrics")]
+    if eval_data:
+        lines.append(f"judged on {eval_data} (the questions' ids; the evaluate run's dataset inputs name the files)")
+    if verdict:
+        lines.append(f"verdict: {verdict}")
+    return "\n\n".join(lines)
+
+
+def verdict_of(promotion: Mapping[str, Any] | None, kind: str, variant: str) -> str:
+    """The verdict line of a version's description: the gate's decision and reason for a trained
+    policy, the alias it holds for a baseline (never gated)."""
+    if promotion is None:
+        return f"a baseline ({kind}): alias '{variant}', never gated"
+    gate_line = f"{promotion['decision']} on {promotion['metric']}"
+    if promotion.get("reason"):
+        gate_line += f" ({promotion['reason']})"
+    return f"{gate_line}; champion after it: v{promotion['champion']}" if promotion.get("champion") else gate_line
 
 
 def load_policy_model(
@@ -536,7 +564,7 @@ def register_evaluation(
             name=f"policy-{variant}",
             alias=alias,
             tags=tags,
-            description=describe_version(variant, metrics, train_run),
+            description=describe_version(variant, metrics, train_run, eval_data),
             registered_name=registered_name,
         )
         train_run_id = tags.get("agentr1.train_run_id")
@@ -550,4 +578,12 @@ def register_evaluation(
         info["promotion"] = promote(
             registered_name, gate_metric, version=str(mv.version)
         ).to_dict()  # this run's, by number
+    if not reused or recorded is None:  # the verdict joins the description once it is known
+        train_run = client.get_run(train_run_id) if train_run_id else None
+        verdict = verdict_of(info.get("promotion"), kind, variant)
+        client.update_model_version(
+            registered_name,
+            mv.version,
+            description=describe_version(variant, metrics, train_run, eval_data, verdict),
+        )
     return info
