@@ -137,6 +137,43 @@ def _examples(check: Check, result: Mapping[str, Any], max_examples: int) -> lis
     return out
 
 
+def _import_gx() -> Any:
+    """``great_expectations``, imported with its INFO logs muted (its warnings kept) unless the user
+    set its logger's level, and its usage analytics off unless asked for (the Makefile exports
+    this too; `dvc repro` in the venv does not): an offline machine would wait on the network, and
+    a user never opted in."""
+    gx_logger = logging.getLogger("great_expectations")
+    quiet = gx_logger.level == logging.NOTSET  # GX logs hundreds of INFO lines
+    if quiet:
+        gx_logger.setLevel(logging.WARNING)
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx
+    import great_expectations.data_context.types.base  # noqa: F401  (pins its own logger to INFO at import)
+
+    if quiet:
+        logging.getLogger("great_expectations.data_context.types.base").setLevel(logging.WARNING)
+    return gx
+
+
+def _check_results(outcome: Any, table_checks: Sequence[Check], max_examples: int) -> dict[str, CheckResult]:
+    """``{check name: CheckResult}`` of one table's GX validation ``outcome``."""
+    checks_by_name = {c.name: c for c in table_checks}
+    out = {}
+    for res in outcome.results:
+        check = checks_by_name[res.expectation_config.meta["check"]]
+        result = dict(res.result or {})
+        out[check.name] = CheckResult(
+            check=check,
+            gx_type=res.expectation_config.type,
+            success=bool(res.success),
+            unexpected_count=result.get("unexpected_count"),
+            element_count=result.get("element_count"),
+            examples=[] if res.success else _examples(check, result, max_examples),
+            error=_error_message(res.exception_info),
+        )
+    return out
+
+
 def run_checks(
     frames: Mapping[str, pd.DataFrame], checks: Sequence[Check], max_examples: int
 ) -> tuple[list[CheckResult], dict[str, Any]]:
@@ -147,18 +184,8 @@ def run_checks(
     identify offending rows. Returns the per-check results (in ``checks`` order) and the
     deterministic GX results keyed by table name.
     """
-    gx_logger = logging.getLogger("great_expectations")
-    quiet = gx_logger.level == logging.NOTSET  # GX logs hundreds of INFO lines; keep its warnings
-    if quiet:
-        gx_logger.setLevel(logging.WARNING)
-    # GX sends usage analytics unless told not to (the Makefile exports this too; `dvc repro` in the
-    # venv does not): an offline machine would wait on the network, and a user never opted in
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    import great_expectations as gx
+    gx = _import_gx()
     from great_expectations.data_context.types.base import ProgressBarsConfig
-
-    if quiet:  # this module pins its own logger to INFO at import time
-        logging.getLogger("great_expectations.data_context.types.base").setLevel(logging.WARNING)
 
     names = [c.name for c in checks]
     if len(set(names)) != len(names):
@@ -189,19 +216,7 @@ def run_checks(
         )
         outcome = definition.run(batch_parameters={"dataframe": frames[table]}, result_format=result_format)
         gx_json[table] = deterministic_result_json(outcome)
-        checks_by_name = {c.name: c for c in table_checks}
-        for res in outcome.results:
-            check = checks_by_name[res.expectation_config.meta["check"]]
-            result = dict(res.result or {})
-            by_name[check.name] = CheckResult(
-                check=check,
-                gx_type=res.expectation_config.type,
-                success=bool(res.success),
-                unexpected_count=result.get("unexpected_count"),
-                element_count=result.get("element_count"),
-                examples=[] if res.success else _examples(check, result, max_examples),
-                error=_error_message(res.exception_info),
-            )
+        by_name.update(_check_results(outcome, table_checks, max_examples))
     missing = [n for n in names if n not in by_name]
     if missing:
         raise RuntimeError(f"GX returned no result for checks {missing}")

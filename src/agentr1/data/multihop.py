@@ -206,35 +206,7 @@ def load_real(real_cfg: RealConfig, seed: int) -> tuple[Dataset, dict[str, Any]]
             skipped = ", ".join(f"{n} {why}" for why, n in sorted(loaded.skipped.items())) or "none"
             raise RealDataError(f"{label}: no usable question (skipped: {skipped})")
         entry = _source_entry(i, src, loaded)
-        kept, duplicates = [], []
-        for q in loaded.questions:
-            where, _ = loaded.where.get(q["id"], (label, q))  # a plug-in loader may append without add_question
-            if q["id"] not in owner:
-                owner[q["id"]] = (i, where, q)
-            elif owner[q["id"]][2] != q:  # the same content falls to the text check below: a counted copy
-                j, first, _ = owner[q["id"]]
-                raise RealDataError(
-                    f"{label}: question id {q['id']!r} at {where} is also at {first} "
-                    f"(data.real.sources[{j}]) with other content: remove one of the two records "
-                    "or give them distinct ids"
-                )
-            key = normalize_text(q["question"])
-            if key in texts:
-                j, first = texts[key]
-                reason = duplicate_reason(j, real_cfg.sources[j].dataset)
-                entry["skipped"][reason] = entry["skipped"].get(reason, 0) + 1
-                duplicates.append(f"{q['id']} (= {first})")
-                continue
-            texts[key] = (i, q["id"])
-            kept.append(q)
-        if duplicates:
-            log.warning(
-                "%s: dropped %d question(s) whose text an earlier question has: %s%s",
-                label,
-                len(duplicates),
-                ", ".join(duplicates[:5]),
-                f" (+{len(duplicates) - 5} more)" if len(duplicates) > 5 else "",
-            )
+        kept = _first_copies(i, label, loaded, real_cfg, owner, texts, entry["skipped"])
         entry["skipped"] = dict(sorted(entry["skipped"].items()))
         entry["questions"] = len(kept)
         entry["without_gold"] = sum(gold_unknown(q) for q in kept)
@@ -247,16 +219,65 @@ def load_real(real_cfg: RealConfig, seed: int) -> tuple[Dataset, dict[str, Any]]
         report.append(entry)
     records: dict[str, Any] = {"sources": report}
     if real_cfg.corpus is not None:
-        try:
-            passages = read_flashrag_corpus(real_cfg.corpus)
-            records["corpus"] = {
-                "location": str(real_cfg.corpus),
-                "passages": len(passages),
-                "passages_already_in_corpus": corpus.extend(passages, "data.real.corpus"),
-            }
-        except RealDataError as exc:
-            raise RealDataError(f"data.real.corpus: {exc}") from None
+        records["corpus"] = _add_corpus(real_cfg.corpus, corpus)
     return Dataset(questions=questions, corpus=corpus.passages()), records
+
+
+def _first_copies(
+    i: int,
+    label: str,
+    loaded: Loaded,
+    real_cfg: RealConfig,
+    owner: dict[str, tuple[int, str, dict[str, Any]]],
+    texts: dict[str, tuple[int, str]],
+    skipped: dict[str, int],
+) -> list[dict[str, Any]]:
+    """The questions of source ``i`` whose normalized text no earlier question has (:func:`load_real`):
+    ``owner`` and ``texts`` record the kept ones, ``skipped`` counts the dropped ones under
+    :func:`duplicate_reason`; an id an earlier source holds with other content raises."""
+    kept, duplicates = [], []
+    for q in loaded.questions:
+        where, _ = loaded.where.get(q["id"], (label, q))  # a plug-in loader may append without add_question
+        if q["id"] not in owner:
+            owner[q["id"]] = (i, where, q)
+        elif owner[q["id"]][2] != q:  # the same content falls to the text check below: a counted copy
+            j, first, _ = owner[q["id"]]
+            raise RealDataError(
+                f"{label}: question id {q['id']!r} at {where} is also at {first} "
+                f"(data.real.sources[{j}]) with other content: remove one of the two records "
+                "or give them distinct ids"
+            )
+        key = normalize_text(q["question"])
+        if key in texts:
+            j, first = texts[key]
+            reason = duplicate_reason(j, real_cfg.sources[j].dataset)
+            skipped[reason] = skipped.get(reason, 0) + 1
+            duplicates.append(f"{q['id']} (= {first})")
+            continue
+        texts[key] = (i, q["id"])
+        kept.append(q)
+    if duplicates:
+        log.warning(
+            "%s: dropped %d question(s) whose text an earlier question has: %s%s",
+            label,
+            len(duplicates),
+            ", ".join(duplicates[:5]),
+            f" (+{len(duplicates) - 5} more)" if len(duplicates) > 5 else "",
+        )
+    return kept
+
+
+def _add_corpus(location: Any, corpus: CorpusBuilder) -> dict[str, Any]:
+    """Extend ``corpus`` with the FlashRAG corpus at ``location`` (``data.real.corpus``); its records entry."""
+    try:
+        passages = read_flashrag_corpus(location)
+        return {
+            "location": str(location),
+            "passages": len(passages),
+            "passages_already_in_corpus": corpus.extend(passages, "data.real.corpus"),
+        }
+    except RealDataError as exc:
+        raise RealDataError(f"data.real.corpus: {exc}") from None
 
 
 def load_sources(real_cfg: RealConfig, seed: int) -> Dataset:

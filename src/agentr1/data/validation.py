@@ -573,13 +573,7 @@ def build_question_frame(
     GX fingerprints a batch with ``pd.util.hash_pandas_object`` and falls back to pickling the
     frame for unhashable cells such as lists, which would make ``gx_result.json`` unstable.
     """
-    parts = []
-    for split in SPLITS:
-        columns = [*QUESTION_FIELDS, *(f.name for f in OPTIONAL_QUESTION_FIELDS if tool_checks)]
-        part = pd.DataFrame(ds.split(split)).reindex(columns=columns)
-        part["file_split"] = split
-        parts.append(part)
-    q = pd.concat(parts, ignore_index=True)
+    q = _all_splits(ds, tool_checks)
     q["hops"] = pd.to_numeric(q["hops"], errors="coerce").astype("Int64")
     q["n_answers"] = [len(a) if a is not None else 0 for a in q["answers"]]
     q["blank_question"] = pd.Series([_blank_question(t) for t in q["question"]], index=q.index, dtype=object)
@@ -610,6 +604,25 @@ def build_question_frame(
     _add_bound_columns(q, bounds)
     if not tool_checks:
         return q.drop(columns=["answers", "supporting_ids"])
+    _add_tool_columns(q)
+    return q.drop(columns=["answers", "supporting_ids", *(f.name for f in OPTIONAL_QUESTION_FIELDS)])
+
+
+def _all_splits(ds: Dataset, tool_checks: bool) -> pd.DataFrame:
+    """Every split's questions in one frame (in :data:`SPLITS` order), ``file_split`` = the file's split;
+    the optional (tool) fields only with ``tool_checks``."""
+    parts = []
+    for split in SPLITS:
+        columns = [*QUESTION_FIELDS, *(f.name for f in OPTIONAL_QUESTION_FIELDS if tool_checks)]
+        part = pd.DataFrame(ds.split(split)).reindex(columns=columns)
+        part["file_split"] = split
+        parts.append(part)
+    return pd.concat(parts, ignore_index=True)
+
+
+def _add_tool_columns(q: pd.DataFrame) -> None:
+    """``tool_question_problem`` (:func:`tool_question_problem`) and ``unknown_type`` (a type outside
+    :data:`KNOWN_TOOL_TASK_TYPES`, else None)."""
     q["tool_question_problem"] = pd.Series(
         [
             tool_question_problem(t, None if pd.isna(h) else int(h), ids, a, e if isinstance(e, str) else None)
@@ -621,7 +634,6 @@ def build_question_frame(
     q["unknown_type"] = pd.Series(
         [None if t in KNOWN_TOOL_TASK_TYPES else str(t) for t in q["type"]], index=q.index, dtype=object
     )
-    return q.drop(columns=["answers", "supporting_ids", *(f.name for f in OPTIONAL_QUESTION_FIELDS)])
 
 
 def _add_bound_columns(q: pd.DataFrame, v: ValidateConfig) -> None:
@@ -719,21 +731,35 @@ def build_corpus_frame(ds: Dataset, bounds: ValidateConfig | None = None) -> pd.
 
 
 # ------------------------------------------------------------------------------------ checks
+def _file_check(name: str, description: str, column: str, fix: str = _FIX_FILES) -> Check:
+    return Check(f"files.{name}", "files", "ExpectColumnValuesToBeNull", {"column": column}, description, fix)
+
+
+def _question_check(name: str, expectation: str, description: str, fix: str = _FIX_DATA, **kwargs: Any) -> Check:
+    return Check(f"questions.{name}", "questions", expectation, kwargs, description, fix)
+
+
+def _corpus_check(name: str, expectation: str, description: str, **kwargs: Any) -> Check:
+    return Check(f"corpus.{name}", "corpus", expectation, kwargs, description, _FIX_DATA)
+
+
 def build_checks(cfg: Config) -> list[Check]:
-    """The expectation list for the configured hop range, splits and leak policy (order = report order)."""
-    hop_min, hop_max = cfg.data.hops.min, cfg.data.hops.max
-    v = cfg.validate_
-    allowed = sorted(v.leak_allowed_types)
+    """The expectation list for the configured hop range, splits and leak policy (order = report
+    order): the files, the questions, the tool questions (when tools are on), the content bounds,
+    the corpus."""
+    q, c = _question_check, _corpus_check
+    return [
+        *_file_checks(cfg),
+        *_question_checks(cfg),
+        *(tool_checks(q) if tool_checks_on(cfg) else []),
+        *bound_checks(cfg, q, c),
+        *_corpus_checks(),
+    ]
 
-    def f(name: str, description: str, column: str, fix: str = _FIX_FILES) -> Check:
-        return Check(f"files.{name}", "files", "ExpectColumnValuesToBeNull", {"column": column}, description, fix)
 
-    def q(name: str, expectation: str, description: str, fix: str = _FIX_DATA, **kwargs: Any) -> Check:
-        return Check(f"questions.{name}", "questions", expectation, kwargs, description, fix)
-
-    def c(name: str, expectation: str, description: str, **kwargs: Any) -> Check:
-        return Check(f"corpus.{name}", "corpus", expectation, kwargs, description, _FIX_DATA)
-
+def _file_checks(cfg: Config) -> list[Check]:
+    """Each processed file exists, reads, has the schema; each required split holds a question."""
+    v, f = cfg.validate_, _file_check
     return [
         f("present", "every processed file exists (value = the missing path)", "missing_file"),
         f("readable", "every processed file is a readable parquet file (value = the reader's error)", "read_error"),
@@ -744,6 +770,20 @@ def build_checks(cfg: Config) -> list[Check]:
             "empty_split",
             _FIX_SPLIT,
         ),
+    ]
+
+
+def _question_checks(cfg: Config) -> list[Check]:
+    """The questions' fields, then their splits and answers."""
+    return [*_question_field_checks(cfg), *_question_split_checks(cfg)]
+
+
+def _question_field_checks(cfg: Config) -> list[Check]:
+    """Every question has a unique id, a text, answers that normalize to something, hops in range,
+    a type and a source."""
+    hop_min, hop_max = cfg.data.hops.min, cfg.data.hops.max
+    q = _question_check
+    return [
         q("not_empty", "ExpectTableRowCountToBeBetween", "the dataset has at least one question", min_value=1),
         q("id_not_null", "ExpectColumnValuesToNotBeNull", "every question has an id", column="id"),
         q("id_unique", "ExpectColumnValuesToBeUnique", "question ids are unique over all splits", column="id"),
@@ -779,6 +819,15 @@ def build_checks(cfg: Config) -> list[Check]:
         ),
         q("type_not_null", "ExpectColumnValuesToNotBeNull", "every question has a type", column="type"),
         q("source_not_null", "ExpectColumnValuesToNotBeNull", "every question has a source", column="source"),
+    ]
+
+
+def _question_split_checks(cfg: Config) -> list[Check]:
+    """Splits known, matching the file and disjoint; supporting ids in the corpus; the answers' leak
+    and copy policies."""
+    v, q = cfg.validate_, _question_check
+    allowed = sorted(v.leak_allowed_types)
+    return [
         q(
             "split_known",
             "ExpectColumnValuesToBeInSet",
@@ -828,8 +877,13 @@ def build_checks(cfg: Config) -> list[Check]:
             _FIX_COPY,
             column="uncopyable_answer",
         ),
-        *(tool_checks(q) if tool_checks_on(cfg) else []),
-        *bound_checks(cfg, q, c),
+    ]
+
+
+def _corpus_checks() -> list[Check]:
+    """The corpus: non-empty, unique ids, a title and a non-blank text per passage."""
+    c = _corpus_check
+    return [
         c("not_empty", "ExpectTableRowCountToBeBetween", "the corpus has at least one passage", min_value=1),
         c("id_not_null", "ExpectColumnValuesToNotBeNull", "every passage has an id", column="id"),
         c("id_unique", "ExpectColumnValuesToBeUnique", "passage ids are unique", column="id"),
@@ -846,10 +900,17 @@ def build_checks(cfg: Config) -> list[Check]:
 
 
 def bound_checks(cfg: Config, q, c) -> list[Check]:
-    """The content-bound checks (issue 26; ``q``/``c`` = the check makers of :func:`build_checks`)."""
+    """The content-bound checks (issue 26; ``q``/``c`` = the check makers of :func:`build_checks`):
+    the questions', the passages', then Unicode's."""
     v = cfg.validate_
-    null = "ExpectColumnValuesToBeNull"
     tokens = f"{list(v.special_tokens)} or any <|name|> form (validate.special_tokens)"
+    return [*_question_bounds(v, q, tokens), *_corpus_bounds(v, c, tokens), *unicode_checks(q, c)]
+
+
+def _question_bounds(v: ValidateConfig, q, tokens: str) -> list[Check]:
+    """Consistent answers, hops matching the supporting ids, no control characters, bounded lengths,
+    plain ids, no special-token strings."""
+    null = "ExpectColumnValuesToBeNull"
     return [
         q(
             "answers_consistent",
@@ -896,6 +957,13 @@ def bound_checks(cfg: Config, q, c) -> list[Check]:
             f"no question or answer holds a special-token string: {tokens} (value = the tokens)",
             column="special_tokens",
         ),
+    ]
+
+
+def _corpus_bounds(v: ValidateConfig, c, tokens: str) -> list[Check]:
+    """Passage titles not blank, plain ids, no special-token strings."""
+    null = "ExpectColumnValuesToBeNull"
+    return [
         c(
             "title_not_blank",
             "ExpectColumnValuesToMatchRegex",
@@ -915,7 +983,6 @@ def bound_checks(cfg: Config, q, c) -> list[Check]:
             f"no passage title or text holds a special-token string: {tokens} (value = the tokens)",
             column="special_tokens",
         ),
-        *unicode_checks(q, c),
     ]
 
 

@@ -163,13 +163,75 @@ def _breakdown_table(rows: Sequence[Row], split_data: Mapping) -> str:
     return md_table(header, body)
 
 
+def _split_markdown(rows: Sequence[Row], d: Mapping, split: str, metric: str) -> list[str]:
+    """behaviour.md's section of one split: the per-policy table, tool calls and early answers by
+    question type and hops, the failure breakdown."""
+    whole = d["all"]["all"]
+    first = whole[rows[0].label]
+    header = [
+        "Method",
+        "Runs",
+        metric.upper(),
+        "Tool calls / episode",
+        "Early answer (multi-hop)",
+        "Format valid",
+        "Answered",
+    ]
+    body = [
+        [
+            _name(r),
+            ", ".join(r.runs),
+            fmt(s["score"]),
+            fmt(s["tool_calls"], 2),
+            fmt(s["early_answer"]),
+            fmt(s["format_ok"]),
+            fmt(s["answered"]),
+        ]
+        for r in rows
+        for s in [whole[r.label]]
+    ]
+    return [
+        f"## {split_header(split, metric)}: {first['n']} questions, {first['n_multihop']} multi-hop\n",
+        md_table(header, body),
+        f"### {split}: tool calls per episode by question type and hops\n",
+        _by_tables(rows, d, "tool_calls", "n", 2),
+        f"### {split}: early-answer share by question type and hops (n = multi-hop episodes)\n",
+        _by_tables(rows, d, "early_answer", "n_multihop", 3),
+        f"### {split}: failure breakdown by question type\n",
+        "Each cell: right / wrong with every supporting passage retrieved (reading) / wrong with some "
+        "(a broken chain) / wrong with none, as shares of the group's episodes.\n",
+        _breakdown_table(rows, d),
+    ]
+
+
+def _split_csv_rows(rows: Sequence[Row], d: Mapping, split: str) -> list[list]:
+    """behaviour.csv's rows of one split: one per grouping (``BY``), group and policy."""
+    return [
+        [
+            split,
+            by,
+            g,
+            r.label,
+            r.display,
+            r.kind,
+            ";".join(r.runs),
+            s["n"],
+            s["n_multihop"],
+            *(s[f] for f in (*FIELDS, *BREAKDOWN)),
+        ]
+        for by in BY
+        for g, per in d[by].items()
+        for r in rows
+        if (s := per.get(r.label)) is not None
+    ]
+
+
 def behaviour_tables(rows: Sequence[Row], data: Mapping, splits: Sequence[str], metric: str) -> tuple[str, str]:
     """behaviour.md and behaviour.csv (long: split, by, group, policy, ..., one row per policy and group)."""
-    m = metric.upper()
     md = [
         "# Behaviour: what the policies do besides scoring\n",
-        f"Per policy (a method's seeds averaged) and split: {m}; tool calls per episode (call attempts, valid "
-        "or not); **early answer** = the share of multi-hop episodes (hops >= 2) that answered before their "
+        f"Per policy (a method's seeds averaged) and split: {metric.upper()}; tool calls per episode (call attempts, "
+        "valid or not); **early answer** = the share of multi-hop episodes (hops >= 2) that answered before their "
         "searches had retrieved every supporting passage of the question; format valid = every call valid and "
         "a final answer; answered = gave an answer. — = no multi-hop episode in the group, or an evaluation "
         "that predates the early-answer field (re-run its evaluate stage).\n",
@@ -187,61 +249,13 @@ def behaviour_tables(rows: Sequence[Row], data: Mapping, splits: Sequence[str], 
         "n",
         "n_multihop",
         metric,
-        "tool_calls",
-        "early_answer",
-        "format_ok",
-        "answered",
+        *FIELDS[1:],
         *BREAKDOWN,
     ]
     csv_rows = []
     for split in splits:
-        d = data[split]
-        whole = d["all"]["all"]
-        first = whole[rows[0].label]
-        md.append(f"## {split_header(split, metric)}: {first['n']} questions, {first['n_multihop']} multi-hop\n")
-        header = ["Method", "Runs", m, "Tool calls / episode", "Early answer (multi-hop)", "Format valid", "Answered"]
-        body = [
-            [
-                _name(r),
-                ", ".join(r.runs),
-                fmt(s["score"]),
-                fmt(s["tool_calls"], 2),
-                fmt(s["early_answer"]),
-                fmt(s["format_ok"]),
-                fmt(s["answered"]),
-            ]
-            for r in rows
-            for s in [whole[r.label]]
-        ]
-        md.append(md_table(header, body))
-        md.append(f"### {split}: tool calls per episode by question type and hops\n")
-        md.append(_by_tables(rows, d, "tool_calls", "n", 2))
-        md.append(f"### {split}: early-answer share by question type and hops (n = multi-hop episodes)\n")
-        md.append(_by_tables(rows, d, "early_answer", "n_multihop", 3))
-        md.append(f"### {split}: failure breakdown by question type\n")
-        md.append(
-            "Each cell: right / wrong with every supporting passage retrieved (reading) / wrong with some "
-            "(a broken chain) / wrong with none, as shares of the group's episodes.\n"
-        )
-        md.append(_breakdown_table(rows, d))
-        for by in BY:
-            for g, per in d[by].items():
-                csv_rows += [
-                    [
-                        split,
-                        by,
-                        g,
-                        r.label,
-                        r.display,
-                        r.kind,
-                        ";".join(r.runs),
-                        s["n"],
-                        s["n_multihop"],
-                        *(s[f] for f in (*FIELDS, *BREAKDOWN)),
-                    ]
-                    for r in rows
-                    if (s := per.get(r.label)) is not None
-                ]
+        md += _split_markdown(rows, data[split], split, metric)
+        csv_rows += _split_csv_rows(rows, data[split], split)
     return "\n".join(md), csv_text(cols, csv_rows)
 
 

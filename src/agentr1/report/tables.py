@@ -106,6 +106,59 @@ def masks_text(row: Row) -> str:
     return " + ".join(MASK_WORDS[k] for k in row.method.masks_off) if row.method else ""
 
 
+TABLE4_CSV_COLUMNS = [
+    "ablation",
+    "name",
+    "masks_off",
+    "full_mask",
+    "seeds_ablation",
+    "seeds_full",
+    "split",
+    "full_mean",
+    "ablation_mean",
+    "diff",
+    "diff_ci_lower",
+    "diff_ci_upper",
+    "n_paired",
+    "judged",
+    "beyond_noise",
+]
+
+
+def _table4_cells(abl: Row, full: Row, d: Diff) -> tuple[list, list]:
+    """One Table 4 line, as (markdown cells, csv cells), of ablation ``abl`` against ``full`` on ``d.split``."""
+    md = [
+        abl.display,
+        masks_text(abl),
+        full.display,
+        f"{d.seeds[0]} / {d.seeds[1]}",
+        d.split,
+        fmt(d.b_mean),
+        fmt(d.a_mean),
+        fmt_signed(d.diff),
+        f"[{d.ci_lower:+.3f}, {d.ci_upper:+.3f}]",
+        d.verdict,
+    ]
+    csv = [
+        abl.label,
+        abl.display,
+        ";".join(abl.method.masks_off),
+        full.label,
+        d.seeds[0],
+        d.seeds[1],
+        d.split,
+        d.b_mean,
+        d.a_mean,
+        d.diff,
+        d.ci_lower,
+        d.ci_upper,
+        d.n,
+        d.judged,
+        d.beyond_noise,
+    ]
+    return md, csv
+
+
 def table4(
     rows: Sequence[Row],
     diffs: Mapping[str, list[Diff]],
@@ -128,42 +181,7 @@ def table4(
         f"{ci:.0%} CI of Δ",
         "Verdict",
     ]
-    md_rows, csv_rows = [], []
-    for abl, full in ablation_pairs(rows):
-        for d in diffs[abl.label]:
-            md_rows.append(
-                [
-                    abl.display,
-                    masks_text(abl),
-                    full.display,
-                    f"{d.seeds[0]} / {d.seeds[1]}",
-                    d.split,
-                    fmt(d.b_mean),
-                    fmt(d.a_mean),
-                    fmt_signed(d.diff),
-                    f"[{d.ci_lower:+.3f}, {d.ci_upper:+.3f}]",
-                    d.verdict,
-                ]
-            )
-            csv_rows.append(
-                [
-                    abl.label,
-                    abl.display,
-                    ";".join(abl.method.masks_off),
-                    full.label,
-                    d.seeds[0],
-                    d.seeds[1],
-                    d.split,
-                    d.b_mean,
-                    d.a_mean,
-                    d.diff,
-                    d.ci_lower,
-                    d.ci_upper,
-                    d.n,
-                    d.judged,
-                    d.beyond_noise,
-                ]
-            )
+    lines = [_table4_cells(abl, full, d) for abl, full in ablation_pairs(rows) for d in diffs[abl.label]]
     orphans = [r.display for r in rows if r.kind == "ablation" and (r.method is None or r.method.ablation_of is None)]
     md = (
         f"# Table 4: mask ablations ({metric.upper()})\n\n"
@@ -172,30 +190,13 @@ def table4(
         "avg = the unweighted mean of the splits.\n\n"
     )
     md += (
-        md_table(header, md_rows)
-        if md_rows
+        md_table(header, [m for m, _ in lines])
+        if lines
         else "No ablation in params `runs` has a full-mask method to compare with.\n"
     )
     if orphans:
         md += "\nAblations without a full-mask method in params `runs` (not compared): " + ", ".join(orphans) + ".\n"
-    cols = [
-        "ablation",
-        "name",
-        "masks_off",
-        "full_mask",
-        "seeds_ablation",
-        "seeds_full",
-        "split",
-        "full_mean",
-        "ablation_mean",
-        "diff",
-        "diff_ci_lower",
-        "diff_ci_upper",
-        "n_paired",
-        "judged",
-        "beyond_noise",
-    ]
-    return md, csv_text(cols, csv_rows)
+    return md, csv_text(TABLE4_CSV_COLUMNS, [c for _, c in lines])
 
 
 def breakdown_tables(rows: Sequence[Row], data: Mapping, splits: Sequence[str], metric: str) -> tuple[str, str]:

@@ -178,52 +178,64 @@ def run(ctx: StageContext, args: Any = None) -> dict:
         Path(cfg.pretrain.report_dir), Path(cfg.sft.report_dir), eval_dir, splits, reference_dir
     )
 
-    t3_md, t3_csv = table3(rows, splits, metric, ci, samples, rc.pair_seeds)
-    t4_md, t4_csv = table4(rows, ablation_diffs, splits, metric, ci, samples, rc.pair_seeds)
-    bd_md, bd_csv = breakdown_tables(rows, bd, splits, metric)
-    bh_md, bh_csv = behaviour_tables(rows, bh, splits, metric)
-    curve_rows = [
-        [c.run, method_of[c.run], s, rw, dv, tc]
-        for c in curves
-        for s, rw, dv, tc in zip(c.steps, c.reward, c.dev_em, c.tool_calls)
-    ]
+    pair = rc.pair_seeds
     texts = {
-        "table3.md": t3_md,
-        "table3.csv": t3_csv,
-        "table4.md": t4_md,
-        "table4.csv": t4_csv,
-        "breakdown.md": bd_md,
-        "breakdown.csv": bd_csv,
-        "behaviour.md": bh_md,
-        "behaviour.csv": bh_csv,
-        "summary.md": summary_markdown(facts, rows, metric, splits, interval_method(ci, samples, rc.pair_seeds))
+        **_pair("table3", table3(rows, splits, metric, ci, samples, pair)),
+        **_pair("table4", table4(rows, ablation_diffs, splits, metric, ci, samples, pair)),
+        **_pair("breakdown", breakdown_tables(rows, bd, splits, metric)),
+        **_pair("behaviour", behaviour_tables(rows, bh, splits, metric)),
+        "summary.md": summary_markdown(facts, rows, metric, splits, interval_method(ci, samples, pair))
         + "\n".join(["", *bh_md_section, *foundation_md]),
-        "curves.csv": csv_text(["run", "method", "step", "reward", "dev_em", "tool_calls"], curve_rows),
+        "curves.csv": _curves_csv(curves, method_of),
         **({"tools.md": tools[1]} if tools is not None else {}),
     }
-    plot_dir = out / "plots"
-    plots.learning_curves(curves, method_of, plot_dir / "learning_curves.png")
-    plots.em_bars(rows, splits, metric, ci, plot_dir / "em_bars.png")
-    plots.ablations(rows, splits, metric, ci, plot_dir / "ablations.png")
-    grpo = grpo_row(rows)  # GRPO's and the step-level methods' curves alone (every run's without GRPO)
-    pair = {*([grpo.label] if grpo is not None else []), *facts["step_credit"]} or set(method_of.values())
-    plots.learning_curves([c for c in curves if method_of[c.run] in pair], method_of, plot_dir / "step_credit.png")
+    _write_plots(out / "plots", rows, curves, method_of, facts["step_credit"], splits, metric, ci)
     for name, text in texts.items():
         write_text_atomic(out / name, text)
     write_json_atomic(out / "report.json", report)
     log_outputs(ctx)
 
     summary_path = out / "summary.md"
-    log.info(
-        "report: %d policies (%d RL methods, %d ablations) over %s; summary in %s",
-        len(rows),
-        sum(r.kind == "rl" for r in rows),
-        sum(r.kind == "ablation" for r in rows),
-        ", ".join(splits),
-        summary_path,
-    )
+    kinds = [r.kind for r in rows]
+    counts = (len(rows), kinds.count("rl"), kinds.count("ablation"), ", ".join(splits), summary_path)
+    log.info("report: %d policies (%d RL methods, %d ablations) over %s; summary in %s", *counts)
     print(summary_path)
     return report
+
+
+def _pair(name: str, texts: tuple[str, str]) -> dict[str, str]:
+    """``{name.md: markdown, name.csv: csv}`` of a table function's (markdown, csv)."""
+    return {f"{name}.md": texts[0], f"{name}.csv": texts[1]}
+
+
+def _curves_csv(curves: list, method_of: dict[str, str]) -> str:
+    """curves.csv: one line per run and step (reward, dev EM, tool calls; empty where not measured)."""
+    lines = [
+        [c.run, method_of[c.run], s, rw, dv, tc]
+        for c in curves
+        for s, rw, dv, tc in zip(c.steps, c.reward, c.dev_em, c.tool_calls)
+    ]
+    return csv_text(["run", "method", "step", "reward", "dev_em", "tool_calls"], lines)
+
+
+def _write_plots(
+    plot_dir: Path,
+    rows: list[Row],
+    curves: list,
+    method_of: dict[str, str],
+    step_credit: Any,
+    splits: list[str],
+    metric: str,
+    ci: float,
+) -> None:
+    """The report's PNGs: every run's learning curves, EM bars, the ablations, and GRPO's with the
+    step-level methods' curves alone (``step_credit.png``; every run's when neither is there)."""
+    plots.learning_curves(curves, method_of, plot_dir / "learning_curves.png")
+    plots.em_bars(rows, splits, metric, ci, plot_dir / "em_bars.png")
+    plots.ablations(rows, splits, metric, ci, plot_dir / "ablations.png")
+    grpo = grpo_row(rows)
+    pair = {*([grpo.label] if grpo is not None else []), *step_credit} or set(method_of.values())
+    plots.learning_curves([c for c in curves if method_of[c.run] in pair], method_of, plot_dir / "step_credit.png")
 
 
 HEADLINE_FILES = ("summary.md", "table3.md", "table4.md")  # the parent run's artifacts (under report/, with plots/)

@@ -27,6 +27,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +42,7 @@ from agentr1.tracking.datasets import log_dataset_inputs
 from agentr1.tracking.logger import check_metrics
 from agentr1.tracking.owner import continuable, end_orphans, logged_steps, owner_tags
 from agentr1.tracking.redact import redact_uri
-from agentr1.tracking.retry import TrackingFailed, is_tracking_error, retrying
+from agentr1.tracking.retry import Deadline, TrackingFailed, is_tracking_error, retrying
 from agentr1.tracking.run import StageRun, TrackingHealth
 from agentr1.tracking.store import bound_http_client, check_store, db_errors, store_error
 from agentr1.tracking.tags import GROUP_TAG, PIPELINE_TAG, ROLE_TAG, RUN_NAME_TAG, STAGE_TAG
@@ -328,54 +329,36 @@ def stage_run(
     pipeline id (nesting it under the pipeline's parent run with ``tracking.parent_run``), and
     ends it FINISHED, FAILED (exception) or KILLED (interrupt). With ``variant`` (a run of params
     ``runs``: ``train@ppo``, ``evaluate@ppo``) the params are the run's *effective* config
-    (:meth:`Config.for_run`: its ``train`` overrides and seed merged in) and :func:`variant_tags`
-    are added, so MLflow's compare view and group-by show what differs between runs; the
-    provenance (params hash, pipeline id) stays that of the whole params file. ``extra_tags`` go on
-    the run from its start (``agentr1.logged_from`` for a run reconstructed by ``agentr1 track``).
+    (:meth:`Config.for_run`) with :func:`variant_tags`, so MLflow's compare view shows what differs
+    between runs; the provenance (params hash, pipeline id) stays the whole params file's.
+    ``extra_tags`` go on the run from its start (``agentr1.logged_from`` from ``agentr1 track``).
     Raises :class:`StageError` naming the URI before any work when the store is unreachable.
 
-    Kills and resumes (:mod:`agentr1.tracking.owner`): the run is tagged with its process; RUNNING
-    runs of the same name left by a process that is gone are set KILLED first. ``continue_run``
-    (``train --resume``: the run of the killed execution) is continued instead of starting a new
-    run when it is still there and no live process owns it - no params logged again, its logger skipping the
-    metrics at the steps the run holds (:attr:`StageRun.logged_through`); else a new run starts.
+    Kills and resumes (:mod:`agentr1.tracking.owner`): RUNNING runs of the same name whose process
+    is gone are set KILLED first. ``continue_run`` (``train --resume``) is continued when no live
+    process owns it - no params logged again, metrics skipped at the steps it holds
+    (:attr:`StageRun.logged_through`); else a new run starts.
 
     A busy store (:mod:`agentr1.tracking.retry`): every write is retried up to
-    ``tracking.retry_timeout_s``; setting the run up fails the stage before any work
-    (:class:`StageError`). A write that fails for good later does not stop the stage (the
-    logger goes on without MLflow; the stage catches the :class:`TrackingFailed` of its other
-    writes): a stage that ends normally ends its run FAILED, tagged ``agentr1.tracking_error``,
-    with a warning naming its outputs and ``agentr1 track``, which logs the stage again from its
-    outputs (it takes only FINISHED runs as logged). The exit status stays 0 so that DVC locks the
-    stage: a failed command would leave it out of ``dvc.lock``, and then neither the next
-    ``dvc repro`` (it would run the stage again) nor ``agentr1 track`` (it logs locked stages only)
-    would keep the work."""
+    ``tracking.retry_timeout_s``; the set-up fails the stage before any work (:class:`StageError`);
+    a later write that fails for good ends the run FAILED, tagged ``agentr1.tracking_error``, and
+    the stage goes on and exits 0 so that DVC locks its work for ``agentr1 track`` to log again
+    (:func:`_end_run`)."""
     name = run_name or stage
-    if not cfg.tracking.enabled:
-        log.info("tracking disabled (tracking.enabled: false): stage %s runs without MLflow", stage)
-        yield StageRun(cfg, stage)
+    if not cfg.tracking.enabled:  # no run: a no-op logger
+        yield _untracked(cfg, stage)
         return
     client, uri, exp_id = connect(cfg)
-    tags = run_tags(cfg, stage, name, lock_path)
-    logged = cfg
-    if variant is not None:
-        logged = cfg.for_run(variant)
-        tags.update(variant_tags(logged, variant))
-    tags.update(extra_tags or {})
-    tags.update(owner_tags())
+    logged = cfg.for_run(variant) if variant is not None else cfg
+    tags = _start_tags(cfg, logged, stage, name, lock_path, variant, extra_tags)
     health = TrackingHealth(run_name=name, retry_timeout_s=cfg.tracking.retry_timeout_s)
-    setup = health.deadline()  # one budget for the whole set-up
-
-    def write(fn, *args, what: str, **kwargs):
-        return retrying(fn, *args, what=f"{what} ({name})", deadline=setup, **kwargs)
-
+    write = partial(_write_within, deadline=health.deadline(), name=name)  # one budget for the whole set-up
     active, resumed, held, parent = _start_run(
         client, exp_id, uri, stage, name, tags, continue_run, write, cfg.tracking.parent_run
     )
     run_id = health.run_id = active.info.run_id
-    status = "FAILED"
     trace_tags = {"agentr1.run_name": name, **({"agentr1.policy": variant} if variant else {})}
-    run, done = None, False
+    status, run, done = "FAILED", None, False
     try:
         _log_start(client, run_id, logged, write, resumed, held, name, stage, uri)
         run = _stage_run_object(cfg, stage, run_id, exp_id, uri, tags, parent, client, health, trace_tags, held)
@@ -391,6 +374,35 @@ def stage_run(
         _end_run(client, run_id, parent, status, health, run.outputs if run else None, done)
         if done and stage.startswith("evaluate"):  # an evaluation may have moved the champion
             _show_champion(client, cfg)
+
+
+def _untracked(cfg: Config, stage: str) -> StageRun:
+    log.info("tracking disabled (tracking.enabled: false): stage %s runs without MLflow", stage)
+    return StageRun(cfg, stage)
+
+
+def _start_tags(
+    cfg: Config,
+    logged: Config,
+    stage: str,
+    name: str,
+    lock_path: str | Path,
+    variant: str | None,
+    extra_tags: Mapping[str, str] | None,
+) -> dict[str, str]:
+    """A stage run's tags at its start: provenance (:func:`run_tags`), the variant's
+    (:func:`variant_tags` of its effective config ``logged``), ``extra_tags``, the owning process."""
+    tags = run_tags(cfg, stage, name, lock_path)
+    if variant is not None:
+        tags.update(variant_tags(logged, variant))
+    tags.update(extra_tags or {})
+    tags.update(owner_tags())
+    return tags
+
+
+def _write_within(fn, *args, what: str, deadline: Deadline, name: str, **kwargs):
+    """``fn(*args, **kwargs)`` retried until ``deadline`` (:func:`retrying`), ``what`` naming the run."""
+    return retrying(fn, *args, what=f"{what} ({name})", deadline=deadline, **kwargs)
 
 
 def _show_champion(client: MlflowClient, cfg: Config) -> None:
@@ -541,7 +553,13 @@ def _end_run(
     ``tracking.retry_timeout_s``; a tracking failure is tagged on the run (``agentr1.tracking_error``)
     and, when the stage itself got through (``done``), reported in one warning. A store that
     still refuses leaves the run RUNNING, to be marked KILLED by the next start of a run of the
-    same name (:func:`agentr1.tracking.owner.end_orphans`)."""
+    same name (:func:`agentr1.tracking.owner.end_orphans`).
+
+    Why a stage whose writes failed still exits 0: the warning names its outputs and ``agentr1
+    track``, which logs the stage again from them (it takes only FINISHED runs as logged); a failed
+    command would leave the stage out of ``dvc.lock``, and then neither the next ``dvc repro`` (it
+    would run the stage again) nor ``agentr1 track`` (it logs locked stages only) would keep the
+    work."""
     deadline = health.deadline()
 
     def attempt(fn, *args, what: str) -> bool:

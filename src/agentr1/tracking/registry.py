@@ -541,33 +541,10 @@ def register_evaluation(
     mv = registered_version(client, registered_name, identity)
     reused = mv is not None
     if mv is not None:
-        client.set_registered_model_alias(registered_name, alias, str(mv.version))
-        run.log_metrics(metrics, step=0)  # a registered model's metrics go to its own run: this one has none yet
-        run.set_tags({"agentr1.registered_version": f"{registered_name}/{mv.version}"})
-        log.info(
-            "%s version %s already holds this evaluation (%s): reused, alias %s",
-            registered_name,
-            mv.version,
-            variant,
-            alias,
-        )
+        _reuse(run, client, registered_name, mv, alias, metrics, variant)
         train_run_id = mv.tags.get("agentr1.train_run_id")
     else:
-        train_run = train_run_of(client, run.experiment_id, digest) if rl else None
-        tags = {k: v for k, v in identity.items() if k != EVAL_DATA_TAG} | {"agentr1.policy_kind": kind}
-        if train_run is not None:
-            tags["agentr1.train_run_id"] = train_run.info.run_id
-        mv = run.log_model(
-            checkpoint,
-            metrics,
-            eval_data=eval_data,
-            name=f"policy-{variant}",
-            alias=alias,
-            tags=tags,
-            description=describe_version(variant, metrics, train_run, eval_data),
-            registered_name=registered_name,
-        )
-        train_run_id = tags.get("agentr1.train_run_id")
+        mv, train_run_id = _register_new(run, checkpoint, digest, identity, kind, metrics, alias, registered_name)
     info: dict[str, Any] = {"model": registered_name, "version": str(mv.version), "train_run_id": train_run_id}
     if reused:
         info["reused"] = True
@@ -581,9 +558,59 @@ def register_evaluation(
     if not reused or recorded is None:  # the verdict joins the description once it is known
         train_run = client.get_run(train_run_id) if train_run_id else None
         verdict = verdict_of(info.get("promotion"), kind, variant)
-        client.update_model_version(
-            registered_name,
-            mv.version,
-            description=describe_version(variant, metrics, train_run, eval_data, verdict),
-        )
+        described = describe_version(variant, metrics, train_run, eval_data, verdict)
+        client.update_model_version(registered_name, mv.version, description=described)
     return info
+
+
+def _register_new(
+    run: Any,
+    checkpoint: str | Path,
+    digest: str,
+    identity: Mapping[str, str],
+    kind: str,
+    metrics: Mapping[str, float],
+    alias: str,
+    registered_name: str,
+) -> tuple[ModelVersion, str | None]:
+    """A new version of this evaluation (:func:`register_evaluation`) with its provenance tags and
+    description; with the id of the ``train@`` run that wrote the weights (a trained policy's)."""
+    variant, eval_data = identity[VARIANT_TAG], identity[EVAL_DATA_TAG]
+    train_run = train_run_of(run.client(), run.experiment_id, digest) if kind == "rl" else None
+    tags = {k: v for k, v in identity.items() if k != EVAL_DATA_TAG} | {"agentr1.policy_kind": kind}
+    if train_run is not None:
+        tags["agentr1.train_run_id"] = train_run.info.run_id
+    mv = run.log_model(
+        checkpoint,
+        metrics,
+        eval_data=eval_data,
+        name=f"policy-{variant}",
+        alias=alias,
+        tags=tags,
+        description=describe_version(variant, metrics, train_run, eval_data),
+        registered_name=registered_name,
+    )
+    return mv, tags.get("agentr1.train_run_id")
+
+
+def _reuse(
+    run: Any,
+    client: MlflowClient,
+    registered_name: str,
+    mv: ModelVersion,
+    alias: str,
+    metrics: Mapping[str, float],
+    variant: str,
+) -> None:
+    """Point ``alias`` at the complete version ``mv`` that already holds this evaluation, and give
+    this evaluation's run the metrics and the version it reused."""
+    client.set_registered_model_alias(registered_name, alias, str(mv.version))
+    run.log_metrics(metrics, step=0)  # a registered model's metrics go to its own run: this one has none yet
+    run.set_tags({"agentr1.registered_version": f"{registered_name}/{mv.version}"})
+    log.info(
+        "%s version %s already holds this evaluation (%s): reused, alias %s",
+        registered_name,
+        mv.version,
+        variant,
+        alias,
+    )
