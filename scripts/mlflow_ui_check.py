@@ -19,14 +19,15 @@ the script (exit 1, naming what was missing); none is skipped:
    group, without a click;
 2. **the parent run**: its description shows Table 3 (the headline, the method rows);
 3. **the Models page**: the registered model's ``champion`` tag (version, policy, test EM) in
-   the list, without a click;
+   the list, without a click; the champion version's page: its description names the ``train@``
+   run, the data it was judged on and the gate's verdict;
 4. **a trace of an RL policy** (its link, as ``agentr1 track`` prints it for the champion): the
    episode's question and its spans;
 5. **the compare view** of two ``train@`` runs with different ``train.estimator``, *Show diff
    only* clicked: the ``train.estimator`` row with both values, the shared params hidden.
 
 With ``--shots`` it saves one PNG per check (``rl_view.png``, ``parent_run.png``, ``models.png``,
-``trace.png``, ``compare.png``) - the pictures of docs/RESULTS_GUIDE.md.
+``version.png``, ``trace.png``, ``compare.png``) - the pictures of docs/RESULTS_GUIDE.md.
 """
 
 from __future__ import annotations
@@ -265,6 +266,20 @@ def check_models(driver, url: str, shots: Path | None) -> str:
     return tagged[0][0]
 
 
+def check_version(driver, url: str, model: str, shots: Path | None) -> None:
+    """3 (cont.): the champion version's page shows its description: the train@ run its weights come
+    from, the data it was judged on and the gate's verdict."""
+    champion = api(url, "registered-models/alias", query={"name": model, "alias": "champion"})["model_version"]
+    version = champion["version"]
+    body = open_page(driver, url, f"#/models/{urllib.parse.quote(model)}/versions/{version}", "judged on")
+    missing = [k for k in ("weights from", "judged on", "verdict: promote") if k not in body]
+    if missing:
+        raise SystemExit(f"{model} version {version}: the description lacks {missing}; the page read:\n{body[:800]}")
+    shot(driver, shots, "version.png")
+    verdict = next(line for line in body.splitlines() if line.startswith("verdict:"))
+    print(f"ok: {model} version {version} names its train@ run, its data and '{verdict[:90]}'")
+
+
 def check_trace(driver, url: str, exp_id: str, model: str, shots: Path | None) -> None:
     """4: the champion's episode opens from its link: question and spans shown."""
     champion = api(url, "registered-models/alias", query={"name": model, "alias": "champion"})["model_version"]
@@ -303,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         check_rl_view(driver, url, exp_id, args.shots)
         check_parent(driver, url, exp_id, args.shots)
         model = check_models(driver, url, args.shots)
+        check_version(driver, url, model, args.shots)
         check_trace(driver, url, exp_id, model, args.shots)
         a, b = two_train_runs(url, exp_id)
         check_compare(driver, url, exp_id, a, b, args.shots)
