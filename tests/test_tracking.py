@@ -477,6 +477,24 @@ def test_registered_versions_carry_their_provenance(sqlite_store, checkpoint: Pa
     assert aliases == {"challenger": str(mv.version), "champion": str(mv.version), "cold_start": info["version"]}
 
 
+def test_a_version_description_survives_a_train_run_the_store_lost(sqlite_store) -> None:
+    """The verdict line is written after the gate; a train@ run the store no longer holds (deleted
+    and garbage-collected) leaves the description saying so rather than failing the registration."""
+    from mlflow import MlflowClient
+
+    from agentr1.tracking.registry import _run_or_none, describe_version
+
+    client = MlflowClient(tracking_uri=sqlite_store[0])
+    assert _run_or_none(client, None) is None
+    assert _run_or_none(client, "0123456789abcdef0123456789abcdef") is None
+    text = describe_version("ppo", {"test/em": 0.5}, None, "test:abc", "keep on test/em")
+    assert text.startswith("ppo: weights from no tracked train@ run. test/em 0.500 [nan, nan]")
+    assert text.endswith(
+        "\n\njudged on test:abc (the questions' ids; the evaluate run's dataset inputs name the files)"
+        "\n\nverdict: keep on test/em"
+    )
+
+
 def test_foreach_stage_finds_its_lock_entry_by_run_name(tmp_path: Path) -> None:
     from agentr1.tracking.mlflow_adapter import run_tags
 

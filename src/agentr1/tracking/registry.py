@@ -194,7 +194,7 @@ def describe_version(
 
         ppo: weights from [train@ppo](#/experiments/1/runs/1a2b...) (run 1a2b...). test/em 0.045 [0.020, 0.075]
         judged on test+ood:3f9a... (the questions' ids; the evaluate run's dataset inputs name the files)
-        verdict: promote - ..."""
+        verdict: promote on test/em (...); champion after it: v3"""
     if train_run is not None:
         info = train_run.info
         origin = (
@@ -556,11 +556,22 @@ def register_evaluation(
             registered_name, gate_metric, version=str(mv.version)
         ).to_dict()  # this run's, by number
     if not reused or recorded is None:  # the verdict joins the description once it is known
-        train_run = client.get_run(train_run_id) if train_run_id else None
+        train_run = _run_or_none(client, train_run_id)
         verdict = verdict_of(info.get("promotion"), kind, variant)
         described = describe_version(variant, metrics, train_run, eval_data, verdict)
         client.update_model_version(registered_name, mv.version, description=described)
     return info
+
+
+def _run_or_none(client: MlflowClient, run_id: str | None) -> Run | None:
+    """The run ``run_id``, or None when there is none (no id, or a run the store no longer holds:
+    the description then says so instead of failing the registration)."""
+    if not run_id:
+        return None
+    try:
+        return client.get_run(run_id)
+    except MlflowException:
+        return None
 
 
 def _register_new(
