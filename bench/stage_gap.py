@@ -5,7 +5,7 @@ Not a test. Run in a checkout whose pipeline has run (the stage's inputs present
     python bench/stage_gap.py [--policy ppo-0] [--repeats 2]
 
 A `make run` log shows ~17-19 s between the last line of one stage and the first of the next
-(`/tmp/w/stagetimes.py`-style reading in bench/RESULTS.md section 26). This script re-runs one
+(`bench/stage_times.py`, bench/RESULTS.md section 26). This script re-runs one
 evaluate stage four ways, alternated ``--repeats`` times, against a scratch copy of the MLflow
 store (the project's store is not touched) and times each whole command:
 

@@ -327,6 +327,9 @@ def test_track_twice_adds_nothing_and_leaves_dvc_clean(project, fresh) -> None:
     out = agentr1(root, env, "track").stdout
     assert f"agentr1 track: {len(keys)} stages in dvc.lock: {len(keys)} in MLflow" in out
     assert (sorted(r.info.run_id for r in runs_of(env)), registry(env)) == before
+    # with nothing to log, the champion's episode is still found in the store, and no other store
+    # (MLflow's default ./mlflow.db) appears in the working directory
+    assert "an episode of the champion (" in out and not (root / "mlflow.db").exists()
     assert "up to date" in sh(["dvc", "status"], root).stdout
 
 

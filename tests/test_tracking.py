@@ -587,3 +587,30 @@ def test_no_alias_errors_say_how_to_get_a_registered_policy(tmp_path: Path) -> N
             StageError, match=r"run `agentr1 track` in the project root .* or `dvc repro` the evaluate@<run> stages"
         ):
             call()
+
+
+def test_the_champion_trace_is_found_through_the_client_not_the_global_uri(
+    sqlite_store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`agentr1 track` with nothing to log never sets MLflow's global tracking URI: the champion's
+    episode must be looked up through the store's client, else MLflow's default store (a new
+    ./mlflow.db) is searched and created in the working directory, and no link is printed."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    from agentr1.tracking.views import policy_trace
+
+    uri, _ = sqlite_store
+    mlflow.set_tracking_uri(uri)
+    exp_id = mlflow.set_experiment("trace-lookup").experiment_id
+    for em in ("0.0", "1.0"):
+        with mlflow.start_span(name="episode ppo-0"):
+            mlflow.update_current_trace(tags={"agentr1.policy": "ppo-0", "agentr1.em": em})
+    mlflow.flush_trace_async_logging()
+    right = MlflowClient(uri).search_traces(locations=[exp_id], filter_string="tags.`agentr1.em` = '1.0'")[0]
+    mlflow.set_tracking_uri(None)  # as in a fresh `agentr1 track` process: no global URI
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert policy_trace(MlflowClient(uri), exp_id, "ppo-0") == right.info.trace_id  # the right answer first
+    assert policy_trace(MlflowClient(uri), exp_id, "grpo-0") is None
+    assert not (tmp_path / "mlflow.db").exists()

@@ -4,8 +4,9 @@ breakdown per question type and hops. :mod:`agentr1.report.tables` writes them a
 
 * a **row** is a baseline (one SFT run) or an RL method (its seeds averaged per question); each cell
   is the mean over seeds and questions with its interval (:func:`agentr1.report.stats.seeds_questions`);
-* a **difference** ``a - b`` resamples both rows' seeds (one draw for both where they are the same
-  training seeds, ``report.pair_seeds``) and the questions they share (paired).
+* a **difference** ``a - b`` resamples both rows' seeds (each row's on their own; one draw for both
+  where they are the same training seeds with ``report.pair_seeds: true``) and the questions they
+  share (paired).
 
 A difference is **judged** only when each of its RL rows has at least ``min_seeds`` training seeds
 (``report.min_seeds``; the baselines are one SFT run each and need none): "beyond noise" = judged

@@ -12,12 +12,13 @@ half-width). An interval over questions alone calls a difference that flips with
   for both rows of a difference (paired on the questions they share: question difficulty cancels);
   each split is resampled on its own (stratified);
 * **seeds**, with replacement, the same draw for every split (a seed is one run, evaluated on every
-  split) and, for a difference of two RL rows trained on the same seeds, the *same* draw for both
-  rows (paired on seeds: seed s fixes the fresh-world stream and the first rollouts of every method
-  alike, so a seed that is slow for one method is slow for the other - ``bench/RESULTS.md`` section
-  23 measures it - and a blocked design cancels it as the shared question draw cancels question
-  difficulty); a row against a baseline (one SFT run, no seed) or against a row of other seeds has
-  its own draw (``report.pair_seeds: false`` draws every row on its own). The draw is the rescaled
+  split), each row's seeds on their own (``report.pair_seeds: false``, the default); with
+  ``paired_seeds`` (``report.pair_seeds: true``) a difference of two RL rows trained on the same
+  seeds takes the *same* draw for both rows (a blocked design: seed s fixes the fresh-world stream
+  and the first rollouts of every method alike, so a seed slow for every method cancels -
+  ``bench/RESULTS.md`` section 23 - but with 3 seeds it rests on the method x seed interaction of
+  three values and flipped more verdicts between seed sets: section 25); a row against a baseline
+  (one SFT run, no seed) or against a row of other seeds always has its own draw. The draw is the rescaled
   bootstrap of Rao & Wu (1988) in its with-replacement form (McCarthy & Snowden 1985): S - 1 draws
   of the S seeds, so that the bootstrap variance of a row's seed mean, sigma_hat^2 / (S - 1) with
   the plug-in variance sigma_hat^2 = (1/S) sum_s (m_s - m)^2, is the unbiased s^2 / S (S draws would

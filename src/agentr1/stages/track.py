@@ -478,7 +478,7 @@ def run_track(cfg: Config, args: argparse.Namespace) -> None:
         policy = None
         if CHAMPION in aliases:
             policy = client.get_model_version(cfg.tracking.registered_model, aliases[CHAMPION]).tags.get(VARIANT_TAG)
-        trace = views.policy_trace(exp_id, policy) if policy else None
+        trace = views.policy_trace(client, exp_id, policy) if policy else None
         if trace:
             print(f"an episode of the champion ({policy}): {ui}/{views.trace_path(exp_id, trace)}")
 

@@ -77,17 +77,17 @@ def trace_path(exp_id: str, trace_id: str) -> str:
     return f"#/experiments/{exp_id}/traces?selectedEvaluationId={trace_id}&traceId={trace_id}"
 
 
-def policy_trace(exp_id: str, policy: str) -> str | None:
+def policy_trace(client: Any, exp_id: str, policy: str) -> str | None:
     """Id of one traced evaluation episode of ``policy`` (tag ``agentr1.policy``; one it answered
-    right when there is one), ``None`` when none is traced."""
-    import mlflow
-
+    right when there is one) in experiment ``exp_id`` of ``client``'s store, ``None`` when none is
+    traced. Through the client, never MLflow's global tracking URI (unset when `agentr1 track` logs
+    nothing: the global default would create a store of its own in the working directory)."""
     for extra in (" AND tags.`agentr1.em` = '1.0'", ""):
-        found = mlflow.search_traces(
+        found = client.search_traces(
             locations=[exp_id],
             filter_string=f"tags.`agentr1.policy` = '{policy}'{extra}",
             max_results=1,
-            return_type="list",
+            include_spans=False,
         )
         if found:
             return found[0].info.trace_id
