@@ -600,9 +600,11 @@ def test_the_champion_trace_is_found_through_the_client_not_the_global_uri(
 
     from agentr1.tracking.views import policy_trace
 
-    uri, _ = sqlite_store
+    uri, art = sqlite_store
     mlflow.set_tracking_uri(uri)
-    exp_id = mlflow.set_experiment("trace-lookup").experiment_id
+    # the traces' artifacts under the test's folder (a store's default is ./mlruns in the working directory)
+    exp_id = mlflow.create_experiment("trace-lookup", artifact_location=(art / "trace-lookup").as_uri())
+    mlflow.set_experiment(experiment_id=exp_id)
     for em in ("0.0", "1.0"):
         with mlflow.start_span(name="episode ppo-0"):
             mlflow.update_current_trace(tags={"agentr1.policy": "ppo-0", "agentr1.em": em})
