@@ -266,10 +266,15 @@ def check_models(driver, url: str, shots: Path | None) -> str:
     return tagged[0][0]
 
 
+def champion_of(url: str, model: str) -> dict:
+    """The model version that registered model ``model``'s ``champion`` alias points at (REST)."""
+    return api(url, "registered-models/alias", query={"name": model, "alias": "champion"})["model_version"]
+
+
 def check_version(driver, url: str, model: str, shots: Path | None) -> None:
     """3 (cont.): the champion version's page shows its description: the train@ run its weights come
     from, the data it was judged on and the gate's verdict."""
-    champion = api(url, "registered-models/alias", query={"name": model, "alias": "champion"})["model_version"]
+    champion = champion_of(url, model)
     version = champion["version"]
     body = open_page(driver, url, f"#/models/{urllib.parse.quote(model)}/versions/{version}", "judged on")
     missing = [k for k in ("weights from", "judged on", "verdict: promote") if k not in body]
@@ -282,7 +287,7 @@ def check_version(driver, url: str, model: str, shots: Path | None) -> None:
 
 def check_trace(driver, url: str, exp_id: str, model: str, shots: Path | None) -> None:
     """4: the champion's episode opens from its link: question and spans shown."""
-    champion = api(url, "registered-models/alias", query={"name": model, "alias": "champion"})["model_version"]
+    champion = champion_of(url, model)
     policy = tags({"data": champion})[VARIANT_TAG]
     found = []
     for right in (" AND tags.`agentr1.em` = '1.0'", ""):  # as agentr1 track picks: a right answer first

@@ -111,7 +111,7 @@ def show_champion(client: Any, name: str, metric: str = "test/em") -> str | None
     from agentr1.tracking.registry import CHAMPION, VARIANT_TAG, version_by_alias, version_metrics
 
     try:
-        client.get_registered_model(name)
+        model = client.get_registered_model(name)
     except MlflowException:
         return None
     mv = version_by_alias(client, name, CHAMPION)
@@ -125,6 +125,6 @@ def show_champion(client: Any, name: str, metric: str = "test/em") -> str | None
             else ""
         )
         text = f"v{mv.version} {mv.tags.get(VARIANT_TAG, '?')}{score}"
-    if client.get_registered_model(name).tags.get(CHAMPION_TAG) != text:
+    if model.tags.get(CHAMPION_TAG) != text:
         client.set_registered_model_tag(name, CHAMPION_TAG, text)
     return text
