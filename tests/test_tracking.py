@@ -412,7 +412,7 @@ def test_registry_and_cli_sqlite(sqlite_store, checkpoint: Path, repo_root: Path
     check_tampered_model_is_refused(MlflowClient(tracking_uri=uri), "agentr1-policy")
 
 
-def test_registered_versions_carry_their_provenance(sqlite_store, checkpoint: Path) -> None:
+def test_registered_versions_carry_their_provenance(sqlite_store, checkpoint: Path, monkeypatch) -> None:
     """A version names the train@ run that wrote its weights (found by the checkpoint digest that
     run tagged), its digest, variant and headline EM; the cold start never takes challenger;
     each metric is logged once."""
@@ -475,6 +475,25 @@ def test_registered_versions_carry_their_provenance(sqlite_store, checkpoint: Pa
         for a in ("challenger", "champion", "cold_start")
     }
     assert aliases == {"challenger": str(mv.version), "champion": str(mv.version), "cold_start": info["version"]}
+
+    # the same baseline evaluation again (`agentr1 track` after a skipped stage): reused, its
+    # description already holds the verdict and is not written again
+    written = []
+    original = MlflowClient.update_model_version
+
+    def spy(self, *args, **kwargs):
+        written.append(kwargs.get("description"))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "update_model_version", spy)
+    with stage_run(cfg, "evaluate", run_name="evaluate_baseline@cold_start") as again:
+        info_again = register_evaluation(
+            again, checkpoint, "cold_start", "cold_start", flat, "test:abc", "provenance-policy", "test/em"
+        )
+    assert info_again["reused"] and info_again["version"] == info["version"]
+    assert written == [] and client.get_model_version("provenance-policy", info["version"]).description == (
+        base_mv.description
+    )
 
 
 def test_a_version_description_survives_a_train_run_the_store_lost(sqlite_store) -> None:

@@ -15,23 +15,25 @@ mode           ``ATEN_CPU_CAPABILITY``  ``MKL_CBWR``           the same bits on
 ``avx2``       ``avx2``                 ``AVX2,STRICT``        every CPU of one vendor with AVX2
 (default)                                                      and FMA (Intel: Intel's AVX2 branch;
                                                                AMD: MKL's AUTO branch)
-``portable``   ``avx2``                 ``COMPATIBLE``         Intel and AMD alike, as MKL documents
-                                                               it; 2.2-2.3x slower training
+``portable``   ``avx2``                 ``COMPATIBLE``         every CPU of one vendor (MKL's branch
+                                                               for any CPU; the AdamW step still
+                                                               differs across vendors); 2.2-2.3x
+                                                               slower training
 ``native``     (left alone)             (left alone)           the same CPU model only
 =============  =======================  =====================  ==================================
 
-(``ONEDNN_MAX_CPU_ISA=AVX2`` in both pins.) Why the default holds per vendor only: MKL's
-conditional numerical reproducibility (CNR) branch ``AVX2`` is taken on Intel CPUs only - its
-developer guide says that on non-Intel CPUs the AUTO branch runs instead and results may differ -
-so an AMD EPYC and an Intel Xeon compute other matrix products and train other weights (issue 47:
-every stage after ``pretrain`` re-ran with other bits on an AMD clone of Intel-made outputs).
-Torch's own kernels are the same AVX2 code on both, and two AMD generations (Zen 3 without
-AVX-512, Zen 4 with it) give identical bits under this pin. ``COMPATIBLE`` (SSE2 code without the
-approximate ``rcpps``/``rsqrtps``) is the branch the guide gives for Intel and non-Intel CPUs
-alike; it changes only what MKL computes (the matrix products, and so SDPA and every training step)
-but costs 2.31x per pretraining step, 2.17x per update and 1.62x per rollout on the project's
-AMD EPYC (``bench/numerics_pin.py``, ``bench/RESULTS.md`` section 17), which the 45-minute
-``make run`` cannot pay: it is an opt-in for a user who needs one set of bits across vendors.
+(``ONEDNN_MAX_CPU_ISA=AVX2`` in both pins.) Why the default holds per vendor only, measured with
+``scripts/numerics_fingerprint.py`` on an Intel Xeon against the AMD EPYCs (``bench/RESULTS.md``
+section 24): under the pin every matrix product (MKL's GEMMs) and torch's own AVX2 kernels agree
+across the vendors; MKL's vector math (``exp``, ``log``: VML, whose conditional-reproducibility
+``AVX2`` branch runs on Intel CPUs only - on other CPUs the AUTO branch runs, as MKL's developer
+guide says) and the AdamW step do not, so an AMD EPYC and an Intel Xeon train other weights (issue
+47: every stage after ``pretrain`` re-ran with other bits on an AMD clone of Intel-made outputs).
+Three AMD generations (Zen 3 without AVX-512, Zen 4 and Zen 5 with it) give identical bits under
+this pin. ``COMPATIBLE`` (MKL's branch for Intel and non-Intel CPUs alike) aligns ``exp`` and
+``log`` but not the AdamW step, so no pin gives both vendors one set of training bits, and it costs
+2.31x per pretraining step, 2.17x per update and 1.62x per rollout on the project's AMD EPYC
+(``bench/numerics_pin.py``, ``bench/RESULTS.md`` section 17): an opt-in, not the default.
 The report's verdicts do not lean on the bits: their intervals resample training seeds, which is
 what another vendor's run amounts to (docs/GUARANTEES.md).
 

@@ -137,16 +137,7 @@ def train_sft(
         lr = sched.get_last_lr()[0]
         batch = collate([trajectories[i] for i in next(draws)], pad_id)
         batch = {k: v.to(device) for k, v in batch.items()}
-        loss, n_action = sft_loss(model, batch, getattr(sft_cfg, "loss_on", "actions"))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        max_norm = sft_cfg.grad_clip if sft_cfg.grad_clip > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
-        loss_value = loss.item()
-        if not math.isfinite(loss_value) or not math.isfinite(grad_norm):
-            raise FloatingPointError(f"SFT step {step + 1}: loss {loss_value}, grad norm {grad_norm}")
-        opt.step()
-        sched.step()
+        loss_value, grad_norm, n_action = _sft_update(model, opt, sched, batch, sft_cfg, step)
         record = {
             "step": step + 1,
             "loss": loss_value,
@@ -159,18 +150,39 @@ def train_sft(
         history.append(record)
         if on_step is not None:
             on_step(record)
-        if log_every and ((step + 1) % log_every == 0 or step + 1 == sft_cfg.steps):
-            log.info(
-                "sft step %d/%d loss %.4f lr %.2e grad %.2f (%.1fs)",
-                step + 1,
-                sft_cfg.steps,
-                record["loss"],
-                lr,
-                grad_norm,
-                record["elapsed_s"],
-            )
+        _log_sft_step(step, sft_cfg.steps, log_every, record, lr, grad_norm)
     model.eval()
     return history
+
+
+def _sft_update(model, opt, sched, batch: dict[str, torch.Tensor], sft_cfg, step: int) -> tuple[float, float, int]:
+    """One optimizer step on ``batch``: ``(loss, grad_norm, action_tokens)``, the loss and the
+    gradient norm (before clipping) as floats. Raises ``FloatingPointError`` when either is not finite."""
+    loss, n_action = sft_loss(model, batch, getattr(sft_cfg, "loss_on", "actions"))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    max_norm = sft_cfg.grad_clip if sft_cfg.grad_clip > 0 else float("inf")
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+    loss_value = loss.item()
+    if not math.isfinite(loss_value) or not math.isfinite(grad_norm):
+        raise FloatingPointError(f"SFT step {step + 1}: loss {loss_value}, grad norm {grad_norm}")
+    opt.step()
+    sched.step()
+    return loss_value, grad_norm, n_action
+
+
+def _log_sft_step(step: int, steps: int, log_every: int, record: dict, lr: float, grad_norm: float) -> None:
+    """Log 0-based ``step`` (its ``record``) every ``log_every`` steps and at the last of ``steps``."""
+    if log_every and ((step + 1) % log_every == 0 or step + 1 == steps):
+        log.info(
+            "sft step %d/%d loss %.4f lr %.2e grad %.2f (%.1fs)",
+            step + 1,
+            steps,
+            record["loss"],
+            lr,
+            grad_norm,
+            record["elapsed_s"],
+        )
 
 
 @torch.no_grad()

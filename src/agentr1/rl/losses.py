@@ -124,6 +124,37 @@ def _kl_stats(logp: torch.Tensor, old_logp: torch.Tensor, m: torch.Tensor) -> St
         }
 
 
+def _clip_range(clip_low: float, clip_high: float | None, dual_clip: float | None) -> float:
+    """``clip_high`` of the clip range ``[1 - clip_low, 1 + clip_high]`` (``clip_low`` when
+    ``None``), after checking ``0 <= clip_low < 1``, ``clip_high >= 0`` and ``dual_clip > 1``."""
+    if clip_high is None:
+        clip_high = clip_low
+    if not (0 <= clip_low < 1 and clip_high >= 0):
+        raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {clip_low}, {clip_high}")
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
+    return clip_high
+
+
+def _dual_clip(
+    l: torch.Tensor, adv: torch.Tensor, m: torch.Tensor, dual_clip: float | None, stats: Stats
+) -> torch.Tensor:
+    """The dual clip of :func:`ppo_clip`::
+
+        l = min(l, -A * c)    where A < 0    (c = ``dual_clip``; ``l`` unchanged when None)
+
+    Sets ``stats["clipfrac_lower"]`` (share of mask tokens where it binds; 0 when None)."""
+    if dual_clip is not None:
+        l3 = -adv * dual_clip
+        neg = adv < 0
+        with torch.no_grad():
+            stats["clipfrac_lower"] = masked_mean(((l > l3) & neg).to(l.dtype), m)
+        l = torch.where(neg, torch.minimum(l, l3), l)
+    else:
+        stats["clipfrac_lower"] = torch.zeros((), dtype=l.dtype, device=l.device)
+    return l
+
+
 def ppo_clip(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -153,12 +184,7 @@ def ppo_clip(
     ``approx_kl`` / ``approx_kl_k3`` (old vs current policy), ``ratio_mean``, ``ratio_max``.
     """
     _check(logp, old_logp, advantages, mask)
-    if clip_high is None:
-        clip_high = clip_low
-    if not (0 <= clip_low < 1 and clip_high >= 0):
-        raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {clip_low}, {clip_high}")
-    if dual_clip is not None and dual_clip <= 1.0:
-        raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
+    clip_high = _clip_range(clip_low, clip_high, dual_clip)
     m = as_bool(mask)
     adv = _masked(advantages.detach(), m)
     log_r = _masked(logp - old_logp.detach(), m).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
@@ -169,14 +195,7 @@ def ppo_clip(
     stats: Stats = {}
     with torch.no_grad():
         stats["clipfrac"] = masked_mean((l2 > l1).to(l.dtype), m)
-    if dual_clip is not None:
-        l3 = -adv * dual_clip
-        neg = adv < 0
-        with torch.no_grad():
-            stats["clipfrac_lower"] = masked_mean(((l > l3) & neg).to(l.dtype), m)
-        l = torch.where(neg, torch.minimum(l, l3), l)
-    else:
-        stats["clipfrac_lower"] = torch.zeros((), dtype=l.dtype, device=l.device)
+    l = _dual_clip(l, adv, m, dual_clip, stats)
     if weights is not None:
         l = l * _masked(weights.detach(), m)
     loss = agg_loss(l, m, agg_mode, denom=denom, norm_const=norm_const)

@@ -159,6 +159,22 @@ def build_token_rewards(
     if out.dim() != 1:
         raise ValueError(f"outcome must be [B], got shape {tuple(out.shape)}")
     B = out.shape[0]
+    out, T, idx, amask = _last_action_index(out, last_action, seq_len)
+    rewards = torch.zeros((B, T), dtype=torch.float32, device=idx.device)
+    rewards[torch.arange(B, device=idx.device), idx] = out.to(idx.device)
+    if process is None:
+        return rewards
+    return _add_process_rewards(rewards, process, amask, B, T)
+
+
+def _last_action_index(
+    out: torch.Tensor, last_action: torch.Tensor, seq_len: int | None
+) -> tuple[torch.Tensor, int, torch.Tensor, torch.Tensor | None]:
+    """Where the outcome goes: ``last_action_index[b]`` (the last 1 of the ``action_mask`` row, or
+    the given ``[B]`` position) and the width ``T``, checked to lie in ``[0, T)``. Returns
+    ``(outcome, T, last_action_index, action_mask)``: the outcome moved to the mask's device, and
+    the bool ``action_mask`` (``None`` for ``[B]`` positions)."""
+    B = out.shape[0]
     amask: torch.Tensor | None = None
     if last_action.dim() == 2:
         amask = as_bool(last_action)
@@ -180,10 +196,19 @@ def build_token_rewards(
     if bool((idx < 0).any()) or bool((idx >= T).any()):
         bad = torch.nonzero((idx < 0) | (idx >= T)).flatten().tolist()
         raise ValueError(f"rows {bad} have no valid last action token (empty response?)")
-    rewards = torch.zeros((B, T), dtype=torch.float32, device=idx.device)
-    rewards[torch.arange(B, device=idx.device), idx] = out.to(idx.device)
-    if process is None:
-        return rewards
+    return out, T, idx, amask
+
+
+def _add_process_rewards(
+    rewards: torch.Tensor,
+    process: torch.Tensor | Iterable[tuple[int, int, float]],
+    amask: torch.Tensor | None,
+    B: int,
+    T: int,
+) -> torch.Tensor:
+    """``R[b, t] += process rewards placed at (b, t)``: a dense ``[B, T]`` tensor added as is
+    (out of place), or ``(b, t, value)`` triples added in place (repeated positions add up); each
+    must lie in ``[B, T]`` and, when ``amask`` is given, on an action token."""
     if isinstance(process, torch.Tensor):
         if process.shape != (B, T):
             raise ValueError(f"dense process rewards must be [{B}, {T}], got {tuple(process.shape)}")

@@ -222,6 +222,33 @@ class Trainer(Sampling, Optimizers, Resumable):
     def prepare(self, trajs: Sequence[Trajectory], scores: Sequence[EpisodeScore]) -> dict[str, Any]:
         """Collate, place rewards, compute old/ref log-probs, values and advantages."""
         t = self.tcfg
+        batch, rewards = self._collate(trajs, scores)
+        B = batch["input_ids"].shape[0]
+        loss_mask, adv_mask = batch["loss_mask"], batch["adv_mask"]
+        stats: dict[str, float] = {}
+        old = self._old_logprobs(batch, loss_mask, stats)
+        if self.ref is not None:
+            rewards = self._reference(batch, rewards, old, loss_mask, stats)
+        values = self._values(batch, adv_mask)
+        adv, ret, step_diagnostics = self._advantages(batch, rewards, values, adv_mask, B)
+        batch["token_rewards"], batch["advantages"], batch["returns"] = rewards, adv, ret
+        stats["train/adv_abs_mean"] = float(masked_mean(adv.abs(), adv_mask))
+        stats["train/token_reward_sum"] = float(rewards.sum() / B)
+        stats.update(step_diagnostics)
+        if t.sample_unit == "step":
+            batch = step_rows(batch, turn_index(batch["action_mask"]))
+            stats["train/step_rows"] = float(batch["input_ids"].shape[0])
+        batch["stats"] = stats
+        return batch
+
+    def _collate(
+        self, trajs: Sequence[Trajectory], scores: Sequence[EpisodeScore]
+    ) -> tuple[dict[str, Any], torch.Tensor]:
+        """Step 3's inputs: the collated batch with ``response_mask``, the loss mask ``m`` and the
+        advantage mask ``a`` (``select_masks``), and the token rewards ``R_i`` on the last action
+        token plus ``r_t`` on the tokens closing tool calls. Raises ``StageError`` when an episode
+        has no policy token."""
+        t = self.tcfg
         empty = [tr.qid for tr in trajs if tr.num_action_tokens == 0]
         if empty:
             raise StageError(
@@ -237,7 +264,14 @@ class Trainer(Sampling, Optimizers, Resumable):
         batch["loss_mask"], batch["adv_mask"] = loss_mask, adv_mask
         process = [(b, int(batch["response_start"][b]) + tok, v) for b, s in enumerate(scores) for tok, v in s.process]
         rewards = build_token_rewards([s.reward for s in scores], batch["action_mask"], process or None)
+        return batch, rewards
 
+    def _old_logprobs(self, batch: dict[str, Any], loss_mask: torch.Tensor, stats: dict[str, float]) -> torch.Tensor:
+        """``log pi_old`` over the loss mask (a no-grad pass of the actor, or the sampling-time
+        log-probs, 0 off the mask) into ``batch["old_logp"]``; with ``off_policy.correction:
+        decoupled`` also the weights ``min(pi_old / pi_behav, cap)`` into ``batch["behaviour_weight"]``
+        and their stats."""
+        t = self.tcfg
         actor = forward_module(self.actor, self.dist)
         actor.eval()
         if t.old_logprobs == "recompute":
@@ -245,21 +279,35 @@ class Trainer(Sampling, Optimizers, Resumable):
         else:
             old = torch.where(as_bool(loss_mask), batch["logprobs"], torch.zeros(()))
         batch["old_logp"] = old
-        stats: dict[str, float] = {}
         if t.off_policy.correction == "decoupled":
             batch["behaviour_weight"], w_st = behaviour_weights(
                 old, batch["logprobs"], loss_mask, t.off_policy.weight_cap
             )
             stats.update({f"train/{k}": float(v) for k, v in w_st.items()})
-        if self.ref is not None:
-            batch["ref_logp"] = self._row_forward(lambda i, a, m: self.ref(i, a, m)[0], batch, "loss_mask")
-            kl_tok = kl_estimate(old, batch["ref_logp"], t.kl.estimator, loss_mask)
-            stats["train/kl_ref"] = float(masked_mean(kl_tok, loss_mask))
-            if t.kl.mode == "reward":
-                rewards, kl_stats = apply_kl_penalty(
-                    rewards, old, batch["ref_logp"], loss_mask, t.kl.coef, t.kl.estimator
-                )
-                stats["train/kl_penalty"] = float(kl_stats["kl"]) * t.kl.coef
+        return old
+
+    def _reference(
+        self,
+        batch: dict[str, Any],
+        rewards: torch.Tensor,
+        old: torch.Tensor,
+        loss_mask: torch.Tensor,
+        stats: dict[str, float],
+    ) -> torch.Tensor:
+        """``log pi_ref`` into ``batch["ref_logp"]`` and ``train/kl_ref`` = mean_m KL(pi_old || pi_ref);
+        with ``kl.mode: reward`` returns ``r_t - beta * KL_t`` (else ``rewards`` as given)."""
+        t = self.tcfg
+        batch["ref_logp"] = self._row_forward(lambda i, a, m: self.ref(i, a, m)[0], batch, "loss_mask")
+        kl_tok = kl_estimate(old, batch["ref_logp"], t.kl.estimator, loss_mask)
+        stats["train/kl_ref"] = float(masked_mean(kl_tok, loss_mask))
+        if t.kl.mode == "reward":
+            rewards, kl_stats = apply_kl_penalty(rewards, old, batch["ref_logp"], loss_mask, t.kl.coef, t.kl.estimator)
+            stats["train/kl_penalty"] = float(kl_stats["kl"]) * t.kl.coef
+        return rewards
+
+    def _values(self, batch: dict[str, Any], adv_mask: torch.Tensor) -> torch.Tensor | None:
+        """The critic's values ``V`` over the advantage mask ``a`` (0 off it) into ``batch["values"]``;
+        ``None`` without a critic."""
         values = None
         if self.critic is not None:
             critic = forward_module(self.critic, self.dist)
@@ -267,6 +315,20 @@ class Trainer(Sampling, Optimizers, Resumable):
             values = self._row_forward(lambda i, a, m: critic(i, a, m), batch, "adv_mask")
             values = torch.where(as_bool(adv_mask), values, torch.zeros(()))
             batch["values"] = values
+        return values
+
+    def _advantages(
+        self,
+        batch: dict[str, Any],
+        rewards: torch.Tensor,
+        values: torch.Tensor | None,
+        adv_mask: torch.Tensor,
+        B: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+        """The registry estimator's ``A_t`` and ``G_t`` over the advantage mask ``a``, episodes grouped
+        by question (``b // group_size``), with GiGPO's anchor-state step groups for a stepwise
+        estimator; returns ``(advantages, returns, step diagnostics)``."""
+        t = self.tcfg
         index = [b // t.group_size for b in range(B)]
         steps = None
         if ESTIMATORS.spec(t.estimator).meta.get("stepwise"):
@@ -291,15 +353,7 @@ class Trainer(Sampling, Optimizers, Resumable):
             episode_stats=t.gigpo.episode_stats,
             diagnostics=step_diagnostics,
         )
-        batch["token_rewards"], batch["advantages"], batch["returns"] = rewards, adv, ret
-        stats["train/adv_abs_mean"] = float(masked_mean(adv.abs(), adv_mask))
-        stats["train/token_reward_sum"] = float(rewards.sum() / B)
-        stats.update(step_diagnostics)
-        if t.sample_unit == "step":
-            batch = step_rows(batch, turn_index(batch["action_mask"]))
-            stats["train/step_rows"] = float(batch["input_ids"].shape[0])
-        batch["stats"] = stats
-        return batch
+        return adv, ret, step_diagnostics
 
     def _row_forward(self, fn, batch: dict, key_mask: str) -> torch.Tensor:
         """:func:`agentr1.rl.logprobs.row_forward`: no grad, sharded over ranks, all-gathered."""

@@ -210,11 +210,35 @@ class HFBackend:
             raise ValueError(f"max_new_tokens must be >= 1 (got {max_new_tokens})")
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
+        self._drop_stale_states()
+        device = self.model.device
+        block, mask, cache = self._prefill_block(prompts, device)
+
+        gen = torch.Generator(device=device).manual_seed(int(seed))
+        logits, cache = self._forward(block.to(device), mask, cache)
+        stop_strings = list(stop_strings)
+        gen_ids, gen_lp, cache, mask = self._decode(
+            prompts, logits, cache, mask, max_new_tokens, stop_strings, temperature, top_p, gen, device
+        )
+
+        if self.reuse_cache and self._plain(cache):
+            self._keep(prompts, gen_ids, cache, mask)
+        results = []
+        for b in range(len(prompts)):
+            k, finish = first_stop(self.tokenizer, gen_ids[b], stop_strings, self.eos_ids)
+            results.append(Generation(gen_ids[b][:k], gen_lp[b][:k], finish))
+        return results
+
+    def _drop_stale_states(self) -> None:
+        """Clear the stored states when the weights changed in place since the last call."""
         version = self._weights_version()
         if version != self._version:  # weights changed in place (an optimizer step): states are stale
             self.store.clear()
             self._version = version
-        device = self.model.device
+
+    def _prefill_block(self, prompts, device):
+        """``(block, mask, cache)``: each prompt's tokens past its stored states, left-padded into
+        one block, the full key mask (stored states + block) and the batched stored-state cache."""
         n_layers = self.model.config.get_text_config().num_hidden_layers
         taken = [self._take(p) for p in prompts]
         fresh = [b for b, (n, _) in enumerate(taken) if n == 0]
@@ -232,10 +256,11 @@ class HFBackend:
         mask = torch.cat([mask, block_mask.to(device)], dim=1)
         self.counters["prefilled"] += sum(len(s) for s in news)
         self.counters["reused"] += sum(n for n, _ in taken)
+        return block, mask, cache
 
-        gen = torch.Generator(device=device).manual_seed(int(seed))
-        logits, cache = self._forward(block.to(device), mask, cache)
-        stop_strings = list(stop_strings)
+    def _decode(self, prompts, logits, cache, mask, max_new_tokens, stop_strings, temperature, top_p, gen, device):
+        """The sampling loop from the prefill ``logits``: ``(gen_ids, gen_lp, cache, mask)``, each
+        row's sampled ids and log-probs (up to and including its stop) and the final cache and mask."""
         tail = max((len(s.encode("utf-8")) for s in stop_strings), default=0) + 2
         gen_ids: list[list[int]] = [[] for _ in prompts]
         gen_lp: list[list[float]] = [[] for _ in prompts]
@@ -264,14 +289,7 @@ class HFBackend:
                 break
             mask = torch.cat([mask, fed[:, None]], dim=1)
             logits, cache = self._forward(ids[:, None], mask, cache)
-
-        if self.reuse_cache and self._plain(cache):
-            self._keep(prompts, gen_ids, cache, mask)
-        results = []
-        for b in range(len(prompts)):
-            k, finish = first_stop(self.tokenizer, gen_ids[b], stop_strings, self.eos_ids)
-            results.append(Generation(gen_ids[b][:k], gen_lp[b][:k], finish))
-        return results
+        return gen_ids, gen_lp, cache, mask
 
     def _take(self, prompt: Sequence[int]):
         """``(n, kv)``: the stored states of the first ``n`` tokens of ``prompt`` - at most

@@ -109,14 +109,40 @@ def plan_episode(
             f"{qid}: {len(hops)} searches + {calc} calculation(s) + answer do not fit in max_turns={max_turns}"
         )
     rng = _episode_rng(seed, qid)
+    kind = _choose_kind(noise, rng, len(hops), max_turns - calc)
+    queries, final = _script_queries(kind, qid, hops, answer, titles, all_titles, rng)
+    sp = " " if lead_space else ""
+    turns = [fmt.render_call(tool, {"query": sp + q}) for q in queries]
+    if expression is not None and kind != "early_answer":
+        turns.append(fmt.render_call(CALCULATOR, {"expression": sp + str(expression)}))
+    turns.append(fmt.render_answer(sp + final))
+    return OraclePlan(qid, tuple(turns), kind)
+
+
+def _choose_kind(noise: float | Mapping[str, float], rng: random.Random, hops: int, max_turns: int) -> str:
+    """The episode's kind: drawn from ``rng`` by the per-kind shares or the overall ``noise``
+    rate, :data:`CLEAN` when the drawn kind does not fit ``hops`` searches in ``max_turns``."""
     if isinstance(noise, Mapping):
         kind = _pick_kind(noise, rng.random())
-        if kind != CLEAN and not _fits(kind, len(hops), max_turns - calc):
+        if kind != CLEAN and not _fits(kind, hops, max_turns):
             kind = CLEAN
     else:
         imperfect = rng.random() < noise
-        kinds = [k for k in NOISE_KINDS if _fits(k, len(hops), max_turns - calc)]
+        kinds = [k for k in NOISE_KINDS if _fits(k, hops, max_turns)]
         kind = rng.choice(kinds) if imperfect and kinds else CLEAN
+    return kind
+
+
+def _script_queries(
+    kind: str,
+    qid: str,
+    hops: list[str],
+    answer: str,
+    titles: Mapping[str, str],
+    all_titles: Sequence[str] | None,
+    rng: random.Random,
+) -> tuple[list[str], str]:
+    """``(queries, final)``: the search queries and the final answer of a ``kind`` episode."""
     queries = list(hops)
     final = answer
     if kind == "wrong_query":
@@ -135,12 +161,7 @@ def plan_episode(
     elif kind == "early_answer":
         k = rng.randrange(1, len(hops))
         queries, final = hops[:k], hops[k]
-    sp = " " if lead_space else ""
-    turns = [fmt.render_call(tool, {"query": sp + q}) for q in queries]
-    if expression is not None and kind != "early_answer":
-        turns.append(fmt.render_call(CALCULATOR, {"expression": sp + str(expression)}))
-    turns.append(fmt.render_answer(sp + final))
-    return OraclePlan(qid, tuple(turns), kind)
+    return queries, final
 
 
 def _pick_kind(shares: Mapping[str, float], u: float) -> str:

@@ -167,6 +167,118 @@ def names(cfg, args: Any = None) -> tuple[str, str | None]:
     return policy.run_name, policy.name if policy.kind == "rl" else None
 
 
+def _log_plan(policy: Policy, questions: Mapping[str, Sequence], batch_size: int) -> None:
+    """Log what is evaluated: the policy, the questions per split, the checkpoint and the batches."""
+    log.info(
+        "evaluate@%s (%s): %s from %s, %d batch(es) of <= %d",
+        policy.name,
+        policy.kind,
+        ", ".join(f"{s} {len(q)}" for s, q in questions.items()),
+        policy.checkpoint,
+        sum(-(-len(qs) // batch_size) for qs in questions.values()),
+        batch_size,
+    )
+
+
+def _sampling(
+    ctx: StageContext, policy: Policy, setup: EvalSetup, questions: Mapping[str, Sequence], flat: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Sampled EM and pass@k of a policy of ``evaluate.sampling.policies`` (added to ``flat``);
+    ``None`` for any other policy."""
+    cfg = ctx.cfg
+    ecfg = cfg.evaluate
+    sampling = None
+    if policy.name in ecfg.sampling.policies and policy.kind != "naive_rag":
+        with ctx.phase("sampling", digits=3):  # at the RL sampling setting: cfg.rollout as is
+            sampling = sampled(replace(setup, rollout=cfg.rollout), questions, ecfg.sampling.k, ecfg.batch_size)
+        flat.update(sampled_flat(sampling))
+        for split, entry in sampling["splits"].items():
+            log.info(
+                "evaluate@%s %s: sampled EM %.3f, pass@%d %.3f (T %s)",
+                policy.name,
+                split,
+                entry["sampled_em"],
+                ecfg.sampling.k,
+                entry["pass_at_k"],
+                cfg.rollout.temperature,
+            )
+    return sampling
+
+
+def _metrics_of(
+    cfg,
+    policy: Policy,
+    eval_data: str,
+    summaries: dict[str, Any],
+    sampling: dict[str, Any] | None,
+    flat: dict[str, Any],
+) -> dict[str, Any]:
+    """The content of ``metrics.json`` (module docstring)."""
+    ecfg = cfg.evaluate
+    metrics: dict[str, Any] = {
+        "policy": policy.name,
+        "kind": policy.kind,
+        "checkpoint": str(policy.checkpoint),
+        "overrides": cfg.run_overrides(policy.name) if policy.kind == "rl" else None,
+        "eval_data": eval_data,
+        "seed": cfg.seed,
+        "bootstrap": {"samples": ecfg.bootstrap.samples, "ci": ecfg.bootstrap.ci},
+        "splits": summaries,
+        **({"sampling": sampling} if sampling is not None else {}),
+        **flat,
+    }
+    return metrics
+
+
+def _track(
+    ctx: StageContext,
+    args: Any,
+    trajs: Mapping[str, Sequence[Trajectory]],
+    out: Path,
+    t_start: float,
+    device: str,
+    mlflow_info: dict[str, Any],
+) -> None:
+    """Log the written evaluation to MLflow (:func:`log_outputs`), then ``timing.json`` with the outcome:
+    a store's error fails the run; any other error is raised."""
+    run, times = ctx.run, ctx.times
+    try:
+        with ctx.phase("mlflow", digits=3, quiet=True):
+            mlflow_info.update(log_outputs(ctx, args, trajectories=trajs, out_dir=out))
+    except Exception as exc:
+        mlflow_info["error"] = f"{type(exc).__name__}: {exc}"
+        if not is_tracking_error(exc):  # e.g. the gate's StageError: the evaluation is saved, the command fails
+            _write_timing(out, times, t_start, device, mlflow_info)
+            raise
+        run.health.fail(exc)  # the store's own error (a registry call): the run ends FAILED, for `agentr1 track`
+    _write_timing(out, times, t_start, device, mlflow_info)
+
+
+def _log_results(policy: Policy, summaries: dict[str, Any], mlflow_info: dict[str, Any]) -> None:
+    """Log each split's scores and, when the policy was registered, its version and the gate's decision."""
+    for split, s in summaries.items():
+        log.info(
+            "evaluate@%s %s: EM %.3f [%.3f, %.3f], F1 %.3f, format %.3f (n=%d)",
+            policy.name,
+            split,
+            s["em"],
+            s["em_ci_lower"],
+            s["em_ci_upper"],
+            s["f1"],
+            s["format_ok"],
+            s["n"],
+        )
+    if "promotion" in mlflow_info:
+        p = mlflow_info["promotion"]
+        log.info(
+            "evaluate@%s: registered version %s; gate %s (%s)",
+            policy.name,
+            mlflow_info["version"],
+            p["decision"],
+            p["reason"],
+        )
+
+
 def run(ctx: StageContext, args: Any = None) -> dict[str, Any]:
     """Run the stage (module docstring); returns the metrics it wrote."""
     import torch
@@ -191,15 +303,7 @@ def run(ctx: StageContext, args: Any = None) -> dict[str, Any]:
         backend = make_backend(rollout_cfg, model, tokenizer, model_path=str(resolve_checkpoint(policy.checkpoint)))
     setup = EvalSetup(backend, tokenizer, env, rollout_cfg, cfg.reward, cfg.seed)
     eval_data = eval_data_fingerprint(questions)
-    log.info(
-        "evaluate@%s (%s): %s from %s, %d batch(es) of <= %d",
-        policy.name,
-        policy.kind,
-        ", ".join(f"{s} {len(q)}" for s, q in questions.items()),
-        policy.checkpoint,
-        sum(-(-len(qs) // ecfg.batch_size) for qs in questions.values()),
-        ecfg.batch_size,
-    )
+    _log_plan(policy, questions, ecfg.batch_size)
     with contextlib.suppress(TrackingFailed):  # recorded: log_outputs below then skips MLflow
         run.set_tags(_run_tags(policy, eval_data))
     rows, trajs = play(
@@ -213,33 +317,8 @@ def run(ctx: StageContext, args: Any = None) -> dict[str, Any]:
     with ctx.phase("summarize", digits=3, quiet=True):
         summaries = {split: summarize_split(rows[split], ecfg.bootstrap, cfg.seed) for split in questions}
     flat = flat_metrics(summaries)
-    sampling = None
-    if policy.name in ecfg.sampling.policies and policy.kind != "naive_rag":
-        with ctx.phase("sampling", digits=3):  # at the RL sampling setting: cfg.rollout as is
-            sampling = sampled(replace(setup, rollout=cfg.rollout), questions, ecfg.sampling.k, ecfg.batch_size)
-        flat.update(sampled_flat(sampling))
-        for split, entry in sampling["splits"].items():
-            log.info(
-                "evaluate@%s %s: sampled EM %.3f, pass@%d %.3f (T %s)",
-                policy.name,
-                split,
-                entry["sampled_em"],
-                ecfg.sampling.k,
-                entry["pass_at_k"],
-                cfg.rollout.temperature,
-            )
-    metrics: dict[str, Any] = {
-        "policy": policy.name,
-        "kind": policy.kind,
-        "checkpoint": str(policy.checkpoint),
-        "overrides": cfg.run_overrides(policy.name) if policy.kind == "rl" else None,
-        "eval_data": eval_data,
-        "seed": cfg.seed,
-        "bootstrap": {"samples": ecfg.bootstrap.samples, "ci": ecfg.bootstrap.ci},
-        "splits": summaries,
-        **({"sampling": sampling} if sampling is not None else {}),
-        **flat,
-    }
+    sampling = _sampling(ctx, policy, setup, questions, flat)
+    metrics = _metrics_of(cfg, policy, eval_data, summaries, sampling, flat)
     # the evaluation first, then MLflow: a store that fails must not take the finished evaluation with it
     out = Path(ecfg.out_dir) / policy.name
     mlflow_info: dict[str, Any] = {"run_id": run.run_id}
@@ -248,35 +327,6 @@ def run(ctx: StageContext, args: Any = None) -> dict[str, Any]:
         write_json_atomic(tmp / "metrics.json", metrics)
         _write_timing(tmp, times, t_start, device, {**mlflow_info, "pending": True})  # until MLflow is done
     run.outputs = str(out)
-    try:
-        with ctx.phase("mlflow", digits=3, quiet=True):
-            mlflow_info.update(log_outputs(ctx, args, trajectories=trajs, out_dir=out))
-    except Exception as exc:
-        mlflow_info["error"] = f"{type(exc).__name__}: {exc}"
-        if not is_tracking_error(exc):  # e.g. the gate's StageError: the evaluation is saved, the command fails
-            _write_timing(out, times, t_start, device, mlflow_info)
-            raise
-        run.health.fail(exc)  # the store's own error (a registry call): the run ends FAILED, for `agentr1 track`
-    _write_timing(out, times, t_start, device, mlflow_info)
-    for split, s in summaries.items():
-        log.info(
-            "evaluate@%s %s: EM %.3f [%.3f, %.3f], F1 %.3f, format %.3f (n=%d)",
-            policy.name,
-            split,
-            s["em"],
-            s["em_ci_lower"],
-            s["em_ci_upper"],
-            s["f1"],
-            s["format_ok"],
-            s["n"],
-        )
-    if "promotion" in mlflow_info:
-        p = mlflow_info["promotion"]
-        log.info(
-            "evaluate@%s: registered version %s; gate %s (%s)",
-            policy.name,
-            mlflow_info["version"],
-            p["decision"],
-            p["reason"],
-        )
+    _track(ctx, args, trajs, out, t_start, device, mlflow_info)
+    _log_results(policy, summaries, mlflow_info)
     return metrics

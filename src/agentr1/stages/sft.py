@@ -157,13 +157,7 @@ def run(ctx: StageContext, args: Any = None) -> dict:
         n_params / 1e6,
         len(tokenizer),
     )
-    with phase("oracle_rollout"):
-        oracle = [t for d in demos for t in oracle_rollout(d.questions, d.env, tokenizer, cfg.rollout, d.plans)]
-        probe_eps = probe_episodes(ds, env, tokenizer, cfg, corpus_titles(ds.corpus))
-    copy = {"split": "dev", "episodes": len(probe_eps)}
-    if probe_eps:
-        with phase("probe_base"):
-            copy["base"] = copy_probe(model, probe_eps, tokenizer.pad_token_id)
+    oracle, probe_eps, copy = _oracle_episodes(ctx, ds, env, demos, model, tokenizer)
     oracle_summary = _oracle_summary(oracle, plans, cfg.reward)
     log.info(
         "sft: %d oracle episodes, oracle EM %.3f, kinds %s", len(oracle), oracle_summary["em"], oracle_summary["kinds"]
@@ -193,6 +187,20 @@ def run(ctx: StageContext, args: Any = None) -> dict:
         times["total"],
     )
     return metrics
+
+
+def _oracle_episodes(ctx: StageContext, ds, env, demos: list, model, tokenizer) -> tuple[list, list, dict]:
+    """The oracle's scripts rolled out (the demonstrations) and the dev copy-probe episodes, with the
+    base policy's probe on them; returns the demonstrations, the probe episodes and the ``copy`` block."""
+    cfg, phase = ctx.cfg, ctx.phase
+    with phase("oracle_rollout"):
+        oracle = [t for d in demos for t in oracle_rollout(d.questions, d.env, tokenizer, cfg.rollout, d.plans)]
+        probe_eps = probe_episodes(ds, env, tokenizer, cfg, corpus_titles(ds.corpus))
+    copy = {"split": "dev", "episodes": len(probe_eps)}
+    if probe_eps:
+        with phase("probe_base"):
+            copy["base"] = copy_probe(model, probe_eps, tokenizer.pad_token_id)
+    return oracle, probe_eps, copy
 
 
 def _train(ctx: StageContext, model, oracle: list, pad_token_id: int) -> list[dict]:

@@ -273,6 +273,101 @@ def _remember_run(ctx: StageContext, args: Any) -> None:
     )
 
 
+def _checked_fresh_source(cfg, tcfg, corpus, seed: int) -> FreshWorlds | None:
+    """:func:`fresh_source`, every world the run will draw generated up front: a :class:`StageError`
+    when one cannot be."""
+    fresh = fresh_source(cfg, tcfg, corpus, seed)
+    if fresh is not None:
+        try:
+            fresh.check(tcfg.steps)
+        except ValueError as exc:
+            raise StageError(str(exc)) from None
+    return fresh
+
+
+def _run_params(cfg, sft_dir: Path) -> dict[str, Any]:
+    """The params a resumed state must match besides the run's own: ``env.*``, ``model.dtype``, the
+    cold start's digest and the input digests."""
+    return {
+        **flatten(cfg.env.model_dump(mode="json"), "env."),
+        "model.dtype": cfg.model.dtype,
+        "start_checkpoint": tree_digest(sft_dir),
+        **input_digests(cfg.retrieval, cfg.data.processed_dir),
+    }
+
+
+def _start_state(
+    ctx: StageContext, args: Any, trainer: Trainer, dist, run: str, run_dir: Path, state_dir: Path, resume: bool
+) -> None:
+    """Ready the training state (rank 0, :func:`_prepare_state`; a :class:`StageError` on every rank when
+    it cannot be), name the MLflow run, and with ``resume`` continue the state and catch MLflow up."""
+    problem = _prepare_state(run, run_dir, state_dir, resume) if dist.is_main else None
+    problem = dist.broadcast_object(problem)
+    if problem is not None:
+        raise StageError(problem)
+    if dist.is_main:
+        _remember_run(ctx, args)
+    if resume:
+        trainer.resume()  # StageError when the params differ from the state's
+        log.info("train@%s: resumed at step %d from %s", run, trainer.step, state_dir)
+        if ctx.run.catch_up(trainer.history):  # the steps the state holds that the MLflow run lacks
+            log.info(
+                "train@%s: logged the steps after %d of the training state to MLflow run %s",
+                run,
+                ctx.run.logged_through,
+                ctx.run.run_id,
+            )
+
+
+def _log_start(run: str, tcfg, model, dist) -> None:
+    """Log the run's shape: estimator, steps, batch, policy size and ranks."""
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info(
+        "train@%s: %s, %d steps x %d questions x %d rollouts, policy %.2fM parameters, %d rank(s)",
+        run,
+        tcfg.estimator,
+        tcfg.steps,
+        tcfg.batch_questions,
+        tcfg.group_size,
+        n_params / 1e6,
+        dist.world_size,
+    )
+
+
+def _write_outputs(
+    ctx: StageContext,
+    args: Any,
+    history: list[dict],
+    trainer: Trainer,
+    tokenizer,
+    run: str,
+    run_dir: Path,
+    t_start: float,
+) -> dict:
+    """Rank 0, after training: the checkpoint, ``curve.csv``, ``metrics.json`` and ``timing.json``, then
+    MLflow (:func:`log_outputs`); returns the metrics."""
+    metrics = summarize(history, trainer, run)
+    times = timing(history, time.perf_counter() - t_start)
+    with full_params(trainer.actor):
+        save_checkpoint(trainer.policy, tokenizer, run_dir / "checkpoint")
+    write_text_atomic(run_dir / "curve.csv", curve_csv(history))
+    write_json_atomic(run_dir / "metrics.json", metrics)
+    write_json_atomic(run_dir / "timing.json", times)
+    ctx.run.outputs = str(run_dir)
+    with contextlib.suppress(TrackingFailed):  # recorded: the run ends FAILED, for `agentr1 track`
+        log_outputs(ctx, args)
+    log.info(
+        "train@%s: reward %.3f -> %.3f, dev EM %s -> %s in %.0fs",
+        run,
+        metrics["reward_first3"] or 0,
+        metrics["reward_last3"] or 0,
+        metrics["dev_em_start"],
+        metrics["dev_em_final"],
+        times["total"],
+    )
+    return metrics
+
+
 def run(ctx: StageContext, args: Any = None) -> dict | None:
     """Run the stage (module docstring); returns the metrics it wrote (rank 0) or ``None``."""
     t_start = time.perf_counter()
@@ -295,18 +390,8 @@ def run(ctx: StageContext, args: Any = None) -> dict | None:
     try:
         # everything that can refuse the config comes before the saved state is touched (a refused run
         # keeps the state of an interrupted one, to be resumed once the config is fixed)
-        fresh = fresh_source(cfg, tcfg, ds.corpus, run_seed)
-        if fresh is not None:
-            try:
-                fresh.check(tcfg.steps)
-            except ValueError as exc:
-                raise StageError(str(exc)) from None
-        run_params = {
-            **flatten(cfg.env.model_dump(mode="json"), "env."),
-            "model.dtype": cfg.model.dtype,
-            "start_checkpoint": tree_digest(sft_dir),
-            **input_digests(cfg.retrieval, cfg.data.processed_dir),
-        }
+        fresh = _checked_fresh_source(cfg, tcfg, ds.corpus, run_seed)
+        run_params = _run_params(cfg, sft_dir)
         model, tokenizer = load_checkpoint(sft_dir, cfg.model.dtype, cfg.model.trust_remote_code)
         trainer = Trainer(
             model,
@@ -322,55 +407,12 @@ def run(ctx: StageContext, args: Any = None) -> dict | None:
             model_path=sft_dir,
             run_params=run_params,
         )
-        problem = _prepare_state(run, run_dir, state_dir, resume) if dist.is_main else None
-        problem = dist.broadcast_object(problem)
-        if problem is not None:
-            raise StageError(problem)
-        if dist.is_main:
-            _remember_run(ctx, args)
-        if resume:
-            trainer.resume()  # StageError when the params differ from the state's
-            log.info("train@%s: resumed at step %d from %s", run, trainer.step, state_dir)
-            if ctx.run.catch_up(trainer.history):  # the steps the state holds that the MLflow run lacks
-                log.info(
-                    "train@%s: logged the steps after %d of the training state to MLflow run %s",
-                    run,
-                    ctx.run.logged_through,
-                    ctx.run.run_id,
-                )
-        n_params = sum(p.numel() for p in model.parameters())
-        log.info(
-            "train@%s: %s, %d steps x %d questions x %d rollouts, policy %.2fM parameters, %d rank(s)",
-            run,
-            tcfg.estimator,
-            tcfg.steps,
-            tcfg.batch_questions,
-            tcfg.group_size,
-            n_params / 1e6,
-            dist.world_size,
-        )
+        _start_state(ctx, args, trainer, dist, run, run_dir, state_dir, resume)
+        _log_start(run, tcfg, model, dist)
         history = trainer.train()
         metrics = None
         if dist.is_main:
-            metrics = summarize(history, trainer, run)
-            times = timing(history, time.perf_counter() - t_start)
-            with full_params(trainer.actor):
-                save_checkpoint(trainer.policy, tokenizer, run_dir / "checkpoint")
-            write_text_atomic(run_dir / "curve.csv", curve_csv(history))
-            write_json_atomic(run_dir / "metrics.json", metrics)
-            write_json_atomic(run_dir / "timing.json", times)
-            ctx.run.outputs = str(run_dir)
-            with contextlib.suppress(TrackingFailed):  # recorded: the run ends FAILED, for `agentr1 track`
-                log_outputs(ctx, args)
-            log.info(
-                "train@%s: reward %.3f -> %.3f, dev EM %s -> %s in %.0fs",
-                run,
-                metrics["reward_first3"] or 0,
-                metrics["reward_last3"] or 0,
-                metrics["dev_em_start"],
-                metrics["dev_em_final"],
-                times["total"],
-            )
+            metrics = _write_outputs(ctx, args, history, trainer, tokenizer, run, run_dir, t_start)
         dist.barrier()
         return metrics
     finally:

@@ -540,11 +540,13 @@ def register_evaluation(
     identity = evaluation_identity(digest, variant, eval_data, metrics)
     mv = registered_version(client, registered_name, identity)
     reused = mv is not None
+    train_run: Run | None = None
     if mv is not None:
         _reuse(run, client, registered_name, mv, alias, metrics, variant)
         train_run_id = mv.tags.get("agentr1.train_run_id")
     else:
-        mv, train_run_id = _register_new(run, checkpoint, digest, identity, kind, metrics, alias, registered_name)
+        mv, train_run = _register_new(run, checkpoint, digest, identity, kind, metrics, alias, registered_name)
+        train_run_id = train_run.info.run_id if train_run is not None else None
     info: dict[str, Any] = {"model": registered_name, "version": str(mv.version), "train_run_id": train_run_id}
     if reused:
         info["reused"] = True
@@ -556,10 +558,12 @@ def register_evaluation(
             registered_name, gate_metric, version=str(mv.version)
         ).to_dict()  # this run's, by number
     if not reused or recorded is None:  # the verdict joins the description once it is known
-        train_run = _run_or_none(client, train_run_id)
+        if reused:
+            train_run = _run_or_none(client, train_run_id)
         verdict = verdict_of(info.get("promotion"), kind, variant)
         described = describe_version(variant, metrics, train_run, eval_data, verdict)
-        client.update_model_version(registered_name, mv.version, description=described)
+        if described != mv.description:  # a reused baseline's is written already
+            client.update_model_version(registered_name, mv.version, description=described)
     return info
 
 
@@ -583,9 +587,9 @@ def _register_new(
     metrics: Mapping[str, float],
     alias: str,
     registered_name: str,
-) -> tuple[ModelVersion, str | None]:
+) -> tuple[ModelVersion, Run | None]:
     """A new version of this evaluation (:func:`register_evaluation`) with its provenance tags and
-    description; with the id of the ``train@`` run that wrote the weights (a trained policy's)."""
+    description; with the ``train@`` run that wrote the weights (a trained policy's, else None)."""
     variant, eval_data = identity[VARIANT_TAG], identity[EVAL_DATA_TAG]
     train_run = train_run_of(run.client(), run.experiment_id, digest) if kind == "rl" else None
     tags = {k: v for k, v in identity.items() if k != EVAL_DATA_TAG} | {"agentr1.policy_kind": kind}
@@ -601,7 +605,7 @@ def _register_new(
         description=describe_version(variant, metrics, train_run, eval_data),
         registered_name=registered_name,
     )
-    return mv, tags.get("agentr1.train_run_id")
+    return mv, train_run
 
 
 def _reuse(
