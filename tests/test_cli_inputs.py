@@ -100,8 +100,6 @@ def test_track_dry_run_checks_the_whole_lock_before_hashing_anything(project: Pa
     text = str(err.value)
     assert "\n" not in text and "nothing logged" in text and "`dvc repro`" in text and "git checkout dvc.lock" in text
     for part in [
-        "evaluate@nosuchpolicy: unknown policy 'nosuchpolicy'",
-        "train@nosuchrun: unknown run 'nosuchrun'",
         f"evaluate_baseline@{runs[0]}: policy {runs[0]!r} is evaluated as 'evaluate@{runs[0]}'",
         "report: out '/usr' is absolute",
         "index: dep '../outside' resolves to",
@@ -113,6 +111,37 @@ def test_track_dry_run_checks_the_whole_lock_before_hashing_anything(project: Pa
     ]:
         assert part in text, part
     assert f"train@{runs[0]}:" not in text  # the good entry is not listed
+    assert "nosuchpolicy" not in text and "nosuchrun" not in text  # entries of earlier params: skipped, no problem
+
+
+def test_track_skips_the_lock_entries_of_runs_the_params_no_longer_define(project: Path, monkeypatch) -> None:
+    """DVC leaves the entries of foreach items that left dvc.yaml in the lock (a profile's shorter
+    `runs`, issue 49: `agentr1 track` refused such a lock): they are skipped, saying why, and the
+    entries of the params' runs are planned as before."""
+    runs = sorted(load_config(project / "params.yaml").runs)
+    lock = _write_lock(
+        project,
+        {
+            f"train@{runs[0]}-0": {
+                "cmd": f"agentr1 train --run {runs[0]}-0",
+                "outs": [{"path": "data/runs/x", "md5": "1" * 32}],
+            },
+            "train@gone_run-1": {
+                "cmd": "agentr1 train --run gone_run-1",
+                "outs": [{"path": "data/runs/y", "md5": "1" * 32}],
+            },
+            "evaluate@gone_run-1": {
+                "cmd": "agentr1 evaluate --policy gone_run-1",
+                "deps": [{"path": "data/runs/y", "md5": "1" * 32}],
+            },
+        },
+    )
+    monkeypatch.setattr(track.lockruns, "open_store", lambda *a, **k: (None, None))
+    entries = {e.key: e for e in track.track(load_config(project / "params.yaml"), lock, dry_run=True)}
+    for key in ("train@gone_run-1", "evaluate@gone_run-1"):
+        assert entries[key].state == "skipped" and "'gone_run-1' is no run of these params" in entries[key].note
+        assert "DVC keeps its lock entry" in entries[key].note
+    assert entries[f"train@{runs[0]}-0"].state == "skipped" and "missing" in entries[f"train@{runs[0]}-0"].note
 
 
 @pytest.mark.parametrize(

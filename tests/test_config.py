@@ -337,3 +337,18 @@ def test_run_names_that_are_not_plain_folder_names_are_refused(name: str) -> Non
     with pytest.raises(ConfigError) as exc:
         config_from_dict({"runs": {name: {"estimator": "grpo"}}})
     assert "run name" in str(exc.value)
+
+
+def test_a_reference_cold_start_identical_to_the_cold_start_is_refused() -> None:
+    """A profile that gives sft the reference demonstrator (issue 49: smol's scalar
+    oracle_noise) would make stage sft_reference train what sft trains: refused, naming the fix;
+    a reference that changes the demonstrator passes."""
+    with pytest.raises(ConfigError, match=r"sft_reference changes only where sft writes.*sft_reference.oracle_noise"):
+        config_from_dict(
+            {
+                "sft": {"oracle_noise": 0.2},
+                "sft_reference": {"oracle_noise": 0.2, "out_dir": "m/ref", "report_dir": "r/ref"},
+            }
+        )
+    cfg = config_from_dict({"sft_reference": {"oracle_noise": 0.2, "out_dir": "m/ref", "report_dir": "r/ref"}})
+    assert cfg.sft_for("reference").oracle_noise == 0.2 != cfg.sft.oracle_noise

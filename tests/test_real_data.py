@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -337,6 +339,16 @@ def test_cli_logging_keeps_a_library_debug_logger_quiet_at_info(capsys):
     finally:
         root.handlers, root.level = saved, saved_level
         logging.getLogger("bm25s").setLevel(logging.NOTSET)
+
+
+def test_faiss_does_not_log_the_simd_builds_it_cannot_load():
+    """The faiss-cpu wheel has only its generic build; its loader logs at INFO every SIMD build it
+    tries (ModuleNotFoundError lines at every dense index load, issue 49): quiet at INFO."""
+    code = "from agentr1.cli import configure_logging; configure_logging(False); import faiss"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "ModuleNotFoundError" not in out.stderr and "faiss.loader" not in out.stderr, out.stderr
+    code = "import logging; logging.basicConfig(level=logging.INFO); import faiss"  # why: what it does unquieted
+    assert "faiss.loader" in subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stderr
 
 
 def test_no_gold_reason_is_the_loaders_note(tmp_path):

@@ -209,11 +209,15 @@ def build_parser() -> argparse.ArgumentParser:
 def configure_logging(verbose: bool) -> None:
     """INFO (DEBUG with ``--verbose``) to stderr, unless logging is configured already. The level is
     also the handler's: a library that sets its own logger to DEBUG (``bm25s`` does when imported)
-    would otherwise print its debug lines among the stage's INFO lines."""
+    would otherwise print its debug lines among the stage's INFO lines. ``faiss.loader`` logs at INFO
+    every SIMD build it tries and fails to import (the faiss-cpu wheel ships only the generic one:
+    ``ModuleNotFoundError`` lines at every dense index load, issue 49): kept to WARNING unless
+    ``--verbose``."""
     level = logging.DEBUG if verbose else logging.INFO
     root = logging.getLogger()
     fresh = not root.handlers
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("faiss.loader").setLevel(level if verbose else logging.WARNING)
     if fresh:
         for handler in root.handlers:
             handler.setLevel(level)

@@ -103,6 +103,14 @@ class Config(_Section):
                         f"sft_reference.{key} is sft.{key} ({getattr(self.sft, key)}): the reference cold "
                         f"start would overwrite the cold start; give it its own {key}"
                     )
+            where = {"out_dir", "report_dir"}
+            if reference.model_dump(exclude=where) == self.sft.model_dump(exclude=where):
+                raise ValueError(
+                    "sft_reference changes only where sft writes: stage sft_reference would train exactly "
+                    f"what stage sft trains (sft.oracle_noise {self.sft.oracle_noise!r} for both; a profile "
+                    "that sets sft.oracle_noise to the reference demonstrator's does this): give "
+                    "sft_reference.oracle_noise a demonstrator other than sft's, or drop sft_reference"
+                )
         starts = {"train": self.train.cold_start} | {
             f"runs.{n}": merge_run(self.train, o, n).cold_start for n, o in self.runs.items()
         }

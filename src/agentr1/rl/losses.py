@@ -31,6 +31,10 @@ KL estimators (per token, ``log_r = logp - ref_logp``, Schulman's k1/k2/k3; by n
     k3 (alias "low_var_kl")  exp(-log_r) + log_r - 1, with -log_r clamped to [-20, 20] and the
                              result to [-10, 10] (verl's low_var_kl)
     abs                      |log_r|
+
+One module of some 420 lines on purpose: the policy losses, the value loss and the KL terms share
+the masking convention above and :func:`agg_loss`, and the registry names them from here; split,
+each part would import those back for a few dozen lines of its own.
 """
 
 from __future__ import annotations

@@ -163,9 +163,10 @@ def _structure_problems(key: str, raw: Any) -> list[str]:
 
 
 def _foreach_problem(cfg: Config, stage: str, args: argparse.Namespace, key: str) -> str | None:
-    """Why the ``@<name>`` of ``key`` names nothing of the params ``cfg``, as the stage would decide
-    it (``evaluate``: a run of ``runs`` or a baseline, :func:`agentr1.eval.policies.resolve_policy`;
-    ``train``: a run of ``runs``, :meth:`Config.for_run`), without its checkpoint or outputs."""
+    """Why the ``@<name>`` of ``key`` (a run or baseline of the params ``cfg``,
+    :func:`_left_the_pipeline`) cannot be what the stage runs, as the stage would decide it
+    (``evaluate``: under the stage name of a run or of a baseline, :func:`agentr1.eval.policies.resolve_policy`;
+    ``train``: the run's merged config, :meth:`Config.for_run`), without its checkpoint or outputs."""
     from agentr1.config import ConfigError
 
     if stage == "evaluate":
@@ -174,14 +175,7 @@ def _foreach_problem(cfg: Config, stage: str, args: argparse.Namespace, key: str
         name = args.policy
         if name in cfg.runs and name in BASELINES:
             return f"{key}: run {name!r} in params `runs` shadows the baseline of the same name: rename the run"
-        expected = (
-            f"evaluate@{name}" if cfg.is_run(name) else f"evaluate_baseline@{name}" if name in BASELINES else None
-        )
-        if expected is None:
-            return (
-                f"{key}: unknown policy {name!r}: not a run of params `runs` ({', '.join(sorted(cfg.runs))}) nor a "
-                f"replica <run>-<seed> of one, nor a baseline ({', '.join(BASELINES)})"
-            )
+        expected = f"evaluate@{name}" if cfg.is_run(name) else f"evaluate_baseline@{name}"
         if expected != key:
             return f"{key}: policy {name!r} is evaluated as {expected!r}, not {key!r}"
     elif stage == "train":
@@ -199,8 +193,9 @@ def lock_entries(lock_path: str | Path = "dvc.lock", cfg: Config | None = None) 
 
     The whole lock is checked first, so that nothing is hashed nor written (and ``--dry-run``
     predicts the failure) when any entry is not what DVC writes (:func:`_structure_problems`), is
-    unknown, names a policy or run the params ``cfg`` lack (:func:`_foreach_problem`, when ``cfg``
-    is given), or an agentr1 entry's out/dep path leaves the project (:func:`_path_problem`).
+    unknown, cannot be the stage its name says under the params ``cfg`` (:func:`_foreach_problem`),
+    or an agentr1 entry's out/dep path leaves the project (:func:`_path_problem`). An entry of a run
+    the params ``cfg`` no longer define is ``skipped`` (:func:`_left_the_pipeline`).
     :class:`StageError` listing every problem with the fix, or when there is no ``dvc.lock``."""
     lock_path = Path(lock_path)
     if not lock_path.is_file():
@@ -257,10 +252,26 @@ def _lock_entry(
         for path in paths
         if (why := _path_problem(path, root, inside))
     ]
+    if cfg is not None and (gone := _left_the_pipeline(cfg, stage, args)):
+        note = f"{gone}: a stage of earlier params (DVC keeps its lock entry when `runs` changes); not logged"
+        return Entry(key, stage, args, outs, deps, {}, state="skipped", note=note), problems
     name_problem = _foreach_problem(cfg, stage, args, key) if cfg is not None else None
     if name_problem:
         problems.append(name_problem)
     return Entry(key, stage, args, outs, deps, dict(raw.get("params") or {})), problems
+
+
+def _left_the_pipeline(cfg: Config, stage: str, args: argparse.Namespace) -> str | None:
+    """Why a well-formed ``train@``/``evaluate@`` entry is no stage of the pipeline the params ``cfg``
+    define (its run or policy is neither a run of ``runs``, a replica ``<run>-<seed>`` of one, nor a
+    baseline), or None. ``dvc repro`` writes the entries of the stages it runs and leaves the others
+    in the lock: after a profile or a shorter ``runs`` (issue 49), the old foreach items stay there."""
+    from agentr1.eval.policies import BASELINES
+
+    name = args.run if stage == "train" else args.policy if stage == "evaluate" else None
+    if name is None or cfg.is_run(name) or (stage == "evaluate" and name in BASELINES):
+        return None
+    return f"{name!r} is no run of these params (runs: {', '.join(sorted(cfg.runs))})"
 
 
 def _dependency_order(entries: list[Entry], lock_path: Path) -> list[Entry]:

@@ -47,6 +47,10 @@ steps it already holds are not logged twice, so it ends FINISHED with the whole 
 uninterrupted run. When it is gone, a new run gets every step of the state, then the rest.
 A store that stays locked (or down) past ``tracking.retry_timeout_s`` does not stop training: the
 stage trains on without MLflow, writes every output, and its run ends FAILED for ``agentr1 track``.
+
+One module of some 440 lines on purpose: it is one stage's lifecycle - refuse the config, ready
+or resume the state, train, write the outputs, summarize the curve - and each helper serves that
+one sequence; the training itself is :mod:`agentr1.rl`, the state's files :mod:`agentr1.rl.state`.
 """
 
 from __future__ import annotations
