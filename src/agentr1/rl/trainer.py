@@ -1,6 +1,6 @@
 """End-to-end RL for a tool-using agent (Agent-R1): the loop, read top to bottom.
 
-One module of about 400 lines on purpose: it is the loop and nothing else (the parts it calls are
+One module of some 450 lines on purpose: it is the loop and nothing else (the parts it calls are
 their own modules, listed below), so that one step reads top to bottom in one place.
 
 One step ``k`` (:meth:`Trainer.train_step`): collect -> score -> advantages -> update.
