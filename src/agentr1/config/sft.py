@@ -51,6 +51,9 @@ class SFTConfig(_Section):
     ``steps``/``batch_size``/``lr``/``warmup_steps``/``weight_decay``/``grad_clip``
     (0 = off): AdamW on the NLL of ``loss_on`` (``actions``: the policy's tokens; ``response``:
     every response token, observations included), from the base policy ``pretrain.out_dir``;
+    ``micro_batch_size``: sequences per forward/backward, the gradient accumulated over the batch
+    (null = the whole batch at once; a pretrained model's activations at batch 8 x 600 tokens
+    are most of its memory: ``bench/smol_memory.py``);
     ``out_dir``: the cold-start checkpoint; ``num_threads``: torch CPU threads for the stage
     (null = torch's default). The default 2 fits the embedded 2-core machine, where ``dvc
     repro`` runs one stage at a time: SFT steps 1.6x and greedy evaluation 1.5x faster than with
@@ -67,6 +70,7 @@ class SFTConfig(_Section):
     fresh: FreshDemosConfig = FreshDemosConfig()
     steps: int = Field(600, ge=0)
     batch_size: int = Field(16, ge=1)
+    micro_batch_size: int | None = Field(None, ge=1)
     lr: float = Field(3e-3, gt=0)
     warmup_steps: int = Field(15, ge=0)
     weight_decay: float = Field(0.01, ge=0)
