@@ -97,13 +97,13 @@ class Config(_Section):
     def _runs_valid(self) -> Config:
         reference = self.sft_for("reference") if self.sft_reference is not None else None
         if reference is not None:
-            for key in ("out_dir", "report_dir"):
+            where = {"out_dir", "report_dir"}  # what sft_reference must change; all it may not change alone
+            for key in sorted(where):
                 if getattr(reference, key) == getattr(self.sft, key):
                     raise ValueError(
                         f"sft_reference.{key} is sft.{key} ({getattr(self.sft, key)}): the reference cold "
                         f"start would overwrite the cold start; give it its own {key}"
                     )
-            where = {"out_dir", "report_dir"}
             if reference.model_dump(exclude=where) == self.sft.model_dump(exclude=where):
                 raise ValueError(
                     "sft_reference changes only where sft writes: stage sft_reference would train exactly "
