@@ -124,6 +124,12 @@ COMMANDS: dict[str, Command] = {
                 "--write", group="mode", metavar="PATH", default=None, help="write the merged, validated params to PATH"
             ),
             Arg(
+                "--pipeline",
+                group="mode",
+                action="store_true",
+                help="write pipelines/NAME/{params,dvc}.yaml: the profile as a pipeline of its own, beside the default's",
+            ),
+            Arg(
                 "--nproc-per-node",
                 type=int,
                 default=None,

@@ -155,4 +155,6 @@ def parse_sets(texts: Iterable[str] | None) -> dict[str, Any]:
 def load_config(path: str | Path = DEFAULT_PARAMS, overrides: dict[str, Any] | None = None) -> Config:
     """Load and validate ``params.yaml`` (plus dotted-key ``overrides`` such as
     ``{"env.max_turns": 3}``)."""
-    return config_from_dict(apply_overrides(read_params(path), overrides), str(path))
+    cfg = config_from_dict(apply_overrides(read_params(path), overrides), str(path))
+    cfg._params_file = str(path)
+    return cfg

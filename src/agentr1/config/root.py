@@ -6,9 +6,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from agentr1.config.base import ConfigError, _clip_value, _Section
 from agentr1.config.data import DataConfig
@@ -59,6 +60,19 @@ class Config(_Section):
     tracking: TrackingConfig = TrackingConfig()
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+    # the params file this config was read from (not a param: :func:`agentr1.config.load_config` sets it)
+    _params_file: str = PrivateAttr("params.yaml")
+
+    @property
+    def params_file(self) -> Path:
+        return Path(self._params_file)
+
+    @property
+    def lock_path(self) -> Path:
+        """The ``dvc.lock`` of the pipeline this config belongs to: the one beside its params file
+        (``dvc.lock`` for ``params.yaml``, ``pipelines/<name>/dvc.lock`` for a profile's own
+        pipeline, :mod:`agentr1.pipelines`); its paths are relative to the project root."""
+        return self.params_file.parent / "dvc.lock"
 
     @field_validator("seeds")
     @classmethod

@@ -202,7 +202,7 @@ def lock_entries(lock_path: str | Path = "dvc.lock", cfg: Config | None = None) 
         raise StageError(
             f"no {lock_path} here: run `agentr1 track` in the project root, after `dvc repro` (or `dvc pull`)"
         )
-    root = lock_path.parent
+    root = provenance.project_root(lock_path)
     inside = (root.resolve(), (root / ".dvc" / "cache").resolve())
     entries, problems, unknown = [], [], []
     for key, raw in provenance.lock_stages(lock_path).items():
@@ -357,7 +357,7 @@ def plan(cfg: Config, lock_path: str | Path = "dvc.lock") -> tuple[list[Entry], 
     """Every entry of ``dvc.lock`` with its ``state`` (class :class:`Entry`) and the MLflow client
     (``None`` while the store does not exist). Reads only: writes nothing to the store."""
     lock_path = Path(lock_path)
-    root = lock_path.parent
+    root = provenance.project_root(lock_path)
     entries = lock_entries(lock_path, cfg)  # the whole lock checked before anything is hashed or written
     client, exp_id = lockruns.open_store(cfg, create=False)
     pipeline = current_pipeline_id(cfg, lock_path)
@@ -446,7 +446,7 @@ def run_track(cfg: Config, args: argparse.Namespace) -> None:
         return
     if getattr(args, "set", None):
         raise StageError("agentr1 track logs the params dvc.lock recorded: run it without --set")
-    lock = Path("dvc.lock")
+    lock = cfg.lock_path  # the lock beside the params file: dvc.lock, or pipelines/<name>/dvc.lock
     files = (
         {
             str(f)
@@ -459,7 +459,7 @@ def run_track(cfg: Config, args: argparse.Namespace) -> None:
     )
     if files and Path(args.params).resolve() not in {Path(f).resolve() for f in files}:
         raise StageError(
-            f"dvc.lock records params from {', '.join(sorted(files))}, not {args.params}: pass --params "
+            f"{lock} records params from {', '.join(sorted(files))}, not {args.params}: pass --params "
             f"{sorted(files)[0]}"
         )
     entries = track(cfg, lock, dry_run=args.dry_run)

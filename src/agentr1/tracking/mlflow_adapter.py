@@ -217,9 +217,11 @@ def _git_state(lock_path: str | Path) -> tuple[str, bool | None]:
     return provenance.git_state(exclude=provenance.pipeline_outputs(lock_path))
 
 
-def current_pipeline_id(cfg: Config, lock_path: str | Path = "dvc.lock") -> str:
+def current_pipeline_id(cfg: Config, lock_path: str | Path | None = None) -> str:
     """The pipeline id a stage run started now would get (:func:`provenance.pipeline_id` of
-    this checkout's commit and ``cfg``'s params)."""
+    this checkout's commit and ``cfg``'s params); ``lock_path`` defaults to ``cfg``'s pipeline's
+    (:attr:`Config.lock_path`)."""
+    lock_path = cfg.lock_path if lock_path is None else lock_path
     return provenance.pipeline_id(cfg.section_hash(), _git_state(lock_path)[0])
 
 
@@ -277,7 +279,7 @@ def out_tag(path: str) -> str:
 def output_tags(stage_key: str, lock_path: str | Path) -> dict[str, str]:
     """``{"dvc.out.<path>": hash}`` for the outputs of ``stage_key``'s ``dvc.lock`` entry that
     exist, hashed the way DVC will lock them (:func:`provenance.dvc_hash`)."""
-    root = Path(lock_path).parent
+    root = provenance.project_root(lock_path)
     tags = {}
     for path in provenance.stage_outputs(stage_key, lock_path):
         digest = provenance.dvc_hash(root / path)
@@ -318,7 +320,7 @@ def stage_run(
     cfg: Config,
     stage: str,
     run_name: str | None = None,
-    lock_path: str | Path = "dvc.lock",
+    lock_path: str | Path | None = None,
     variant: str | None = None,
     extra_tags: Mapping[str, str] | None = None,
     continue_run: str | None = None,
@@ -330,8 +332,8 @@ def stage_run(
     ends it FINISHED, FAILED (exception) or KILLED (interrupt). With ``variant`` (a run of params
     ``runs``: ``train@ppo``, ``evaluate@ppo``) the params are the run's *effective* config
     (:meth:`Config.for_run`) with :func:`variant_tags`, so MLflow's compare view shows what differs
-    between runs; the provenance (params hash, pipeline id) stays the whole params file's.
-    ``extra_tags`` go on the run from its start (``agentr1.logged_from`` from ``agentr1 track``).
+    between runs; the provenance (params hash, pipeline id) stays the whole params file's, its
+    ``dvc.lock`` that pipeline's (``lock_path``, default :attr:`Config.lock_path`). ``extra_tags`` go on the run from its start (``agentr1.logged_from`` from ``agentr1 track``).
     Raises :class:`StageError` naming the URI before any work when the store is unreachable.
 
     Kills and resumes (:mod:`agentr1.tracking.owner`): RUNNING runs of the same name whose process
@@ -348,6 +350,7 @@ def stage_run(
     if not cfg.tracking.enabled:  # no run: a no-op logger
         yield _untracked(cfg, stage)
         return
+    lock_path = cfg.lock_path if lock_path is None else lock_path  # the lock of the config's pipeline
     client, uri, exp_id = connect(cfg)
     logged = cfg.for_run(variant) if variant is not None else cfg
     tags = _start_tags(cfg, logged, stage, name, lock_path, variant, extra_tags)

@@ -145,6 +145,19 @@ def entry_items(entry: Any, field: str) -> list[dict[str, Any]]:
     return [i for i in items if isinstance(i, dict) and isinstance(i.get("path"), str) and i["path"]]
 
 
+def project_root(lock_path: str | Path) -> Path:
+    """The folder the paths of ``lock_path`` are relative to: the nearest folder from the lock's own
+    upward that holds ``.dvc`` (a pipeline of its own, ``pipelines/<name>/dvc.lock``, runs its stages
+    from the project root: :mod:`agentr1.pipelines`), else the lock's folder."""
+    folder = Path(lock_path).parent
+    if (folder / ".dvc").is_dir():
+        return folder
+    for above in folder.resolve().parents:
+        if (above / ".dvc").is_dir():
+            return above
+    return folder
+
+
 def dvc_dep_hashes(
     stage: str, lock_path: str | Path = "dvc.lock", root: str | Path | None = None
 ) -> dict[str, dict[str, str]]:
@@ -152,7 +165,7 @@ def dvc_dep_hashes(
     dependencies in ``dvc.lock`` (see the module docstring); ``{}`` when the lock or the stage's
     entry is missing (first run). ``stage`` is the lock key, e.g. ``train@ppo``."""
     lock_path = Path(lock_path)
-    root = Path(root) if root is not None else lock_path.parent
+    root = Path(root) if root is not None else project_root(lock_path)
     if not lock_path.is_file():
         return {}
     stages = lock_stages(lock_path)
@@ -178,13 +191,14 @@ def dvc_dep_hashes(
 
 
 def pipeline_outputs(lock_path: str | Path = "dvc.lock") -> list[str]:
-    """``dvc.lock`` and every output path its stages list (relative to the lock's folder): what
-    a ``dvc repro`` writes, left out of :func:`git_state`'s dirty check. ``[]`` without a lock."""
+    """The lock and every output path its stages list (relative to :func:`project_root`): what a
+    ``dvc repro`` writes, left out of :func:`git_state`'s dirty check. ``[]`` without a lock."""
     lock_path = Path(lock_path)
     if not lock_path.is_file():
         return []
     paths = {out["path"] for entry in lock_stages(lock_path).values() for out in entry_items(entry, "outs")}
-    return [lock_path.name, *sorted(paths)]
+    lock_name = os.path.relpath(lock_path.resolve(), project_root(lock_path).resolve())
+    return [lock_name, *sorted(paths)]
 
 
 def stage_outputs(stage: str, lock_path: str | Path = "dvc.lock") -> list[str]:
