@@ -75,11 +75,31 @@ def repro(project_dir: str, target: str | None, force: bool = False, timeout_s: 
     return {"target": target or "(all)", "seconds": round(res.seconds, 1)}
 
 
+def params_files(targets: list[str]) -> list[str]:
+    """The params file of each pipeline the DVC ``targets`` belong to, in order: ``params.yaml`` for
+    the root ``dvc.yaml`` (no targets, or a stage of it), ``pipelines/<name>/params.yaml`` for
+    ``pipelines/<name>/dvc.yaml`` or one of its stages (``pipelines/<name>/dvc.yaml:sft``), a
+    profile's pipeline of its own (``agentr1.pipelines``)."""
+    found: list[str] = []
+    for target in targets or ["dvc.yaml"]:
+        path = target.split(":", 1)[0]  # dvc.yaml or dvc.yaml:stage
+        params = (
+            str(Path(path).parent / "params.yaml")
+            if path.endswith("dvc.yaml") and Path(path).parent != Path(".")
+            else "params.yaml"
+        )
+        if params not in found:
+            found.append(params)
+    return found
+
+
 @task(name="mlflow-track", retries=2, retry_delay_seconds=[30, 120], retry_condition_fn=retry_if_transient)
-def track(project_dir: str) -> str:
+def track(project_dir: str, params_file: str = "params.yaml") -> str:
     """``agentr1 track``: MLflow gets a run for every stage DVC skipped (its outputs up to date),
-    the registry its versions and aliases; adds nothing for the stages that logged live."""
-    res = run_command(["agentr1", "track"], project_dir)
+    the registry its versions and aliases; adds nothing for the stages that logged live. A pipeline
+    of its own (``params_file`` = ``pipelines/<name>/params.yaml``) is tracked from its own lock."""
+    params = [] if params_file == "params.yaml" else ["--params", params_file]
+    res = run_command(["agentr1", *params, "track"], project_dir)
     return next((ln for ln in res.stdout.splitlines() if ln.startswith("agentr1 track:")), "tracked")
 
 
@@ -241,7 +261,8 @@ def pipeline(
     Args:
         project_dir: the DVC project (repository root) to run in.
         targets: DVC targets (stage names such as ``validate`` or ``train@grpo-0``), reproduced in
-            order with their upstream stages; empty = the whole pipeline.
+            order with their upstream stages; empty = the whole pipeline. A profile's pipeline of its
+            own is a target too: ``pipelines/smol/dvc.yaml`` (tracked from ``pipelines/smol/dvc.lock``).
         force: ``dvc repro --force`` (rerun even if nothing changed).
         push: ``dvc push`` the targets' outputs to the DVC remote afterwards; the flow fails
             before running any stage when there is no remote to push to.
@@ -271,8 +292,8 @@ def pipeline(
             check_push_remote(project_dir, remote)
         for target in targets or [None]:
             stages.append(repro(project_dir, target, force, stage_timeout_s))
-        if track_mlflow:
-            tracked = track(project_dir)
+        if track_mlflow:  # each pipeline the targets reproduced, from its own lock
+            tracked = "; ".join(track(project_dir, params) for params in params_files(targets))
         if push:
             pushed = dvc_push(project_dir, targets, remote)
         if publish_to:

@@ -424,3 +424,17 @@ def test_promote_flow_with_stand_in_cli(harness, tmp_path, monkeypatch):
     state = promote_mod.promote(project_dir=str(tmp_path), args=["--fail"], return_state=True)
     assert state.is_failed()
     assert "has no alias 'champion'" in _flow_run(state.state_details.flow_run_id).state.message
+
+
+def test_each_reproduced_pipeline_is_tracked_from_its_own_params_file():
+    """A profile's pipeline of its own (pipelines/<name>/dvc.yaml, issue 49) is tracked with its
+    params file, so `agentr1 track` reads pipelines/<name>/dvc.lock; the root pipeline as before."""
+    from flows.pipeline import params_files
+
+    assert params_files([]) == ["params.yaml"]
+    assert params_files(["validate", "train@grpo-0"]) == ["params.yaml"]
+    assert params_files(["pipelines/smol/dvc.yaml"]) == ["pipelines/smol/params.yaml"]
+    assert params_files(["pipelines/smol/dvc.yaml:sft", "report", "pipelines/smol/dvc.yaml"]) == [
+        "pipelines/smol/params.yaml",
+        "params.yaml",
+    ]

@@ -31,7 +31,7 @@ LAYERS: list[set[str]] = [
     {"rl"},  # uses lm's optimizer and schedule
     {"report"},
     {"tracking"},  # MLflow and S3 at the edge
-    {"stages", "profiles", "cli"},  # the DVC stages and the commands
+    {"stages", "profiles", "pipelines", "cli"},  # the DVC stages and the commands (pipelines: a profile as its own)
 ]
 DOMAIN = {"data", "retrieval", "models", "env", "rollout", "eval", "lm", "rl", "report"}
 EDGE_ONLY = {"mlflow", "prefect"}  # only tracking/stages (and flows/) may import these

@@ -381,6 +381,19 @@ def test_registry_and_cli_sqlite(sqlite_store, checkpoint: Path, repo_root: Path
     out = capsys.readouterr().out
     assert "champion (v3)" in out and "challenger (v3)" in out and "0.8000 [0.7000, 0.9000]" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # several registered models (a profile each: agentr1-policy, agentr1-policy-smol): rows named by model
+    side = ["compare", "--model", "agentr1-policy", "agentr1-policy", "--aliases", "champion", "--out", str(png)]
+    assert main([*base, *side]) == 0
+    assert capsys.readouterr().out.count("agentr1-policy champion (v3)") == 2
+    assert main([*base, "compare", "--model", "agentr1-policy", "no-such-model", "--aliases", "champion"]) == 1
+    assert "'no-such-model' has no alias 'champion'" in capsys.readouterr().err
+    from mlflow import MlflowClient
+
+    from agentr1.tracking.views import champions, show_champion
+
+    store = MlflowClient(tracking_uri=uri)
+    text = show_champion(store, "agentr1-policy")
+    assert text.startswith("v3 ") and champions(store) == {"agentr1-policy": text}  # what `agentr1 track` lists
 
     from mlflow import MlflowClient
 

@@ -51,6 +51,14 @@ def port_number(text: str) -> int:
 
 
 _MODEL = Arg("--model", default=None, help="registered model (default: tracking.registered_model)")
+_MODELS = Arg(
+    "--model",
+    nargs="+",
+    default=None,
+    metavar="NAME",
+    help="registered model(s) (default: tracking.registered_model); several: their aliases side by side, "
+    "e.g. --model agentr1-policy agentr1-policy-smol --aliases champion",
+)
 COMMANDS: dict[str, Command] = {
     "serve-retriever": Command(
         "agentr1.retrieval.server:run_server",
@@ -66,7 +74,7 @@ COMMANDS: dict[str, Command] = {
         "agentr1.tracking.compare:run_compare",
         "compare MLflow runs or registry aliases (table + PNG)",
         (
-            _MODEL,
+            _MODELS,
             Arg("--runs", group="pick", nargs="+", metavar="RUN_ID", help="MLflow run ids to compare"),
             Arg(
                 "--aliases",
@@ -124,18 +132,20 @@ COMMANDS: dict[str, Command] = {
                 "--write", group="mode", metavar="PATH", default=None, help="write the merged, validated params to PATH"
             ),
             Arg(
-                "--pipeline",
-                group="mode",
-                action="store_true",
-                help="write pipelines/NAME/{params,dvc}.yaml: the profile as a pipeline of its own, beside the default's",
-            ),
-            Arg(
                 "--nproc-per-node",
                 type=int,
                 default=None,
                 metavar="N",
                 help="processes per node for train (default: the profile's launch.nproc_per_node, else 1)",
             ),
+        ),
+    ),
+    "pipeline": Command(
+        "agentr1.pipelines:run_pipeline",
+        "write pipelines/NAME/{params,dvc}.yaml: profile NAME as a DVC pipeline of its own, beside the default's",
+        (
+            Arg("name", metavar="NAME", help="a profile in profiles/ (smol, ...)"),
+            Arg("--check", action="store_true", help="write nothing; exit 1 when the committed files are stale"),
         ),
     ),
     "track": Command(

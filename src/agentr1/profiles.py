@@ -567,11 +567,6 @@ def run_profile(cfg: Config, args: Any = None) -> Profile:
                 f"--dry-run found {len(errors)} error(s) in {p.label} (listed under 'errors' above): "
                 "fix them before running the pipeline"
             )
-    elif getattr(args, "pipeline", False):
-        from agentr1.pipelines import write_pipeline
-
-        for out in write_pipeline(p):
-            print(f"profile {p.cfg.profile}: wrote {out}")
     elif getattr(args, "write", None):
         out = write_params(p, args.write)
         print(f"profile {p.cfg.profile}: wrote {out} ({p.label} merged onto {p.params_path}, validated)")

@@ -482,6 +482,12 @@ def run_track(cfg: Config, args: argparse.Namespace) -> None:
     if client is not None and n and not args.dry_run:  # a dry run writes nothing
         champion = views.show_champion(client, cfg.tracking.registered_model, cfg.tracking.gate_metric)
         print(f"champion (tag `{views.CHAMPION_TAG}` on the Models page): {champion}")
+        champions = views.champions(client)
+        if len(champions) > 1:  # another profile's pipeline registered its own model in this store
+            print("champions of the store's registered models (one per profile), side by side:")
+            for name, text in champions.items():
+                print(f"  {name:<28} {text}")
+            print(f"  compare them: agentr1 compare --model {' '.join(champions)} --aliases champion")
     exp = client.get_experiment_by_name(experiment_name(cfg)) if client is not None else None
     if exp is not None:
         ui, exp_id = _ui_address(cfg), exp.experiment_id

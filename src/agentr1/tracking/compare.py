@@ -2,7 +2,9 @@
 draw a PNG; apply the promotion gate to the registry aliases.
 
 Rows come from runs (``--runs ID ...``: the run's metrics) or from registry aliases
-(``--aliases champion challenger``, the default: the metrics linked to each version's model).
+(``--aliases champion challenger``, the default: the metrics linked to each version's model) of one
+registered model or several (``--model agentr1-policy agentr1-policy-smol --aliases champion``: each
+profile registers under its own name, so this puts the nano and the smol champion side by side).
 Each chosen metric is a column; when ``<metric>_ci_lower``/``_ci_upper`` exist the cell shows the
 interval and the PNG draws it as an error bar.
 """
@@ -48,8 +50,9 @@ def rows_for_runs(client: MlflowClient, run_ids: Sequence[str]) -> list[Row]:
     return rows
 
 
-def rows_for_aliases(client: MlflowClient, name: str, aliases: Sequence[str]) -> list[Row]:
-    """One row per alias of registered model ``name``; :class:`StageError` for an unset alias."""
+def rows_for_aliases(client: MlflowClient, name: str, aliases: Sequence[str], named: bool = False) -> list[Row]:
+    """One row per alias of registered model ``name`` (labelled with ``name`` too when ``named``: rows
+    of several models side by side); :class:`StageError` for an unset alias."""
     rows = []
     for alias in aliases:
         mv = version_by_alias(client, name, alias)
@@ -57,7 +60,7 @@ def rows_for_aliases(client: MlflowClient, name: str, aliases: Sequence[str]) ->
             raise StageError(f"registered model {name!r} has no alias {alias!r}: {REGISTER_HINT}")
         rows.append(
             {
-                "label": f"{alias} (v{mv.version})",
+                "label": f"{name + ' ' if named else ''}{alias} (v{mv.version})",
                 "source": f"{name} v{mv.version} run {mv.run_id}",
                 "metrics": version_metrics(client, mv),
             }
@@ -132,7 +135,8 @@ def run_compare(cfg, args: argparse.Namespace) -> None:
     if args.runs:
         rows = rows_for_runs(client, args.runs)
     else:
-        rows = rows_for_aliases(client, args.model or cfg.tracking.registered_model, args.aliases)
+        names = args.model or [cfg.tracking.registered_model]  # several: e.g. the nano and the smol champion
+        rows = [row for name in names for row in rows_for_aliases(client, name, args.aliases, named=len(names) > 1)]
     metrics = args.metric or [cfg.tracking.gate_metric]
     print(f"MLflow {redact_uri(uri)}")
     print(format_table(rows, metrics))

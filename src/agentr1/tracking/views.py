@@ -102,6 +102,14 @@ def set_views(client: Any, exp_id: str, tags: dict[str, str]) -> None:
         client.set_experiment_tag(exp_id, SHARED_VIEW_TAG + RL_VIEW_KEY, value)
 
 
+def champions(client: Any) -> dict[str, str]:
+    """``{registered model: its champion tag}`` for every registered model of the store that
+    :func:`show_champion` tagged (each profile registers under its own name: ``agentr1-policy``,
+    ``agentr1-policy-smol``), by name."""
+    models = client.search_registered_models()
+    return {m.name: m.tags[CHAMPION_TAG] for m in sorted(models, key=lambda m: m.name) if CHAMPION_TAG in m.tags}
+
+
 def show_champion(client: Any, name: str, metric: str = "test/em") -> str | None:
     """Tag registered model ``name`` with its champion, e.g. ``v12 grpo-1, test/em 0.342 [0.301,
     0.385]`` (short: the Models page's Tags column cuts a long value; ``none`` without one), when
