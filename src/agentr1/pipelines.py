@@ -45,10 +45,6 @@ ROOT_FROM_PIPELINE = "../.."  # pipelines/<name>/ -> the project root (the stage
 PATH_FIELDS = ("outs", "metrics", "plots")
 
 
-def pipeline_dir(name: str, root: str | Path = ".") -> Path:
-    return Path(root) / PIPELINE_DIR / name
-
-
 def relocate(path: str, name: str) -> str:
     """``path`` as pipeline ``name`` writes it (module docstring): ``data/x`` -> ``data/<name>/x``,
     ``reports`` -> ``reports/<name>``; ``data/raw`` and paths outside ``data``/``reports`` unchanged."""
