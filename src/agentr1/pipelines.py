@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from agentr1.config import read_params
 from agentr1.profiles import Profile, load_profile
 
 PIPELINE_DIR = "pipelines"
@@ -150,7 +151,7 @@ def _header(p: Profile, what: str) -> str:
 def pipeline_files(p: Profile, dvc_path: str | Path = "dvc.yaml") -> dict[str, str]:
     """``{relative path: text}`` of ``pipelines/<name>/params.yaml`` and ``dvc.yaml`` for profile ``p``."""
     name = p.cfg.profile
-    dvc = yaml.safe_load(Path(dvc_path).read_text(encoding="utf-8"))
+    dvc = read_params(dvc_path, "dvc.yaml")  # strict and bounded, as `agentr1 profile --dry-run` reads it
     params = relocated_params(p.raw, name)
     graph = pipeline_dvc(dvc, name, downloaded=p.cfg.model.kind != "scratch")
     base = f"{PIPELINE_DIR}/{name}"
